@@ -1,0 +1,23 @@
+"""Floor 1: how tools *run* — the `ToolExecutor`, its policies, limits, timeouts and abort."""
+
+from llmrtc.abort import AbortController, AbortedError, AbortSignal
+from llmrtc.execution.errors import (
+    InvalidToolArgumentsError,
+    ToolAbortedError,
+    ToolExecutionError,
+    ToolNotFoundError,
+    ToolTimeoutError,
+)
+from llmrtc.execution.executor import ToolExecutor
+
+__all__ = [
+    "AbortController",
+    "AbortSignal",
+    "AbortedError",
+    "InvalidToolArgumentsError",
+    "ToolAbortedError",
+    "ToolExecutionError",
+    "ToolExecutor",
+    "ToolNotFoundError",
+    "ToolTimeoutError",
+]

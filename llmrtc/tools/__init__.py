@@ -1,0 +1,27 @@
+"""Floor 0: what a tool *is* — definitions, handlers, the registry, calls and results, validation."""
+
+from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json_content
+from llmrtc.tools.context import ToolContext
+from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
+from llmrtc.tools.registry import ToolRegistry
+from llmrtc.tools.tool import FunctionTool, Tool, ToolHandler, define_tool, tool
+from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
+
+__all__ = [
+    "TOOL_NAME_PATTERN",
+    "ExecutionPolicy",
+    "FunctionTool",
+    "Tool",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolCallStatus",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolHandler",
+    "ToolRegistry",
+    "ValidationResult",
+    "define_tool",
+    "to_json_content",
+    "tool",
+    "validate_tool_arguments",
+]

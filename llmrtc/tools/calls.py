@@ -1,0 +1,72 @@
+"""`ToolCall` (what a model asked for) and `ToolCallResult` (the one answer each call gets)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic_core
+
+__all__ = ["ToolCall", "ToolCallResult", "ToolCallStatus", "to_json_content"]
+
+ToolCallStatus = Literal["ok", "error", "invalid_arguments", "not_found", "timeout", "aborted"]
+"""How a call ended: `ok`; `error` (the handler raised); `invalid_arguments` (did not parse or
+did not match the schema; the handler was not called); `not_found` (no such tool, or not offered);
+`timeout` (the handler ran past its limit and was cancelled); `aborted` (the batch was aborted
+before or while the call ran)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call requested by a model."""
+
+    call_id: str
+    """The id the model gave the call; its result must carry the same id."""
+    name: str
+    """The tool's name as the model wrote it."""
+    arguments: Mapping[str, Any] | str = "{}"
+    """A dict, or the raw JSON string the model produced (it is parsed and validated later)."""
+
+
+def to_json_content(value: Any) -> str:
+    """Serialize a handler's return value for the model: always valid JSON.
+
+    pydantic models, dataclasses, enums, datetimes, sets, `None`, strings and other primitives all
+    serialize; anything else falls back to its `str()`.
+    """
+    return pydantic_core.to_json(value, fallback=str).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """The single result of one `ToolCall`, whatever happened to it."""
+
+    call_id: str
+    """The id of the call this answers."""
+    tool_name: str
+    """The name the call asked for."""
+    status: ToolCallStatus
+    """How the call ended; see `ToolCallStatus`."""
+    result: Any = None
+    """What the handler returned (only for status `ok`)."""
+    error: str | None = None
+    """What went wrong, written for the model and for logs (None for status `ok`)."""
+    duration_ms: float = 0.0
+    """How long the handler ran; 0 for calls that never ran."""
+
+    @property
+    def success(self) -> bool:
+        """True when `status == "ok"`."""
+        return self.status == "ok"
+
+    def to_content(self) -> str:
+        """The JSON string to send back to the model as the tool message content.
+
+        Successful results are serialized as JSON (a string result becomes a JSON string);
+        failures become `{"error": ..., "status": ...}`.
+        """
+        if self.status == "ok":
+            return to_json_content(self.result)
+        return json.dumps({"error": self.error, "status": self.status}, ensure_ascii=False)

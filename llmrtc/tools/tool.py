@@ -1,0 +1,174 @@
+"""`Tool`, `define_tool` and the `@tool` decorator: a definition bound to the code that runs it."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, overload
+
+from pydantic import BaseModel
+
+from llmrtc.tools._signature import signature_model
+from llmrtc.tools.context import ToolContext
+from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
+
+__all__ = ["Tool", "FunctionTool", "ToolHandler", "define_tool", "tool"]
+
+ToolHandler = Callable[[Any, ToolContext], Any] | Callable[[Any, ToolContext], Awaitable[Any]]
+"""`handler(args, ctx)`: `args` is a dict, or a validated model instance when the definition's
+parameters are a pydantic model. `async def` runs on the event loop; a plain `def` runs in a
+worker thread so it can never block the loop."""
+
+
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+class Tool:
+    """A `ToolDefinition` and its handler. Create with `define_tool` or `@tool`."""
+
+    __slots__ = ("definition", "handler", "is_async")
+
+    def __init__(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+        """Bind `handler` to `definition` (prefer `define_tool`, which checks the handler)."""
+        self.definition = definition
+        self.handler = handler
+        self.is_async = _is_async_callable(handler)
+        """True for `async def` handlers (run on the loop); False ones run in a worker thread."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name (`definition.name`)."""
+        return self.definition.name
+
+    def __repr__(self) -> str:
+        kind = "async" if self.is_async else "sync"
+        return f"<Tool {self.definition.name!r} ({kind})>"
+
+
+class FunctionTool(Tool):
+    """A `Tool` made by `@tool` from a function; calling it calls the original function."""
+
+    __slots__ = ("__wrapped__", "__dict__")
+
+    def __init__(self, definition: ToolDefinition, handler: ToolHandler, fn: Callable[..., Any]):
+        super().__init__(definition, handler)
+        self.__wrapped__ = fn
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the decorated function directly, exactly as if it were not decorated."""
+        return self.__wrapped__(*args, **kwargs)
+
+
+def define_tool(definition: ToolDefinition, handler: ToolHandler) -> Tool:
+    """Bind a handler to a definition.
+
+    Args:
+        definition: The tool's contract.
+        handler: `handler(args, ctx)`, `async def` or plain `def` (plain functions run in a thread).
+
+    Raises:
+        ValueError: if the handler is not callable or cannot take `(args, ctx)`.
+    """
+    if not callable(handler):
+        raise ValueError(f"tool {definition.name!r}: handler must be callable, got {handler!r}")
+    try:
+        inspect.signature(handler).bind(None, None)
+    except TypeError:
+        raise ValueError(
+            f"tool {definition.name!r}: handler must accept two positional arguments "
+            f"(args, ctx); its signature is {inspect.signature(handler)}"
+        ) from None
+    except ValueError:
+        pass  # builtins without a signature: trust the caller
+    return Tool(definition, handler)
+
+
+def _function_handler(
+    fn: Callable[..., Any], context_param: str | None, positional: tuple[str, ...]
+) -> ToolHandler:
+    def arguments(args: BaseModel, ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
+        # Field values straight from the instance, so nested models stay model instances.
+        kwargs = dict(args.__dict__)
+        pos = [kwargs.pop(name) for name in positional]
+        if context_param is not None:
+            kwargs[context_param] = ctx
+        return pos, kwargs
+
+    if _is_async_callable(fn):
+
+        async def async_handler(args: BaseModel, ctx: ToolContext) -> Any:
+            pos, kwargs = arguments(args, ctx)
+            return await fn(*pos, **kwargs)
+
+        return async_handler
+
+    def sync_handler(args: BaseModel, ctx: ToolContext) -> Any:
+        pos, kwargs = arguments(args, ctx)
+        return fn(*pos, **kwargs)
+
+    return sync_handler
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    execution_policy: ExecutionPolicy | None = None,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    execution_policy: ExecutionPolicy | None = None,
+    timeout: float | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool from a function's signature and Google-style docstring.
+
+    Type hints become the JSON Schema (pydantic handles `Literal`, `Enum`, `Optional`, defaults,
+    nested models and `Annotated[..., Field(description=...)]`); the docstring summary becomes the
+    description and its `Args:` entries the parameter descriptions. A parameter annotated
+    `ToolContext` is injected at call time and hidden from the model.
+
+    Example:
+        @tool(timeout=5.0)
+        async def lookupWeather(city: str, units: Literal["celsius", "fahrenheit"] = "celsius"):
+            '''Current weather for a city.
+
+            Args:
+                city: City name, e.g. "Tokyo".
+                units: Temperature units.
+            '''
+
+    Args:
+        fn: The function (when used as a bare `@tool`).
+        name: Tool name; defaults to the function's name.
+        description: Overrides the docstring summary.
+        execution_policy: `"parallel"`, `"sequential"` or None (the executor's default).
+        timeout: Seconds the call may run; overrides the executor's default.
+    """
+
+    def decorate(func: Callable[..., Any]) -> FunctionTool:
+        tool_name = name or func.__name__
+        signature = signature_model(func, tool_name)
+        definition = ToolDefinition(
+            name=tool_name,
+            description=description if description is not None else signature.description,
+            parameters=signature.model,
+            execution_policy=execution_policy,
+            timeout=timeout,
+        )
+        handler = _function_handler(func, signature.context_param, signature.positional)
+        return FunctionTool(definition, handler, func)
+
+    return decorate(fn) if fn is not None else decorate
