@@ -5,12 +5,14 @@ Both can be created before any event loop runs, and `abort()` may be called from
 or audio thread will): listeners registered from inside an event loop always run *in that loop's
 thread*, so they may touch loop-bound objects such as cancel scopes.
 
-This module sits on floor 0 (it imports nothing of ours) because every floor needs it: tools see it
-in their `ToolContext`, the executor cancels batches with it, and model providers stop streams with it.
+This module sits on floor 0 (it imports nothing of ours) because every floor needs it: tools see
+it in their `ToolContext`, the executor cancels batches with it, and model providers stop
+streams with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -47,10 +49,9 @@ class _LoopListener:
             return
         # Another thread aborted: hop into the listener's loop without blocking the caller.
         # anyio's own from_thread portal uses this backend primitive for the same purpose.
-        try:
+        # (If that loop is gone, nothing is left there to notify.)
+        with contextlib.suppress(anyio.RunFinishedError, RuntimeError):
             self.token.backend_class.run_sync_soon(self.callback, (), self.token.native_token)
-        except (anyio.RunFinishedError, RuntimeError):
-            pass  # that loop is gone; nothing is left there to notify
 
 
 class AbortSignal:
@@ -61,7 +62,7 @@ class AbortSignal:
     of the batch signal, so a timeout of one call never aborts its siblings).
     """
 
-    __slots__ = ("_aborted", "_reason", "_listeners", "_lock", "_parent")
+    __slots__ = ("_aborted", "_listeners", "_lock", "_parent", "_reason")
 
     def __init__(self, _parent: AbortSignal | None = None) -> None:
         self._aborted = False
@@ -77,7 +78,7 @@ class AbortSignal:
 
     @property
     def reason(self) -> object:
-        """The reason given to `abort()` (its own first, else the parent's); None while not aborted."""
+        """The reason given to `abort()`: its own, else its parent's; None while not aborted."""
         if self._aborted:
             return self._reason
         if self._parent is not None:

@@ -16,7 +16,7 @@ class SlotPool:
     waiter so a newcomer cannot overtake it.
     """
 
-    __slots__ = ("total", "in_use", "_waiters")
+    __slots__ = ("_waiters", "in_use", "total")
 
     def __init__(self, total: int) -> None:
         self.total = total

@@ -34,7 +34,9 @@ class InvalidToolArgumentsError(ToolExecutionError):
     status = "invalid_arguments"
 
     def __init__(self, tool_name: str, errors: list[str]) -> None:
-        super().__init__(tool_name, f"invalid arguments for tool {tool_name!r}: " + "; ".join(errors))
+        super().__init__(
+            tool_name, f"invalid arguments for tool {tool_name!r}: " + "; ".join(errors)
+        )
         self.errors = errors
 
 

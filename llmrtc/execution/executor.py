@@ -45,7 +45,7 @@ _EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
 class _Batch:
     """The state of one `execute` call: its calls, their results so far, and shared context."""
 
-    __slots__ = ("calls", "results", "session_id", "turn_id", "signal", "metadata")
+    __slots__ = ("calls", "metadata", "results", "session_id", "signal", "started", "turn_id")
 
     def __init__(
         self,
@@ -57,6 +57,8 @@ class _Batch:
     ) -> None:
         self.calls = calls
         self.results: list[ToolCallResult | None] = [None] * len(calls)
+        # perf_counter() when each handler started (0.0: never started), for aborted durations.
+        self.started: list[float] = [0.0] * len(calls)
         self.session_id = session_id
         self.turn_id = turn_id
         self.signal = signal
@@ -107,7 +109,11 @@ class ToolExecutor:
             raise ValueError(
                 f"default_policy must be 'parallel' or 'sequential', got {default_policy!r}"
             )
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+        if (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
@@ -258,7 +264,9 @@ class ToolExecutor:
             )
             if self.on_tool_start is not None:
                 await _call_hook("on_tool_start", self.on_tool_start, call, ctx)
-            outcome, value, duration_ms = await self._invoke(tool, args, ctx, controller)
+            outcome, value, duration_ms = await self._invoke(
+                batch, index, tool, args, ctx, controller
+            )
         finally:
             self._slots.release()
 
@@ -270,11 +278,17 @@ class ToolExecutor:
             await self._finish(batch, index, "error", value, duration_ms)
 
     async def _invoke(
-        self, tool: Tool, args: Any, ctx: ToolContext, controller: AbortController
+        self,
+        batch: _Batch,
+        index: int,
+        tool: Tool,
+        args: Any,
+        ctx: ToolContext,
+        controller: AbortController,
     ) -> tuple[str, Any, float]:
         """Run the handler under its timeout; returns (outcome, value or exception, duration)."""
         limit = tool.definition.timeout or self.timeout
-        started = time.perf_counter()
+        started = batch.started[index] = time.perf_counter()
         try:
             with anyio.move_on_after(limit) as deadline:
                 if tool.is_async:
@@ -303,12 +317,17 @@ class ToolExecutor:
     async def _abort_unfinished(self, batch: _Batch) -> None:
         signal = batch.signal
         reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
+        now = time.perf_counter()
         for index, result in enumerate(batch.results):
             if result is None:
                 name = batch.calls[index].name
-                message = f"tool call {name!r} aborted ({reason})"
+                started = batch.started[index]
                 await self._finish(
-                    batch, index, "aborted", ToolAbortedError(name, message, reason)
+                    batch,
+                    index,
+                    "aborted",
+                    ToolAbortedError(name, f"tool call {name!r} aborted ({reason})", reason),
+                    (now - started) * 1000 if started else 0.0,
                 )
 
     async def _finish(
@@ -322,7 +341,11 @@ class ToolExecutor:
             result = ToolCallResult(call.call_id, call.name, "ok", value, None, duration_ms)
         else:
             error = value if isinstance(value, ToolExecutionError) else None
-            message = str(value) if error else f"tool {call.name!r} raised {type(value).__name__}: {value}"
+            message = (
+                str(value)
+                if error
+                else f"tool {call.name!r} raised {type(value).__name__}: {value}"
+            )
             result = ToolCallResult(call.call_id, call.name, status, None, message, duration_ms)  # type: ignore[arg-type]
         batch.results[index] = result
         if status != "ok" and self.on_tool_error is not None:

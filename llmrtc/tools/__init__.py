@@ -1,4 +1,4 @@
-"""Floor 0: what a tool *is* — definitions, handlers, the registry, calls and results, validation."""
+"""Floor 0: what a tool *is*: definitions, handlers, the registry, calls, results, validation."""
 
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json_content
 from llmrtc.tools.context import ToolContext

@@ -1,4 +1,4 @@
-"""Build a tool's argument model from a Python function: type hints plus a Google-style docstring."""
+"""Build a tool's argument model from a function: type hints plus a Google-style docstring."""
 
 from __future__ import annotations
 
@@ -117,9 +117,11 @@ def signature_model(fn: Callable[..., Any], model_name: str) -> FunctionSignatur
             if description:
                 info = FieldInfo.merge_field_infos(info, description=description)
         fields[param.name] = (annotation, info)
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         model_name,
-        __config__=ConfigDict(extra="forbid", protected_namespaces=(), arbitrary_types_allowed=False),
+        __config__=ConfigDict(
+            extra="forbid", protected_namespaces=(), arbitrary_types_allowed=False
+        ),
         **fields,
     )
     return FunctionSignature(model, context_param, tuple(positional), doc.summary)

@@ -16,7 +16,8 @@ from llmrtc.tools.validation import compile_validator
 __all__ = ["ExecutionPolicy", "ToolDefinition", "TOOL_NAME_PATTERN"]
 
 ExecutionPolicy = Literal["parallel", "sequential"]
-"""`"parallel"` calls of a batch run concurrently; a `"sequential"` call is a barrier in request order."""
+"""`"parallel"` calls of a batch run concurrently; a `"sequential"` call is a barrier in request
+order."""
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names OpenAI-style chat APIs accept."""

@@ -52,12 +52,12 @@ class Tool:
 class FunctionTool(Tool):
     """A `Tool` made by `@tool` from a function; calling it calls the original function."""
 
-    __slots__ = ("__wrapped__", "__dict__")
+    __slots__ = ("__dict__", "__wrapped__")
 
     def __init__(self, definition: ToolDefinition, handler: ToolHandler, fn: Callable[..., Any]):
         super().__init__(definition, handler)
         self.__wrapped__ = fn
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the decorated function directly, exactly as if it were not decorated."""

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
-from pydantic import ValidationError as PydanticValidationError
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from pydantic import ValidationError as PydanticValidationError
 
 if TYPE_CHECKING:
     from llmrtc.tools.definition import ToolDefinition
@@ -44,7 +44,9 @@ def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = format_path(exc.absolute_path) or "(root)"
-        raise ValueError(f"parameters is not a valid JSON Schema at {where}: {exc.message}") from None
+        raise ValueError(
+            f"parameters is not a valid JSON Schema at {where}: {exc.message}"
+        ) from None
     return Draft202012Validator(schema)
 
 
@@ -64,9 +66,7 @@ def parse_arguments(arguments: Mapping[str, Any] | str | None) -> dict[str, Any]
         except json.JSONDecodeError as exc:
             raise ArgumentsError([f"arguments are not valid JSON: {exc}"]) from None
     if not isinstance(arguments, Mapping):
-        raise ArgumentsError(
-            [f"arguments must be a JSON object, got {type(arguments).__name__}"]
-        )
+        raise ArgumentsError([f"arguments must be a JSON object, got {type(arguments).__name__}"])
     return dict(arguments)
 
 
