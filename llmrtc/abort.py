@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ class AbortSignal:
     of the batch signal, so a timeout of one call never aborts its siblings).
     """
 
-    __slots__ = ("_aborted", "_listeners", "_lock", "_parent", "_reason")
+    __slots__ = ("_aborted", "_deadline", "_listeners", "_lock", "_parent", "_reason")
 
     def __init__(self, _parent: AbortSignal | None = None) -> None:
         self._aborted = False
@@ -70,17 +71,28 @@ class AbortSignal:
         self._listeners: list[_LoopListener] = []
         self._lock = threading.Lock()
         self._parent = _parent
+        # time.monotonic() after which the signal counts as aborted with reason "timeout": the
+        # executor sets it when a handler starts, so code polling the signal (a thread, a
+        # `finally` block) sees the timeout the moment it happens, before any cancellation.
+        self._deadline: float | None = None
 
     @property
     def aborted(self) -> bool:
-        """True once this signal (or its parent) has been aborted."""
-        return self._aborted or (self._parent is not None and self._parent.aborted)
+        """True once this signal (or its parent) has been aborted, or its deadline passed."""
+        return (
+            self._aborted
+            or (self._deadline is not None and time.monotonic() >= self._deadline)
+            or (self._parent is not None and self._parent.aborted)
+        )
 
     @property
     def reason(self) -> object:
-        """The reason given to `abort()`: its own, else its parent's; None while not aborted."""
+        """Why it aborted: its own reason (`"timeout"` past its deadline), else its parent's;
+        None while not aborted."""
         if self._aborted:
             return self._reason
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return "timeout"
         if self._parent is not None:
             return self._parent.reason
         return None
@@ -97,7 +109,11 @@ class AbortSignal:
         event = anyio.Event()
         unsubscribe = self.subscribe(event.set)
         try:
-            await event.wait()
+            if self._deadline is None:
+                await event.wait()
+            else:
+                with anyio.move_on_after(max(0.0, self._deadline - time.monotonic())):
+                    await event.wait()
         finally:
             unsubscribe()
 

@@ -104,7 +104,7 @@ def test_json_strings_are_parsed_and_malformed_json_is_reported() -> None:
     assert not broken.valid and broken.arguments is None
     assert broken.errors[0].startswith("arguments are not valid JSON: ")
     not_object = validate_tool_arguments(ORDER, "[1, 2]")
-    assert not_object.errors == ["arguments must be a JSON object, got list"]
+    assert not_object.errors == ["arguments must be a JSON object, got an array"]
 
 
 def test_empty_string_means_no_arguments() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 import anyio
@@ -13,18 +14,39 @@ class SlotPool:
     an executor can serve turns that each run under a new event loop.
 
     Waiters are served first-come first-served; a released slot is handed straight to the oldest
-    waiter so a newcomer cannot overtake it.
+    waiter so a newcomer cannot overtake it. The pool serves one event loop at a time: using it
+    from a second loop thread while slots are taken raises instead of deadlocking.
     """
 
-    __slots__ = ("_waiters", "in_use", "total")
+    __slots__ = ("_thread", "_waiters", "in_use", "total")
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.in_use = 0
         self._waiters: deque[anyio.Event] = deque()
+        self._thread = 0  # the event loop thread using the pool while any slot is taken
+
+    def _check_thread(self) -> None:
+        thread = threading.get_ident()
+        if self.in_use and thread != self._thread:
+            raise RuntimeError(
+                "this ToolExecutor is already running calls in another event loop thread; "
+                "use one executor per session (per event loop)"
+            )
+        self._thread = thread
+
+    def can_take(self, count: int) -> bool:
+        """Whether `count` slots are free right now with nobody waiting."""
+        return not self._waiters and self.in_use + count <= self.total
+
+    def take(self, count: int) -> None:
+        """Take `count` free slots at once (check `can_take` first); never waits."""
+        self._check_thread()
+        self.in_use += count
 
     async def acquire(self) -> None:
         """Take a slot, waiting in line if none is free. Cancellation while waiting is safe."""
+        self._check_thread()
         if self.in_use < self.total and not self._waiters:
             self.in_use += 1
             return

@@ -31,4 +31,6 @@ def compact_model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON Schema of `model` for a tool's parameters, without titles."""
     schema = model.model_json_schema(schema_generator=_CompactSchema)
     schema.setdefault("properties", {})
+    for definition in schema.get("$defs", {}).values():
+        definition.pop("title", None)  # the $defs key already names it
     return schema

@@ -81,21 +81,35 @@ class FunctionSignature(typing.NamedTuple):
     description: str
 
 
-def signature_model(fn: Callable[..., Any], model_name: str) -> FunctionSignature:
+def signature_model(
+    fn: Callable[..., Any], model_name: str, local_names: dict[str, Any] | None = None
+) -> FunctionSignature:
     """The argument model of `fn` (a `ToolContext` parameter is injected, not part of the schema).
+
+    Args:
+        fn: The function.
+        model_name: The tool name, used for the model and in errors.
+        local_names: Extra names for resolving string annotations (the decorator's call site).
 
     Raises:
         ValueError: for `*args`/`**kwargs` or hints that cannot be resolved.
     """
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(fn, localns=local_names, include_extras=True)
     except Exception as exc:  # NameError for unresolvable forward references, mostly
         raise ValueError(f"tool {model_name!r}: cannot resolve type hints: {exc}") from exc
     doc = parse_google_docstring(inspect.getdoc(fn))
     fields: dict[str, Any] = {}
     context_param: str | None = None
     positional: list[str] = []
-    for param in inspect.signature(fn).parameters.values():
+    parameters = list(inspect.signature(fn).parameters.values())
+    if parameters and parameters[0].name in ("self", "cls"):
+        raise ValueError(
+            f"tool {model_name!r}: @tool cannot decorate a method inside its class (its "
+            f"{parameters[0].name!r} would become a tool argument); decorate the bound method "
+            "instead: tool(instance.method)"
+        )
+    for param in parameters:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ValueError(
                 f"tool {model_name!r}: *args/**kwargs cannot be described to a model; "
@@ -117,11 +131,15 @@ def signature_model(fn: Callable[..., Any], model_name: str) -> FunctionSignatur
             if description:
                 info = FieldInfo.merge_field_infos(info, description=description)
         fields[param.name] = (annotation, info)
-    model = create_model(
-        model_name,
-        __config__=ConfigDict(
-            extra="forbid", protected_namespaces=(), arbitrary_types_allowed=False
-        ),
-        **fields,
-    )
+    try:
+        model = create_model(
+            model_name, __config__=ConfigDict(extra="forbid", protected_namespaces=()), **fields
+        )
+    except Exception as exc:  # PydanticUserError, PydanticSchemaGenerationError, NameError
+        raise ValueError(f"tool {model_name!r}: cannot build an argument schema: {exc}") from exc
+    dropped = [name for name in fields if name not in model.model_fields]
+    if dropped:
+        raise ValueError(
+            f"tool {model_name!r}: parameter names {dropped} are reserved by pydantic; rename them"
+        )
     return FunctionSignature(model, context_param, tuple(positional), doc.summary)

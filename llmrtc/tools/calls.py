@@ -31,12 +31,20 @@ class ToolCall:
 
 
 def to_json_content(value: Any) -> str:
-    """Serialize a handler's return value for the model: always valid JSON.
+    """Serialize a handler's return value for the model: always valid, strict JSON; never raises.
 
     pydantic models, dataclasses, enums, datetimes, sets, `None`, strings and other primitives all
-    serialize; anything else falls back to its `str()`.
+    serialize; NaN and infinities become `null`; anything else falls back to its `str()`, and
+    what cannot be serialized at all (circular data) to its `repr()` as a JSON string.
     """
-    return pydantic_core.to_json(value, fallback=str).decode()
+    try:
+        # inf/nan become null: strict parsers (JSON.parse, many servers) reject NaN/Infinity.
+        return pydantic_core.to_json(value, fallback=str, inf_nan_mode="null").decode()
+    except Exception:  # circular data, invalid UTF-8 bytes, a __str__ that raises
+        try:
+            return json.dumps(repr(value))
+        except Exception:
+            return json.dumps(f"<unserializable {type(value).__name__}>")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +56,9 @@ class ToolDefinition:
     """`"parallel"`, `"sequential"`, or None to use the executor's default policy."""
     timeout: float | None = None
     """Seconds the handler may run; overrides the executor default. `math.inf` means no limit."""
+    sensitive_fields: Sequence[str] = ()
+    """Argument/result keys whose values are always masked in recorded telemetry content, at
+    any depth and wherever the value reappears (stored as a tuple)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
 
@@ -80,6 +84,12 @@ class ToolDefinition:
                 f"tool {self.name!r}: parameters must be a JSON Schema of type 'object' "
                 f"(got type {self.parameters.get('type')!r})"  # type: ignore[union-attr]
             )
+        fields = self.sensitive_fields
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise ValueError(
+                f"tool {self.name!r}: sensitive_fields must be a list of key names, got {fields!r}"
+            )
+        object.__setattr__(self, "sensitive_fields", tuple(fields))
         if self.execution_policy not in (None, "parallel", "sequential"):
             raise ValueError(
                 f"tool {self.name!r}: execution_policy must be 'parallel', 'sequential' or None, "
@@ -101,7 +111,9 @@ class ToolDefinition:
             raise ValueError(f"tool {self.name!r}: {exc}") from None
         object.__setattr__(self, "_validator", validator)
         # Lets the per-call path skip the default-filling walk for schemas without defaults.
-        object.__setattr__(self, "_has_defaults", '"default"' in json.dumps(self.parameters))
+        # (A pydantic model applies its own defaults, union members included.)
+        has_defaults = self.parameters_model is None and '"default"' in json.dumps(self.parameters)
+        object.__setattr__(self, "_has_defaults", has_defaults)
 
     @property
     def json_schema(self) -> dict[str, Any]:

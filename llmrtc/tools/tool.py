@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
 from pydantic import BaseModel
@@ -22,9 +23,9 @@ worker thread so it can never block the loop."""
 
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    )
+    # unwrap: a functools.wraps decorator around an async function is still async.
+    candidates = (fn, inspect.unwrap(fn), getattr(fn, "__call__", None))  # noqa: B004
+    return any(inspect.iscoroutinefunction(candidate) for candidate in candidates)
 
 
 class Tool:
@@ -123,6 +124,7 @@ def tool(
     description: str | None = None,
     execution_policy: ExecutionPolicy | None = None,
     timeout: float | None = None,
+    sensitive_fields: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -132,6 +134,7 @@ def tool(
     description: str | None = None,
     execution_policy: ExecutionPolicy | None = None,
     timeout: float | None = None,
+    sensitive_fields: Sequence[str] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool from a function's signature and Google-style docstring.
 
@@ -156,19 +159,29 @@ def tool(
         description: Overrides the docstring summary.
         execution_policy: `"parallel"`, `"sequential"` or None (the executor's default).
         timeout: Seconds the call may run; overrides the executor's default.
+        sensitive_fields: Argument/result keys always masked in recorded telemetry content.
     """
 
-    def decorate(func: Callable[..., Any]) -> FunctionTool:
+    def build(func: Callable[..., Any], call_site: dict[str, Any]) -> FunctionTool:
         tool_name = name or func.__name__
-        signature = signature_model(func, tool_name)
+        signature = signature_model(func, tool_name, call_site)
         definition = ToolDefinition(
             name=tool_name,
             description=description if description is not None else signature.description,
             parameters=signature.model,
             execution_policy=execution_policy,
             timeout=timeout,
+            sensitive_fields=sensitive_fields,
         )
         handler = _function_handler(func, signature.context_param, signature.positional)
         return FunctionTool(definition, handler, func)
 
-    return decorate(fn) if fn is not None else decorate
+    # The decorator's call site supplies names that postponed annotations refer to but the
+    # function's globals lack: classes defined in the same function body.
+    if fn is not None:
+        return build(fn, sys._getframe(1).f_locals)
+
+    def decorate(func: Callable[..., Any]) -> FunctionTool:
+        return build(func, sys._getframe(1).f_locals)
+
+    return decorate

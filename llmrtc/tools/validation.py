@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ class ValidationResult:
     errors: list[str] = field(default_factory=list)
     """One message per problem, each starting with the JSON path (`units: 'kelvin' is not …`)."""
     arguments: dict[str, Any] | None = None
-    """The parsed arguments with schema defaults filled in (None when they did not parse)."""
+    """The parsed arguments with schema defaults filled in (None when not valid)."""
 
 
 class ArgumentsError(ValueError):
@@ -63,11 +65,25 @@ def parse_arguments(arguments: Mapping[str, Any] | str | None) -> dict[str, Any]
             return {}
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, or absurd nesting
             raise ArgumentsError([f"arguments are not valid JSON: {exc}"]) from None
     if not isinstance(arguments, Mapping):
-        raise ArgumentsError([f"arguments must be a JSON object, got {type(arguments).__name__}"])
+        raise ArgumentsError([f"arguments must be a JSON object, got {_json_type(arguments)}"])
     return dict(arguments)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
 
 
 def format_path(path: Iterable[Any]) -> str:
@@ -81,6 +97,13 @@ def format_path(path: Iterable[Any]) -> str:
     return out
 
 
+_MAX_QUOTED = 80
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = _MAX_QUOTED
+_short_repr.maxother = _MAX_QUOTED
+_short_repr.maxlist = _short_repr.maxdict = 6
+
+
 def _format_error(error: ValidationError) -> str:
     # "not valid under any of the given schemas" helps no one: report the most relevant
     # failure inside the anyOf/oneOf branches instead (e.g. a missing nested property).
@@ -88,21 +111,29 @@ def _format_error(error: ValidationError) -> str:
         # Skip the branches whose type did not even fit the value ("is not of type 'null'").
         fitting = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
         error = best_match(fitting or error.context)
+    message = error.message
+    # jsonschema quotes the offending value; a model that sent 100 kB must not get it back.
+    quoted = repr(error.instance)
+    if len(quoted) > _MAX_QUOTED:
+        message = message.replace(quoted, _short_repr.repr(error.instance))
     where = format_path(error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+    return f"{where}: {message}" if where else message
 
 
 def schema_errors(validator: Draft202012Validator, arguments: dict[str, Any]) -> list[str]:
-    """All schema violations of `arguments`, sorted by path, each prefixed with its JSON path."""
-    messages = {_format_error(e) for e in validator.iter_errors(arguments)}
-    return sorted(messages)
+    """All schema violations of `arguments`, sorted, each prefixed with its JSON path."""
+    errors = list(validator.iter_errors(arguments))
+    if not errors:  # the common case: skip formatting entirely
+        return []
+    return sorted({_format_error(e) for e in errors})
 
 
 def fill_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
     """Return `arguments` with missing properties that declare a `default` filled in.
 
-    Descends into nested objects (following local `$ref`s into `$defs`) and array items. The
-    input is not modified; defaults are deep-copied so handlers can mutate them safely.
+    Descends into nested objects (following local `$ref`s into `$defs`), array items, and the
+    one branch of an `anyOf`/`oneOf` that fits the value's type. The input is not modified;
+    defaults are deep-copied so handlers can mutate them safely.
     """
     return _fill(schema, arguments, schema.get("$defs", {}), depth=0)  # type: ignore[no-any-return]
 
@@ -113,14 +144,17 @@ def _resolve(schema: dict[str, Any], defs: dict[str, Any], value: Any = None) ->
         target = defs.get(ref[len("#/$defs/") :])
         if isinstance(target, dict):
             return target
-    # Optional[Model] is anyOf[{$ref}, {type: null}]: follow the branch that fits the value.
+    # Optional[X] is anyOf[X, {type: null}]: follow X when it is the only branch of the value's
+    # type. With several candidates (a union of objects) a guess could fill the wrong defaults,
+    # so nothing is filled.
     wanted = "object" if isinstance(value, dict) else "array" if isinstance(value, list) else None
+    if wanted is None:
+        return schema
     for key in ("anyOf", "oneOf"):
-        for branch in schema.get(key, ()) if wanted else ():
-            if isinstance(branch, dict):
-                branch = _resolve(branch, defs)
-                if branch.get("type") == wanted:
-                    return branch
+        branches = [_resolve(b, defs) for b in schema.get(key, ()) if isinstance(b, dict)]
+        fitting = [b for b in branches if b.get("type") == wanted]
+        if len(fitting) == 1:
+            return fitting[0]
     return schema
 
 
@@ -153,7 +187,8 @@ def prepare_arguments(
 ) -> Any:
     """Parse, fill defaults, validate (when `validate`), and build the handler's `args`.
 
-    Returns a dict, or a validated instance of `definition.parameters_model` when it has one.
+    Returns a dict, or a validated instance of `definition.parameters_model` when it has one
+    (the model then applies its own defaults).
 
     Raises:
         ArgumentsError: listing every problem with its JSON path.
@@ -177,6 +212,8 @@ def prepare_arguments(
                 for err in exc.errors(include_url=False)
             ]
         ) from None
+    except Exception as exc:  # a user validator that raised something else: still bad input
+        raise ArgumentsError([f"{type(exc).__name__}: {exc}"]) from exc
 
 
 def validate_tool_arguments(
@@ -184,21 +221,21 @@ def validate_tool_arguments(
 ) -> ValidationResult:
     """Check arguments (a dict or the raw JSON string a model produced) against a tool's schema.
 
-    Defaults declared in the schema are filled before checking, so a property that is both
-    required and defaulted passes. Never raises for bad arguments: read `.valid` and `.errors`.
+    This is exactly the check the executor makes before calling a handler. Defaults declared in
+    the schema are filled first, so a property that is both required and defaulted passes.
+    Never raises for bad arguments: read `.valid` and `.errors`.
 
     Args:
         definition: The tool whose `parameters` schema applies.
         args: The arguments as a mapping or a JSON string.
 
     Returns:
-        A `ValidationResult`; `arguments` holds the parsed, default-filled dict when parsing worked.
+        A `ValidationResult`; when valid, `arguments` holds the parsed dict with defaults filled.
     """
     try:
-        parsed = parse_arguments(args)
+        prepared = prepare_arguments(definition, args, validate=True)
     except ArgumentsError as exc:
         return ValidationResult(valid=False, errors=exc.errors)
-    filled = fill_defaults(definition.json_schema, parsed)
-    validator: Draft202012Validator = definition._validator  # type: ignore[attr-defined]
-    errors = schema_errors(validator, filled)
-    return ValidationResult(valid=not errors, errors=errors, arguments=filled)
+    if isinstance(prepared, BaseModel):
+        prepared = prepared.model_dump()
+    return ValidationResult(valid=True, errors=[], arguments=prepared)

@@ -1,0 +1,62 @@
+"""Correlation ids in contextvars, and a logging filter that copies them onto log records.
+
+Every layer sets the ids it owns (the session server `session_id`, the turn loop `turn_id`,
+the executor `call_id` while a handler runs), so any log record written meanwhile, by llmrtc or
+by a tool's own code, can be tied to its trace. Floor 0: imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+
+__all__ = [
+    "CorrelationFilter",
+    "current_call_id",
+    "current_session_id",
+    "current_turn_id",
+    "install_log_correlation",
+]
+
+current_session_id: ContextVar[str | None] = ContextVar("llmrtc_session_id", default=None)
+"""The session whose work is running in this context."""
+current_turn_id: ContextVar[str | None] = ContextVar("llmrtc_turn_id", default=None)
+"""The conversational turn whose work is running in this context."""
+current_call_id: ContextVar[str | None] = ContextVar("llmrtc_call_id", default=None)
+"""The tool call whose handler is running in this context (also inside its worker thread)."""
+
+
+class CorrelationFilter(logging.Filter):
+    """Sets `record.session_id`, `record.turn_id` and `record.call_id` (None when unknown).
+
+    It never drops a record. llmrtc installs one on the `llmrtc` logger's own handler, so
+    records from every `llmrtc.*` logger carry the ids before they reach your handlers; add one
+    to your own handler to get the ids on your application's records too, e.g. with a format
+    like `%(session_id)s %(turn_id)s %(call_id)s %(message)s`.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.session_id = current_session_id.get()
+        record.turn_id = current_turn_id.get()
+        record.call_id = current_call_id.get()
+        return True
+
+
+class _CorrelatingHandler(logging.Handler):
+    """Emits nothing: it exists so its filter runs for records propagating through `llmrtc`
+    (filters on a *logger* only see records logged on that very logger, not its children)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.addFilter(CorrelationFilter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
+def install_log_correlation(logger_name: str = "llmrtc") -> None:
+    """Make records of `logger_name` and its children carry the correlation ids. Idempotent;
+    llmrtc calls it for its own logger on import. No global record factory is touched."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(h, _CorrelatingHandler) for h in logger.handlers):
+        logger.addHandler(_CorrelatingHandler())
