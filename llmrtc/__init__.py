@@ -3,6 +3,8 @@
 The public face: import from here. Everything else is importable, but this list is the contract.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from llmrtc.abort import AbortController, AbortedError, AbortSignal
 from llmrtc.execution import (
     InvalidToolArgumentsError,
@@ -11,6 +13,14 @@ from llmrtc.execution import (
     ToolExecutor,
     ToolNotFoundError,
     ToolTimeoutError,
+)
+from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
+from llmrtc.telemetry.hooks import (
+    CompositeHooks,
+    Hooks,
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolStartEvent,
 )
 from llmrtc.tools import (
     ExecutionPolicy,
@@ -28,15 +38,35 @@ from llmrtc.tools import (
     validate_tool_arguments,
 )
 
+if TYPE_CHECKING:
+    from llmrtc.telemetry.otel import OpenTelemetryHooks
+
 __version__ = "0.1.0"
+
+install_log_correlation("llmrtc")
+
+
+def __getattr__(name: str) -> Any:
+    # OpenTelemetryHooks pulls in the OpenTelemetry API: import it on first use only, so
+    # `import llmrtc` stays light for users who never trace.
+    if name == "OpenTelemetryHooks":
+        from llmrtc.telemetry.otel import OpenTelemetryHooks
+
+        return OpenTelemetryHooks
+    raise AttributeError(f"module 'llmrtc' has no attribute {name!r}")
+
 
 __all__ = [
     "AbortController",
     "AbortSignal",
     "AbortedError",
+    "CompositeHooks",
+    "CorrelationFilter",
     "ExecutionPolicy",
     "FunctionTool",
+    "Hooks",
     "InvalidToolArgumentsError",
+    "OpenTelemetryHooks",
     "Tool",
     "ToolAbortedError",
     "ToolCall",
@@ -44,10 +74,13 @@ __all__ = [
     "ToolCallStatus",
     "ToolContext",
     "ToolDefinition",
+    "ToolEndEvent",
+    "ToolErrorEvent",
     "ToolExecutionError",
     "ToolExecutor",
     "ToolNotFoundError",
     "ToolRegistry",
+    "ToolStartEvent",
     "ToolTimeoutError",
     "ValidationResult",
     "__version__",

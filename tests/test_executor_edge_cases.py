@@ -346,3 +346,22 @@ async def test_abort_message_without_a_reason_is_clean() -> None:
         ToolCall("1", "x"), abort_signal=controller.signal
     )
     assert result.error == "tool call 'x' aborted"
+
+
+async def test_a_handler_that_returns_because_its_signal_was_set_is_not_ok() -> None:
+    def cooperative(args: dict[str, Any], ctx: ToolContext) -> str:
+        while not ctx.abort_signal.aborted:
+            time.sleep(0.002)
+        return "partial"
+
+    executor = ToolExecutor(
+        ToolRegistry([define_tool(ToolDefinition("coop", timeout=0.05), cooperative)])
+    )
+    for _ in range(5):  # the thread often returns before the loop processes the deadline
+        result = await executor.execute_single(ToolCall("1", "coop"))
+        assert result.status == "timeout" and result.result is None
+    patient = ToolExecutor(ToolRegistry([define_tool(ToolDefinition("coop"), cooperative)]))
+    controller = AbortController()
+    threading.Timer(0.05, controller.abort, args=("barge-in",)).start()
+    result = await patient.execute_single(ToolCall("2", "coop"), abort_signal=controller.signal)
+    assert result.status == "aborted" and result.result is None

@@ -442,7 +442,7 @@ class ToolExecutor:
         finally:
             holding.discard(index)
             self._slots.release()
-        if status == "error" and time.monotonic() >= deadline:
+        if status == "timeout" or (status == "error" and time.monotonic() >= deadline):
             status, value = "timeout", ToolTimeoutError(tool.definition.name, self._limit(tool))
         if status != "aborted":
             await self._complete(batch, index, status, value, duration_s, 0.0)
@@ -469,8 +469,14 @@ class ToolExecutor:
             return "error", exc
         finally:
             current_call_id.reset(token)
-        # Finished in time: its signal must not turn "timed out" later.
-        ctx.abort_signal._deadline = None
+        # A handler that returns once its signal is set (a cooperative thread noticing the
+        # timeout or abort) has a partial value at best: the call still timed out / aborted.
+        if batch.aborted():
+            return "aborted", None
+        deadline = ctx.abort_signal._deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            return "timeout", None
+        ctx.abort_signal._deadline = None  # finished in time: never "timed out" later
         return "ok", value
 
     # Results -----------------------------------------------------------------------------
