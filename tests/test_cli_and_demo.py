@@ -77,3 +77,22 @@ def test_console_script_is_installed() -> None:
     exe = Path(sys.executable).parent / "llmrtc"
     completed = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
     assert completed.stdout.startswith("llmrtc ")
+
+
+def test_otel_console_demo_prints_masked_spans() -> None:
+    demo = ROOT / "demos" / "otel_console.py"
+    plain = subprocess.run(
+        [sys.executable, str(demo)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert plain.stdout.count('"name": "execute_tool ') == 4
+    assert "gen_ai.tool.call.arguments" not in plain.stdout  # no content without consent
+    content = subprocess.run(
+        [sys.executable, str(demo), "--content"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "gen_ai.tool.call.arguments" in content.stdout
+    assert "4111111111111111" not in content.stdout
+    assert "llmrtc.tool.call.duration" in content.stdout
