@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._callbacks import (
@@ -36,7 +37,6 @@ from llmrtc.telemetry.hooks import (
     ToolStartEvent,
     emit,
     hooks_for,
-    is_async_hook,
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus
 from llmrtc.tools.context import ToolContext
@@ -54,14 +54,13 @@ _execution_ids = itertools.count(1)
 class _Dispatch:
     """The hooks of one batch, sorted by what they listen to (picked once, not per call)."""
 
-    __slots__ = ("active", "async_start", "end", "error", "start")
+    __slots__ = ("active", "end", "error", "start")
 
     def __init__(self, leaves: Iterable[Hooks | None]) -> None:
         leaves = tuple(leaves)
         self.start = hooks_for(leaves, "on_tool_start")
         self.end = hooks_for(leaves, "on_tool_end")
         self.error = hooks_for(leaves, "on_tool_error")
-        self.async_start = any(is_async_hook(h, "on_tool_start") for h in self.start)
         self.active = bool(self.start or self.end or self.error)
 
 
@@ -69,10 +68,15 @@ class _Batch:
     """The state of one `execute` call: its calls, their results so far, and shared context."""
 
     __slots__ = (
+        "announced",
         "calls",
+        "durations",
+        "errors",
         "execution_ids",
         "hooks",
         "metadata",
+        "queued",
+        "reported",
         "results",
         "session_id",
         "signal",
@@ -96,6 +100,12 @@ class _Batch:
         # unfinished call's signal is aborted with its result, also when the caller cancels.
         self.started: list[float] = [0.0] * count
         self.signals: list[AbortSignal | None] = [None] * count
+        # For the hooks: what each call's end event needs, and whether it was sent.
+        self.announced = [False] * count
+        self.reported = [False] * count
+        self.durations = [0.0] * count
+        self.queued = [0.0] * count
+        self.errors: list[BaseException | None] = [None] * count
         self.execution_ids = [f"x{next(_execution_ids)}" for _ in calls] if hooks.active else ()
         self.signal = signal
         self.hooks = hooks
@@ -261,9 +271,9 @@ class ToolExecutor:
             # Whatever has no result now was aborted: by the signal, or by the caller cancelling
             # us. It still gets its one result and its hooks (shielded, so a cancelled caller
             # does not skip them); the caller's cancellation then propagates unchanged.
-            if None in batch.results:
+            if None in batch.results or (batch.hooks.active and not all(batch.reported)):
                 with anyio.CancelScope(shield=True):
-                    await self._abort_unfinished(batch)
+                    await self._settle(batch)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
 
     # Scheduling ----------------------------------------------------------------------------
@@ -278,15 +288,10 @@ class ToolExecutor:
                 if prepared is not None:
                     ready.append((index, *prepared))
             if len(ready) == 1:
-                await self._run_call(batch, *ready[0])
+                await self._run_call(batch, *ready[0], None)
+                await self._report(batch, ready[0][0])
             elif ready:
-                limit = self._shared_limit(batch, ready)
-                if limit is not None:
-                    await self._run_group_with_one_deadline(batch, ready, limit)
-                else:
-                    async with anyio.create_task_group() as group:
-                        for item in ready:
-                            group.start_soon(self._run_call, batch, *item)
+                await self._run_group(batch, ready)
 
     def _segments(self, calls: list[ToolCall]) -> list[list[int]]:
         """Split the batch at sequential calls: each sequential call is a segment of its own."""
@@ -312,7 +317,8 @@ class ToolExecutor:
         tool = self.registry.get(call.name)
         if tool is None:
             error = ToolNotFoundError(call.name, _not_found_message(call.name, self.registry))
-            await self._finish(batch, index, "not_found", error=error)
+            self._record(batch, index, "not_found", error=error)
+            await self._report(batch, index)
             return None
         try:
             args = prepare_arguments(
@@ -320,26 +326,72 @@ class ToolExecutor:
             )
         except ArgumentsError as exc:
             invalid = InvalidToolArgumentsError(call.name, exc.errors)
-            await self._finish(batch, index, "invalid_arguments", error=invalid)
+            self._record(batch, index, "invalid_arguments", error=invalid)
+            await self._report(batch, index)
             return None
         return tool, args
 
     def _limit(self, tool: Tool) -> float:
         return tool.definition.timeout or self.timeout
 
-    def _shared_limit(self, batch: _Batch, ready: list[tuple[int, Tool, Any]]) -> float | None:
+    def _shared_limit(self, ready: list[tuple[int, Tool, Any]]) -> float | None:
         """The one time limit a parallel group may share, if its handlers all start together.
 
         One deadline on the group replaces a cancel scope and a timer per call (the largest
-        per-call cost measured). It is only exact when every call has the same limit, all take a
-        free slot at once, and no async start hook can delay one handler behind another.
+        per-call cost measured). It is exact when every call has the same finite limit and all
+        take a free slot at once: their start hooks then run before the deadline is set.
         """
         limit = self._limit(ready[0][1])
-        if any(self._limit(tool) != limit for _, tool, _ in ready[1:]):
+        if limit == math.inf or any(self._limit(tool) != limit for _, tool, _ in ready[1:]):
             return None
-        if batch.hooks.async_start or not self._slots.can_take(len(ready)):
-            return None
-        return limit
+        return limit if self._slots.can_take(len(ready)) else None
+
+    async def _run_group(self, batch: _Batch, ready: list[tuple[int, Tool, Any]]) -> None:
+        """Run parallel calls; their end hooks run here, in the caller's task, as each ends."""
+        limit = self._shared_limit(ready)
+        contexts: dict[int, ToolContext] = {}
+        if limit is not None:
+            self._slots.take(len(ready))
+            holding = {index for index, _, _ in ready}
+            for index, tool, _ in ready:  # start hooks before the clock starts
+                contexts[index] = self._context(batch, index)
+                await self._announce(batch, index, tool, contexts[index])
+        reporting = bool(batch.hooks.end or batch.hooks.error)
+        send, receive = anyio.create_memory_object_stream[int](math.inf)
+        notify = send if reporting else None
+        try:
+            async with anyio.create_task_group() as group:
+                if limit is None:
+                    for index, tool, args in ready:
+                        group.start_soon(self._run_call, batch, index, tool, args, notify)
+                else:
+                    deadline = time.monotonic() + limit  # before the group's: see _run_call
+                    group.cancel_scope.deadline = anyio.current_time() + limit
+                    for index, tool, args in ready:
+                        group.start_soon(
+                            self._run_in_group,
+                            batch,
+                            (index, tool, args, contexts[index]),
+                            holding,
+                            deadline,
+                            notify,
+                        )
+                for _ in ready if reporting else ():
+                    await self._report(batch, await receive.receive())
+        finally:
+            send.close()
+            receive.close()
+            if limit is not None:
+                for _ in holding:  # tasks cancelled before they ran
+                    self._slots.release()
+        if limit is not None and group.cancel_scope.cancel_called:
+            now = time.perf_counter()
+            for index, tool, _ in ready:
+                if batch.results[index] is None:
+                    started = batch.started[index]
+                    self._timed_out(batch, index, tool, limit, now - started if started else 0.0)
+        for index, _, _ in ready:  # whatever finished as the group ended
+            await self._report(batch, index)
 
     # Running calls ------------------------------------------------------------------------
 
@@ -349,6 +401,9 @@ class ToolExecutor:
         return ToolContext(call.call_id, signal, batch.session_id, batch.turn_id, batch.metadata)
 
     async def _announce(self, batch: _Batch, index: int, tool: Tool, ctx: ToolContext) -> None:
+        if not batch.hooks.start:
+            return
+        batch.announced[index] = True
         call = batch.calls[index]
         event = ToolStartEvent(
             execution_id=batch.execution_ids[index],
@@ -364,93 +419,79 @@ class ToolExecutor:
         )
         await emit(batch.hooks.start, "on_tool_start", event, shield=False)
 
-    async def _run_call(self, batch: _Batch, index: int, tool: Tool, args: Any) -> None:
-        """Run one call with its own slot and its own time limit."""
-        waiting_since = time.perf_counter()
-        await self._slots.acquire()
-        try:
-            queued_s = time.perf_counter() - waiting_since
-            if batch.aborted():
-                return  # aborted while queued; the batch gives it its result
-            ctx = self._context(batch, index)
-            if batch.hooks.start:
-                await self._announce(batch, index, tool, ctx)
-                if batch.aborted():
-                    return
-            limit = self._limit(tool)
-            started = batch.started[index] = time.perf_counter()
-            if limit == math.inf:  # no limit: no cancel scope to pay for
-                status, value = await self._invoke(batch, index, tool, args, ctx)
-            else:
-                # The signal's deadline is taken before the scope's, so it has passed whenever
-                # the scope has fired: the handler's own `finally` already sees the timeout.
-                ctx.abort_signal._deadline = time.monotonic() + limit
-                status, value = "timeout", None  # stays so if the scope swallows the cancel
-                with anyio.move_on_after(limit) as deadline:
-                    status, value = await self._invoke(batch, index, tool, args, ctx)
-                if status == "timeout" or (status == "error" and deadline.cancel_called):
-                    status, value = "timeout", ToolTimeoutError(tool.definition.name, limit)
-            duration_s = time.perf_counter() - started
-        finally:
-            self._slots.release()
-        if status == "aborted":
-            return
-        await self._complete(batch, index, status, value, duration_s, queued_s)
-
-    async def _run_group_with_one_deadline(
-        self, batch: _Batch, ready: list[tuple[int, Tool, Any]], limit: float
-    ) -> None:
-        holding = {index for index, _, _ in ready}
-        self._slots.take(len(ready))
-        try:
-            async with anyio.create_task_group() as group:
-                deadline = time.monotonic() + limit  # before the group's: see _run_call
-                group.cancel_scope.deadline = anyio.current_time() + limit
-                for index, tool, args in ready:
-                    group.start_soon(
-                        self._run_in_group, batch, index, tool, args, holding, deadline
-                    )
-        finally:
-            for _ in holding:  # tasks cancelled before they ran
-                self._slots.release()
-        if group.cancel_scope.cancel_called:
-            for index, tool, _ in ready:
-                if batch.results[index] is None:
-                    duration_s = time.perf_counter() - batch.started[index]
-                    error = ToolTimeoutError(tool.definition.name, limit)
-                    await self._complete(batch, index, "timeout", error, duration_s, 0.0)
-
-    async def _run_in_group(
+    async def _run_call(
         self,
         batch: _Batch,
         index: int,
         tool: Tool,
         args: Any,
+        notify: MemoryObjectSendStream[int] | None,
+    ) -> None:
+        """Run one call with its own slot and its own time limit."""
+        try:
+            waiting_since = time.perf_counter()
+            await self._slots.acquire()
+            try:
+                batch.queued[index] = time.perf_counter() - waiting_since
+                if batch.aborted():
+                    return  # aborted while queued; the batch gives it its result
+                ctx = self._context(batch, index)
+                await self._announce(batch, index, tool, ctx)
+                if batch.aborted():
+                    return
+                limit = self._limit(tool)
+                started = batch.started[index] = time.perf_counter()
+                if limit == math.inf:  # no limit: no cancel scope to pay for
+                    status, value = await self._invoke(batch, tool, args, ctx)
+                else:
+                    # The signal's deadline is taken before the scope's, so it has passed
+                    # whenever the scope has fired: the handler's `finally` sees the timeout.
+                    ctx.abort_signal._deadline = time.monotonic() + limit
+                    status, value = "timeout", None  # stays so if the scope swallows the cancel
+                    with anyio.move_on_after(limit) as deadline:
+                        status, value = await self._invoke(batch, tool, args, ctx)
+                    if status == "error" and deadline.cancel_called:
+                        status = "timeout"
+                duration_s = time.perf_counter() - started
+            finally:
+                self._slots.release()
+            self._complete(batch, index, tool, status, value, duration_s)
+        finally:
+            if notify is not None:
+                notify.send_nowait(index)
+
+    async def _run_in_group(
+        self,
+        batch: _Batch,
+        item: tuple[int, Tool, Any, ToolContext],
         holding: set[int],
         deadline: float,
+        notify: MemoryObjectSendStream[int] | None,
     ) -> None:
+        index, tool, args, ctx = item
         try:
-            if batch.aborted():
-                return  # aborted from another thread before this task ran
-            ctx = self._context(batch, index)
-            ctx.abort_signal._deadline = deadline
-            if batch.hooks.start:
-                await self._announce(batch, index, tool, ctx)
-            started = batch.started[index] = time.perf_counter()
-            status, value = await self._invoke(batch, index, tool, args, ctx)
-            duration_s = time.perf_counter() - started
+            try:
+                if batch.aborted():
+                    return  # aborted from another thread before this task ran
+                ctx.abort_signal._deadline = deadline
+                started = batch.started[index] = time.perf_counter()
+                status, value = await self._invoke(batch, tool, args, ctx)
+                duration_s = time.perf_counter() - started
+            finally:
+                holding.discard(index)
+                self._slots.release()
+            if status == "error" and time.monotonic() >= deadline:
+                status = "timeout"
+            self._complete(batch, index, tool, status, value, duration_s)
         finally:
-            holding.discard(index)
-            self._slots.release()
-        if status == "timeout" or (status == "error" and time.monotonic() >= deadline):
-            status, value = "timeout", ToolTimeoutError(tool.definition.name, self._limit(tool))
-        if status != "aborted":
-            await self._complete(batch, index, status, value, duration_s, 0.0)
+            if notify is not None:
+                notify.send_nowait(index)
 
     async def _invoke(
-        self, batch: _Batch, index: int, tool: Tool, args: Any, ctx: ToolContext
+        self, batch: _Batch, tool: Tool, args: Any, ctx: ToolContext
     ) -> tuple[ToolCallStatus, Any]:
-        """Call the handler; returns ("ok", value), ("error", exception) or ("aborted", None)."""
+        """Call the handler; returns ("ok", value), ("error", exception), ("timeout", None) or
+        ("aborted", None)."""
         token = current_call_id.set(ctx.call_id)
         try:
             if tool.is_async:
@@ -481,50 +522,57 @@ class ToolExecutor:
 
     # Results -----------------------------------------------------------------------------
 
-    async def _abort_unfinished(self, batch: _Batch) -> None:
+    def _complete(
+        self,
+        batch: _Batch,
+        index: int,
+        tool: Tool,
+        status: ToolCallStatus,
+        value: Any,
+        duration_s: float,
+    ) -> None:
+        if status == "ok":
+            self._record(batch, index, "ok", value=value, duration_s=duration_s)
+        elif status == "timeout":
+            self._timed_out(batch, index, tool, self._limit(tool), duration_s)
+        elif status == "error":
+            self._record(batch, index, "error", error=value, duration_s=duration_s)
+        # "aborted": left for the batch, which aborts every unfinished call alike
+
+    def _timed_out(
+        self, batch: _Batch, index: int, tool: Tool, limit: float, duration_s: float
+    ) -> None:
+        signal = batch.signals[index]
+        if signal is not None:
+            signal._abort("timeout")  # tell its listeners too, not only pollers
+        error = ToolTimeoutError(tool.definition.name, limit)
+        self._record(batch, index, "timeout", error=error, duration_s=duration_s)
+
+    async def _settle(self, batch: _Batch) -> None:
+        """Give every unfinished call its aborted result, then report whatever is unreported."""
         signal = batch.signal
         reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
         now = time.perf_counter()
         for index, result in enumerate(batch.results):
-            if result is not None:
-                continue
-            call_signal = batch.signals[index]
-            if call_signal is not None:
-                call_signal._abort(reason)  # a thread still running learns it should stop
-            name = batch.calls[index].name
-            text = f"tool call {name!r} aborted" + (f" ({reason})" if reason is not None else "")
-            started = batch.started[index]
-            await self._finish(
-                batch,
-                index,
-                "aborted",
-                error=ToolAbortedError(name, text, reason),
-                duration_s=now - started if started else 0.0,
-            )
+            if result is None:
+                call_signal = batch.signals[index]
+                if call_signal is not None:
+                    call_signal._abort(reason)  # a thread still running learns it should stop
+                name = batch.calls[index].name
+                text = f"tool call {name!r} aborted" + (
+                    f" ({reason})" if reason is not None else ""
+                )
+                started = batch.started[index]
+                self._record(
+                    batch,
+                    index,
+                    "aborted",
+                    error=ToolAbortedError(name, text, reason),
+                    duration_s=now - started if started else 0.0,
+                )
+            await self._report(batch, index)
 
-    async def _complete(
-        self,
-        batch: _Batch,
-        index: int,
-        status: ToolCallStatus,
-        value: Any,
-        duration_s: float,
-        queued_s: float,
-    ) -> None:
-        if status == "ok":
-            await self._finish(
-                batch, index, "ok", value=value, duration_s=duration_s, queued_s=queued_s
-            )
-            return
-        if status == "timeout":
-            signal = batch.signals[index]
-            if signal is not None:
-                signal._abort("timeout")  # tell its listeners too, not only pollers
-        await self._finish(
-            batch, index, status, error=value, duration_s=duration_s, queued_s=queued_s
-        )
-
-    async def _finish(
+    def _record(
         self,
         batch: _Batch,
         index: int,
@@ -533,9 +581,8 @@ class ToolExecutor:
         value: Any = None,
         error: BaseException | None = None,
         duration_s: float = 0.0,
-        queued_s: float = 0.0,
     ) -> None:
-        """Record the call's one result, then report it to the hooks."""
+        """Record the call's one result (the first recorded wins)."""
         if batch.results[index] is not None:
             return
         call = batch.calls[index]
@@ -544,50 +591,64 @@ class ToolExecutor:
             message = (
                 str(error)
                 if isinstance(error, ToolExecutionError)
-                else (f"tool {call.name!r} raised {type(error).__name__}: {error}")
+                else f"tool {call.name!r} raised {type(error).__name__}: {error}"
             )
-        result = ToolCallResult(call.call_id, call.name, status, value, message, duration_s * 1000)
-        batch.results[index] = result
+        batch.results[index] = ToolCallResult(
+            call.call_id, call.name, status, value, message, duration_s * 1000
+        )
+        batch.durations[index] = duration_s
+        batch.errors[index] = error
+
+    async def _report(self, batch: _Batch, index: int) -> None:
+        """Tell the hooks how the call ended (once; in the task that calls this)."""
         hooks = batch.hooks
-        if not hooks.active:
+        result = batch.results[index]
+        if not hooks.active or result is None or batch.reported[index]:
             return
+        batch.reported[index] = True
+        call = batch.calls[index]
+        error = batch.errors[index]
         execution_id = batch.execution_ids[index]
-        if error is not None and hooks.error:
-            event = ToolErrorEvent(
-                execution_id=execution_id,
-                call_id=call.call_id,
-                tool_name=call.name,
-                status=status,
-                error=error,
-                arguments=call.arguments,
-                session_id=batch.session_id,
-                turn_id=batch.turn_id,
-                stage_id=batch.stage_id,
-            )
-            await emit(hooks.error, "on_tool_error", event)
-        if hooks.end:
-            tool = self.registry.get(call.name)
-            definition = tool.definition if tool is not None else None
-            end = ToolEndEvent(
-                execution_id=execution_id,
-                call_id=call.call_id,
-                tool_name=call.name,
-                status=status,
-                tool_description=definition.description if definition else "",
-                arguments=call.arguments,
-                sensitive_fields=definition.sensitive_fields if definition else (),
-                error=message,
-                error_type=_error_type(status, error),
-                duration_s=duration_s,
-                queued_s=queued_s,
-                started=batch.started[index] > 0,
-                result=value,
-                result_content=result.to_content(),
-                session_id=batch.session_id,
-                turn_id=batch.turn_id,
-                stage_id=batch.stage_id,
-            )
-            await emit(hooks.end, "on_tool_end", end)
+        token = current_call_id.set(call.call_id)  # so a hook's own log records carry it
+        try:
+            if error is not None and hooks.error:
+                event = ToolErrorEvent(
+                    execution_id=execution_id,
+                    call_id=call.call_id,
+                    tool_name=call.name,
+                    status=result.status,
+                    error=error,
+                    arguments=call.arguments,
+                    session_id=batch.session_id,
+                    turn_id=batch.turn_id,
+                    stage_id=batch.stage_id,
+                )
+                await emit(hooks.error, "on_tool_error", event)
+            if hooks.end:
+                tool = self.registry.get(call.name)
+                definition = tool.definition if tool is not None else None
+                end = ToolEndEvent(
+                    execution_id=execution_id,
+                    call_id=call.call_id,
+                    tool_name=call.name,
+                    status=result.status,
+                    tool_description=definition.description if definition else "",
+                    arguments=call.arguments,
+                    sensitive_fields=definition.sensitive_fields if definition else (),
+                    error=result.error,
+                    error_type=_error_type(result.status, error),
+                    duration_s=batch.durations[index],
+                    queued_s=batch.queued[index],
+                    started=batch.announced[index],
+                    result=result.result,
+                    result_content=result.to_content(),
+                    session_id=batch.session_id,
+                    turn_id=batch.turn_id,
+                    stage_id=batch.stage_id,
+                )
+                await emit(hooks.end, "on_tool_end", end)
+        finally:
+            current_call_id.reset(token)
 
 
 def _is_int(value: object) -> bool:

@@ -26,6 +26,13 @@ current_call_id: ContextVar[str | None] = ContextVar("llmrtc_call_id", default=N
 """The tool call whose handler is running in this context (also inside its worker thread)."""
 
 
+_IDS = (
+    ("session_id", current_session_id),
+    ("turn_id", current_turn_id),
+    ("call_id", current_call_id),
+)
+
+
 class CorrelationFilter(logging.Filter):
     """Sets `record.session_id`, `record.turn_id` and `record.call_id` (None when unknown).
 
@@ -36,9 +43,10 @@ class CorrelationFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.session_id = current_session_id.get()
-        record.turn_id = current_turn_id.get()
-        record.call_id = current_call_id.get()
+        # Ids the caller passed in `extra=` win; otherwise the context's (None when unknown).
+        for name, var in _IDS:
+            if getattr(record, name, None) is None:
+                setattr(record, name, var.get())
         return True
 
 
@@ -51,7 +59,20 @@ class _CorrelatingHandler(logging.Handler):
         self.addFilter(CorrelationFilter())
 
     def emit(self, record: logging.LogRecord) -> None:
-        pass
+        # Being a handler, this one hides `logging.lastResort` (the stderr fallback an
+        # unconfigured application relies on to see warnings): stand in for it when no other
+        # handler will see the record.
+        last_resort = logging.lastResort
+        if last_resort is None or record.levelno < last_resort.level:
+            return
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(not isinstance(h, _CorrelatingHandler) for h in logger.handlers):
+                return
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        last_resort.handle(record)
 
 
 def install_log_correlation(logger_name: str = "llmrtc") -> None:

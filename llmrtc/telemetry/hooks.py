@@ -48,7 +48,6 @@ __all__ = [
     "TurnStartEvent",
     "emit",
     "hooks_for",
-    "is_async_hook",
 ]
 
 logger = logging.getLogger(__name__)
@@ -422,7 +421,9 @@ class CompositeHooks(Hooks):
     """Fans every event out to several `Hooks`, in order. Each keeps its own `hook_timeout`, and
     one that raises or stalls does not keep the others from being called.
 
-    Nested composites are flattened; the same object listed twice is called once.
+    Nested composites are flattened (the library calls the leaves directly); the same object
+    listed twice is called once. Calling a method on the composite yourself also fans out:
+    `await composite.on_barge_in(event)`.
     """
 
     def __init__(self, hooks: Iterable[Hooks]) -> None:
@@ -433,6 +434,15 @@ class CompositeHooks(Hooks):
         return f"CompositeHooks({list(self.hooks)!r})"
 
 
+def _fan_out(name: str) -> Any:
+    async def fan_out(self: CompositeHooks, event: Any) -> None:
+        await emit(hooks_for(self.hooks, name), name, event)
+
+    fan_out.__name__ = name
+    fan_out.__doc__ = f"Call `{name}` of every combined hook, in order."
+    return fan_out
+
+
 def _flatten(hooks: Iterable[Hooks | None]) -> tuple[Hooks, ...]:
     leaves: list[Hooks] = []
     for item in hooks:
@@ -440,10 +450,15 @@ def _flatten(hooks: Iterable[Hooks | None]) -> tuple[Hooks, ...]:
             continue
         if not isinstance(item, Hooks):
             raise TypeError(f"expected a Hooks instance, got {type(item).__name__}")
-        for leaf in item.hooks if isinstance(item, CompositeHooks) else (item,):
+        # Only a plain CompositeHooks dissolves into its leaves: a subclass may override methods.
+        for leaf in item.hooks if type(item) is CompositeHooks else (item,):
             if not any(leaf is seen for seen in leaves):
                 leaves.append(leaf)
     return tuple(leaves)
+
+
+for _name in HOOK_NAMES:
+    setattr(CompositeHooks, _name, _fan_out(_name))
 
 
 def hooks_for(hooks: Iterable[Hooks | None], name: str) -> tuple[Hooks, ...]:
@@ -455,11 +470,6 @@ def hooks_for(hooks: Iterable[Hooks | None], name: str) -> tuple[Hooks, ...]:
         if getattr(method, "__func__", method) is not base:
             chosen.append(hook)
     return tuple(chosen)
-
-
-def is_async_hook(hook: Hooks, name: str) -> bool:
-    """Whether hook `name` of `hook` is an `async def` (it may then take up to `hook_timeout`)."""
-    return inspect.iscoroutinefunction(getattr(hook, name))
 
 
 async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool = True) -> None:
@@ -492,3 +502,9 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
                     )
         except Exception:
             logger.exception("hook %s.%s raised; ignored", type(hook).__name__, name)
+        except anyio.get_cancelled_exc_class():
+            if not shield:
+                raise  # the caller is being cancelled: let it
+            # Inside a shield only the hook itself can have raised this (it awaited something
+            # cancelled elsewhere): it must not cancel the library's work.
+            logger.warning("hook %s.%s raised a cancellation; ignored", type(hook).__name__, name)
