@@ -6,6 +6,14 @@ The public face: import from here. Everything else is importable, but this list 
 from typing import TYPE_CHECKING, Any
 
 from llmrtc.abort import AbortController, AbortedError, AbortSignal
+from llmrtc.agent import (
+    ConversationHistory,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnRunner,
+)
 from llmrtc.execution import (
     InvalidToolArgumentsError,
     ToolAbortedError,
@@ -14,6 +22,8 @@ from llmrtc.execution import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
+from llmrtc.llm import LLMError, OpenAIProvider
+from llmrtc.llm.default import open_default_provider
 from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
 from llmrtc.telemetry.hooks import (
     CompositeHooks,
@@ -61,16 +71,22 @@ __all__ = [
     "AbortSignal",
     "AbortedError",
     "CompositeHooks",
+    "ConversationHistory",
     "CorrelationFilter",
     "ExecutionPolicy",
     "FunctionTool",
     "Hooks",
     "InvalidToolArgumentsError",
+    "LLMError",
+    "OpenAIProvider",
     "OpenTelemetryHooks",
+    "TextDelta",
     "Tool",
     "ToolAbortedError",
     "ToolCall",
+    "ToolCallFinished",
     "ToolCallResult",
+    "ToolCallStarted",
     "ToolCallStatus",
     "ToolContext",
     "ToolDefinition",
@@ -82,9 +98,12 @@ __all__ = [
     "ToolRegistry",
     "ToolStartEvent",
     "ToolTimeoutError",
+    "TurnCompleted",
+    "TurnRunner",
     "ValidationResult",
     "__version__",
     "define_tool",
+    "open_default_provider",
     "tool",
     "validate_tool_arguments",
 ]

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import llmrtc
 from llmrtc.tools.loader import load_tools_file
@@ -36,6 +37,77 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_chat(args: argparse.Namespace) -> int:
+    import anyio
+
+    if args.tools is not None:
+        try:
+            registry = load_tools_file(args.tools)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        registry = None
+    try:
+        anyio.run(_chat, args, registry)
+    except KeyboardInterrupt:
+        print()
+    return 0
+
+
+async def _chat(args: argparse.Namespace, registry: Any) -> None:
+    import anyio
+
+    from llmrtc import (
+        TextDelta,
+        ToolCallFinished,
+        ToolCallStarted,
+        ToolExecutor,
+        ToolRegistry,
+        TurnCompleted,
+        TurnRunner,
+        open_default_provider,
+    )
+
+    interactive = sys.stdin.isatty()
+    say = sys.stdout.write
+    async with open_default_provider() as llm:
+        executor = ToolExecutor(registry if registry is not None else ToolRegistry())
+        runner = TurnRunner(llm, executor, system_prompt=args.system)
+        if interactive:
+            say(f"llmrtc chat with {llm.model} ({len(executor.registry)} tools). /quit ends.\n")
+        while True:
+            if interactive:
+                say("you> ")
+                sys.stdout.flush()
+            line = await anyio.to_thread.run_sync(sys.stdin.readline)
+            if not line:
+                break
+            text = line.strip()
+            if text in ("/quit", "/exit"):
+                break
+            if not text:
+                continue
+            say("bot> ")
+            async for event in runner.run_turn(text):
+                if isinstance(event, TextDelta):
+                    say(event.text)
+                elif isinstance(event, ToolCallStarted):
+                    arguments = event.call.arguments
+                    shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                    say(f"\n  -> {event.call.name}({shown})")
+                elif isinstance(event, ToolCallFinished):
+                    result = event.result
+                    outcome = result.to_content() if result.success else result.error
+                    say(
+                        f"\n  <- {result.tool_name} {result.status} "
+                        f"{result.duration_ms:.0f} ms: {outcome}\nbot> "
+                    )
+                elif isinstance(event, TurnCompleted):
+                    say("\n")
+                sys.stdout.flush()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `llmrtc` command."""
     parser = argparse.ArgumentParser(prog="llmrtc", description=llmrtc.__doc__)
@@ -45,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("file", help="a Python file defining tools with @tool or define_tool")
     tools.add_argument("--json", action="store_true", help="print the OpenAI tool schemas")
     tools.set_defaults(handler=_cmd_tools)
+    chat = commands.add_parser(
+        "chat",
+        help="chat in the terminal (OPENAI_API_KEY/OPENAI_BASE_URL, else the offline model)",
+    )
+    chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
+    chat.add_argument(
+        "--system",
+        default="You are a helpful assistant. Use the tools when they help. Answer briefly.",
+        help="the system prompt",
+    )
+    chat.set_defaults(handler=_cmd_chat)
     return parser
 
 

@@ -1,0 +1,430 @@
+"""`TurnRunner`: one conversational turn, the model ⇄ tools loop, streamed as it happens."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+
+from llmrtc.abort import AbortController, AbortSignal
+from llmrtc.agent.events import (
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnEvent,
+    TurnStopReason,
+)
+from llmrtc.agent.history import ConversationHistory
+from llmrtc.execution.executor import ToolExecutor
+from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
+from llmrtc.llm.provider import LLMProvider
+from llmrtc.llm.types import (
+    LLMDone,
+    LLMRequest,
+    LLMTextDelta,
+    LLMToolCall,
+    ToolChoice,
+    Usage,
+)
+from llmrtc.telemetry.correlation import current_turn_id
+from llmrtc.telemetry.hooks import (
+    CompositeHooks,
+    Hooks,
+    LLMEndEvent,
+    LLMFirstTokenEvent,
+    LLMStartEvent,
+    ToolEndEvent,
+    TurnEndEvent,
+    TurnStartEvent,
+    emit,
+    hooks_for,
+)
+from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.tools.definition import ToolDefinition
+
+__all__ = ["TurnRunner"]
+
+
+class _FinishOrder(Hooks):
+    """Records the order in which a batch's calls finish (its results come back in request
+    order; `ToolCallFinished` events follow the order things happened)."""
+
+    def __init__(self) -> None:
+        self.call_ids: list[str] = []
+
+    def on_tool_end(self, event: ToolEndEvent) -> None:
+        self.call_ids.append(event.call_id)
+
+
+class TurnRunner:
+    """Runs turns: the model answers, its tool calls run as batches on the executor, their
+    results go back to the model, until it answers without tools or the round limit is hit.
+
+    Example:
+        runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="You are a helpful agent.")
+        async for event in runner.run_turn("What's the weather in Tokyo?"):
+            if isinstance(event, TextDelta):
+                print(event.text, end="")
+
+    The runner holds no event-loop-bound state between turns: each turn may run under a new
+    event loop (as long as the provider allows it).
+    """
+
+    def __init__(
+        self,
+        llm: LLMProvider,
+        executor: ToolExecutor,
+        *,
+        system_prompt: str,
+        tools: Sequence[str] | None = None,
+        tool_choice: ToolChoice = "auto",
+        max_tool_rounds: int = 5,
+        hooks: Hooks | None = None,
+        history: ConversationHistory | None = None,
+        session_id: str | None = None,
+        model: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        top_p: float | None = None,
+    ) -> None:
+        """Create a runner.
+
+        Args:
+            llm: The model provider.
+            executor: Runs the tool calls (its registry holds the tools).
+            system_prompt: Sent first with every request.
+            tools: Names of the registry's tools to offer; None offers all of them.
+            tool_choice: `"auto"`, `"required"`, `"none"` or `{"name": ...}`; a forcing choice
+                applies to the first model request of a turn only.
+            max_tool_rounds: Tool batches per turn; after the last, one more request without
+                tool use ends the turn.
+            hooks: Observers of turns, model requests and (for this runner's batches) tools.
+            history: The conversation so far (a new empty one by default).
+            session_id: Passed to tools and hooks.
+            model: Overrides the provider's model.
+            temperature: Sampling temperature for every request (None: provider default).
+            max_tokens: Output token limit per request.
+            top_p: Nucleus sampling for every request.
+
+        Raises:
+            ValueError: for unknown tool names, a tool_choice that names a tool not offered,
+                or `max_tool_rounds` below 0.
+        """
+        if max_tool_rounds < 0:
+            raise ValueError(f"max_tool_rounds must be >= 0, got {max_tool_rounds}")
+        if tools is not None:
+            unknown = [name for name in tools if not executor.registry.has(name)]
+            if unknown:
+                raise ValueError(
+                    f"unknown tools {unknown}; the executor's registry has "
+                    f"{executor.registry.names()}"
+                )
+        self.llm = llm
+        self.executor = executor
+        self.system_prompt = system_prompt
+        self.tools = list(tools) if tools is not None else None
+        self.tool_choice = tool_choice
+        self.max_tool_rounds = max_tool_rounds
+        self.hooks = hooks
+        self.history = history if history is not None else ConversationHistory()
+        self.session_id = session_id
+        self.stage_id: str | None = None
+        """The playbook stage the turn runs in, for hooks (set by the orchestrator)."""
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.top_p = top_p
+        self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
+        self._request(0)  # validates tool_choice against the offered tools now
+
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """The tools offered to the model, in a stable order (stable prompts cache better)."""
+        return self.executor.registry.definitions(self.tools)
+
+    def _request(self, round_index: int, *, final: bool = False) -> LLMRequest:
+        choice: ToolChoice = self.tool_choice
+        if final:
+            choice = "none"
+        elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
+            choice = "auto"  # forcing applies to the first round only
+        return LLMRequest(
+            messages=self.history.for_request(self.system_prompt),
+            tools=self.tool_definitions(),
+            tool_choice=choice,
+            model=self.model,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_p=self.top_p,
+        )
+
+    async def warm(self) -> None:
+        """Send the system prompt and tools once with `max_tokens=1`, so a local server has
+        the prompt prefix cached before the first real turn."""
+        request = self._request(0)
+        warm_request = LLMRequest(
+            messages=[request.messages[0], UserMessage("Hello")],
+            tools=request.tools,
+            tool_choice="auto" if request.tools else "none",
+            model=self.model,
+            temperature=self.temperature,
+            max_tokens=1,
+        )
+        await self.llm.complete(warm_request)
+
+    async def run_turn(
+        self, user_text: str | None, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncIterator[TurnEvent]:
+        """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
+
+        Args:
+            user_text: What the user said; None for a turn without a user message (e.g. a
+                stage timeout the agent speaks up after).
+            abort_signal: Aborts the turn (barge-in). Once set, no further model request is
+                sent; every started call still gets its `ToolCallFinished`, and the turn ends
+                with `TurnCompleted(stop_reason="aborted")` instead of raising. Leaving the
+                `async for` early aborts the turn the same way.
+
+        Raises:
+            LLMError: when the provider fails for good (the history stays valid).
+        """
+        controller = AbortController(parent=abort_signal)
+        signal = controller.signal
+        turn = _Turn(f"turn_{uuid.uuid4().hex[:12]}")
+        if user_text is not None:
+            self.history.append(UserMessage(user_text))
+        await emit(
+            self._turn_hooks[0],
+            "on_turn_start",
+            TurnStartEvent(
+                turn_id=turn.id,
+                session_id=self.session_id,
+                stage_id=self.stage_id,
+                user_text=user_text,
+            ),
+        )
+        error: BaseException | None = None
+        try:
+            round_index = 0
+            while True:
+                if signal.aborted:
+                    turn.stop_reason = "aborted"
+                    break
+                request = self._request(round_index, final=round_index >= self.max_tool_rounds)
+                # aclosing: if the consumer leaves mid-response, the model stream is closed now,
+                # in this task, not later by the garbage collector in another one.
+                async with aclosing(self._model_round(turn, request, signal)) as events:  # type: ignore[type-var]
+                    async for event in events:
+                        yield event
+                if turn.response is None:  # aborted mid-response: its text is already stored
+                    turn.stop_reason = "aborted"
+                    break
+                final = round_index >= self.max_tool_rounds
+                done, calls = turn.response
+                if final:
+                    calls = []  # the round limit: these are neither run nor stored
+                text = "".join(turn.partial)
+                turn.partial = []
+                if text or calls:
+                    self.history.append(AssistantMessage(text, tuple(calls)))
+                if not calls:
+                    turn.stop_reason = (
+                        "max_tool_rounds"
+                        if final
+                        else ("length" if done.stop_reason == "length" else "stop")
+                    )
+                    break
+                turn.pending = list(calls)
+                for call in calls:
+                    yield ToolCallStarted(call)
+                for result in await self._run_batch(turn, signal):
+                    yield ToolCallFinished(result)
+                round_index += 1
+        except GeneratorExit:
+            controller.abort("the consumer left the turn")
+            turn.stop_reason = "aborted"
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            await self._settle(turn, controller, error)
+        yield TurnCompleted(
+            text="".join(turn.texts),
+            tool_results=tuple(turn.results),
+            usage=turn.usage,
+            stop_reason=turn.stop_reason,
+        )
+
+    async def _model_round(
+        self, turn: _Turn, request: LLMRequest, signal: AbortSignal
+    ) -> AsyncIterator[TurnEvent]:
+        """Stream one model response; leaves `(done, calls)` in `turn.response`, or None when
+        it was aborted (its partial text is then stored, marked interrupted)."""
+        request_id = f"req_{uuid.uuid4().hex[:12]}"
+        model = request.model or self.llm.model
+        hooks = [self.hooks]
+        await emit(
+            hooks_for(hooks, "on_llm_start"),
+            "on_llm_start",
+            LLMStartEvent(
+                request_id=request_id,
+                model=model,
+                session_id=self.session_id,
+                turn_id=turn.id,
+                stage_id=self.stage_id,
+                provider=self.llm.provider_name,
+                messages=request.messages,
+                tool_names=tuple(t.name for t in request.tools),
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+            ),
+        )
+        started = time.perf_counter()
+        first = True
+        calls: list[ToolCall] = []
+        done = LLMDone("stop")
+        turn.response = None
+        error_type: str | None = None
+        try:
+            async with aclosing(self.llm.stream(request, abort_signal=signal)) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if first and not isinstance(event, LLMDone):
+                        first = False
+                        await emit(
+                            hooks_for(hooks, "on_llm_first_token"),
+                            "on_llm_first_token",
+                            LLMFirstTokenEvent(
+                                request_id=request_id,
+                                model=model,
+                                latency_s=time.perf_counter() - started,
+                                session_id=self.session_id,
+                                turn_id=turn.id,
+                            ),
+                        )
+                    if isinstance(event, LLMTextDelta):
+                        turn.partial.append(event.text)
+                        turn.texts.append(event.text)
+                        yield TextDelta(event.text)
+                    elif isinstance(event, LLMToolCall):
+                        calls.append(event.call)
+                    else:
+                        done = event
+        except BaseException as exc:
+            error_type = type(exc).__qualname__
+            raise
+        finally:
+            await emit(
+                hooks_for(hooks, "on_llm_end"),
+                "on_llm_end",
+                LLMEndEvent(
+                    request_id=request_id,
+                    model=model,
+                    session_id=self.session_id,
+                    turn_id=turn.id,
+                    stage_id=self.stage_id,
+                    provider=self.llm.provider_name,
+                    response_model=done.model,
+                    stop_reason=done.stop_reason,
+                    input_tokens=done.usage.input_tokens,
+                    output_tokens=done.usage.output_tokens,
+                    duration_s=time.perf_counter() - started,
+                    output_text="".join(turn.partial),
+                    error_type=error_type,
+                ),
+            )
+        turn.usage = turn.usage + done.usage
+        if done.stop_reason != "aborted" and not signal.aborted:
+            turn.response = (done, calls)
+        else:
+            self._store_partial(turn)  # calls of an unfinished response are dropped
+
+    async def _run_batch(self, turn: _Turn, signal: AbortSignal) -> list[ToolCallResult]:
+        """Run the pending calls as one batch; their tool messages go into the history.
+        Returns the results in the order the calls finished."""
+        order = _FinishOrder()
+        hooks = CompositeHooks([h for h in (self.hooks, order) if h is not None])
+        token = current_turn_id.set(turn.id)
+        try:
+            results = await self.executor.execute(
+                turn.pending,
+                session_id=self.session_id,
+                turn_id=turn.id,
+                stage_id=self.stage_id,
+                abort_signal=signal,
+                hooks=hooks,
+            )
+        finally:
+            current_turn_id.reset(token)
+        self._record_results(turn, results)
+        by_id = {r.call_id: r for r in results}
+        ordered = [by_id.pop(call_id) for call_id in order.call_ids if call_id in by_id]
+        return ordered + [r for r in results if r.call_id in by_id]
+
+    def _record_results(self, turn: _Turn, results: list[ToolCallResult]) -> None:
+        for result in results:
+            self.history.append(ToolMessage(result.call_id, result.to_content()))
+        turn.results.extend(results)
+        turn.pending = []
+
+    def _store_partial(self, turn: _Turn) -> None:
+        """Keep what the model actually said before it was cut off, marked interrupted."""
+        text = "".join(turn.partial)
+        turn.partial = []
+        if text:
+            self.history.append(AssistantMessage(text, (), True))
+
+    async def _settle(
+        self, turn: _Turn, controller: AbortController, error: BaseException | None
+    ) -> None:
+        """Leave a valid history whatever happened, and report the turn's end."""
+        self._store_partial(turn)
+        if turn.pending:
+            # Calls stored without results (the consumer left, or something failed between
+            # the model's answer and the batch): each still gets its one result, and hooks.
+            aborted = AbortController()
+            aborted.abort(controller.signal.reason or "the turn ended before the calls ran")
+            results = await self.executor.execute(
+                turn.pending,
+                session_id=self.session_id,
+                turn_id=turn.id,
+                stage_id=self.stage_id,
+                abort_signal=aborted.signal,
+                hooks=self.hooks,
+            )
+            self._record_results(turn, results)
+        await emit(
+            self._turn_hooks[1],
+            "on_turn_end",
+            TurnEndEvent(
+                turn_id=turn.id,
+                stop_reason="error" if error is not None else turn.stop_reason,
+                session_id=self.session_id,
+                stage_id=self.stage_id,
+                text="".join(turn.texts),
+                duration_s=time.perf_counter() - turn.started,
+                input_tokens=turn.usage.input_tokens,
+                output_tokens=turn.usage.output_tokens,
+                tool_calls=len(turn.results),
+                error_type=type(error).__qualname__ if error is not None else None,
+            ),
+        )
+
+
+class _Turn:
+    """The running state of one turn."""
+
+    def __init__(self, turn_id: str) -> None:
+        self.id = turn_id
+        self.started = time.perf_counter()
+        self.texts: list[str] = []  # everything yielded as text, in order
+        self.partial: list[str] = []  # text of the response being streamed, not yet stored
+        self.pending: list[ToolCall] = []  # calls in the history that have no result yet
+        self.results: list[ToolCallResult] = []
+        self.usage = Usage()
+        self.stop_reason: TurnStopReason = "stop"
+        self.response: tuple[LLMDone, list[ToolCall]] | None = None
+
+    def __repr__(self) -> str:
+        return f"<turn {self.id} {self.stop_reason}>"

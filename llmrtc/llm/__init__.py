@@ -1,0 +1,47 @@
+"""Floor 2: talking to models — messages, requests, the `LLMProvider` protocol, the
+OpenAI-compatible provider, tolerant text tool-call parsing, and the offline default model."""
+
+from llmrtc.llm.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from llmrtc.llm.openai_provider import OpenAIProvider, ToolCallFormat
+from llmrtc.llm.provider import LLMError, LLMProvider, collect_response
+from llmrtc.llm.text_tools import TextToolCallParser
+from llmrtc.llm.types import (
+    LLMDone,
+    LLMEvent,
+    LLMRequest,
+    LLMResponse,
+    LLMTextDelta,
+    LLMToolCall,
+    StopReason,
+    ToolChoice,
+    Usage,
+)
+
+__all__ = [
+    "AssistantMessage",
+    "LLMDone",
+    "LLMError",
+    "LLMEvent",
+    "LLMProvider",
+    "LLMRequest",
+    "LLMResponse",
+    "LLMTextDelta",
+    "LLMToolCall",
+    "Message",
+    "OpenAIProvider",
+    "StopReason",
+    "SystemMessage",
+    "TextToolCallParser",
+    "ToolCallFormat",
+    "ToolChoice",
+    "ToolMessage",
+    "Usage",
+    "UserMessage",
+    "collect_response",
+]

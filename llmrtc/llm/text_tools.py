@@ -1,0 +1,240 @@
+"""Tool calls written as text, for models without native tool calling.
+
+Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, or inside
+`<tools>…</tools>`. `TextToolCallParser` finds them in streamed text: text around the calls still
+streams as text, text that may be the start of a call is held back until decided (a voice must
+never speak JSON), only declared tool names are accepted, and a call that names a declared tool
+but does not parse still becomes a `ToolCall` carrying the raw string, so the executor answers it
+with `invalid_arguments` and the model can correct itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from llmrtc.llm.types import LLMTextDelta, LLMToolCall
+from llmrtc.tools.calls import ToolCall
+from llmrtc.tools.definition import ToolDefinition
+
+__all__ = ["TextToolCallParser", "render_tool_prompt", "render_text_call"]
+
+logger = logging.getLogger(__name__)
+
+_TAGS = {"<tool_call>": "</tool_call>", "<tools>": "</tools>"}
+_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+ParsedEvent = LLMTextDelta | LLMToolCall
+
+
+def new_call_id() -> str:
+    """A fresh tool call id for calls parsed from text (the model gave none)."""
+    return f"call_{uuid.uuid4().hex[:12]}"
+
+
+def render_tool_prompt(tools: Sequence[ToolDefinition]) -> str:
+    """The system-prompt section that teaches a model without native tools how to call them."""
+    lines = [
+        "You can call tools. To call one, reply with only this, and nothing else:",
+        '<tool_call>{"name": "TOOL_NAME", "arguments": {ARGUMENTS_AS_JSON}}</tool_call>',
+        "Available tools:",
+    ]
+    for tool in tools:
+        schema = json.dumps(tool.json_schema, separators=(",", ":"), sort_keys=True)
+        lines.append(f"- {tool.name}: {tool.description} Arguments (JSON Schema): {schema}")
+    return "\n".join(lines)
+
+
+def render_text_call(call: ToolCall) -> str:
+    """A past call in the text form the model was taught (for the history of a text-mode chat)."""
+    arguments: Any = call.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = {}
+    return "<tool_call>" + json.dumps({"name": call.name, "arguments": arguments}) + "</tool_call>"
+
+
+def _json_end(text: str, start: int) -> int | None:
+    """Index just past the JSON object that opens at `start`, or None if it is not closed yet."""
+    depth = 0
+    in_string = escaped = False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return None
+
+
+class TextToolCallParser:
+    """Incrementally separates text from tool calls in a streamed answer.
+
+    Example:
+        parser = TextToolCallParser({"lookupWeather"})
+        for delta in deltas:
+            for event in parser.feed(delta):
+                ...  # LLMTextDelta or LLMToolCall
+        for event in parser.finish():
+            ...
+    """
+
+    def __init__(self, tool_names: Collection[str]) -> None:
+        """Accept calls to `tool_names` only."""
+        self.tool_names = frozenset(tool_names)
+        self._buffer = ""
+        self.dropped: list[str] = []
+        """Call-like text that named no declared tool and was not spoken (for diagnostics)."""
+
+    def feed(self, delta: str) -> list[ParsedEvent]:
+        """Add streamed text; returns what is decided so far."""
+        self._buffer += delta
+        return self._drain(final=False)
+
+    def finish(self) -> list[ParsedEvent]:
+        """The stream ended: decide everything still held back."""
+        return self._drain(final=True)
+
+    def _drain(self, *, final: bool) -> list[ParsedEvent]:
+        events: list[ParsedEvent] = []
+        while self._buffer:
+            start = self._candidate_start()
+            if start is None:
+                hold = 0 if final else self._partial_tag_suffix()
+                self._emit_text(events, self._buffer[: len(self._buffer) - hold])
+                self._buffer = self._buffer[len(self._buffer) - hold :]
+                break
+            self._emit_text(events, self._buffer[:start])
+            self._buffer = self._buffer[start:]
+            consumed = self._consume_candidate(events, final=final)
+            if not consumed:
+                break  # wait for more text
+        return events
+
+    def _candidate_start(self) -> int | None:
+        positions = [self._buffer.find(tag) for tag in _TAGS]
+        positions.append(self._buffer.find("{"))
+        found = [p for p in positions if p >= 0]
+        return min(found) if found else None
+
+    def _partial_tag_suffix(self) -> int:
+        """Length of a buffer suffix that could still grow into an opening tag."""
+        for length in range(min(len(self._buffer), 10), 0, -1):
+            suffix = self._buffer[-length:]
+            if any(tag.startswith(suffix) for tag in _TAGS):
+                return length
+        return 0
+
+    def _consume_candidate(self, events: list[ParsedEvent], *, final: bool) -> bool:
+        buffer = self._buffer
+        for opening, closing in _TAGS.items():
+            if buffer.startswith(opening):
+                end = buffer.find(closing)
+                if end < 0:
+                    if not final:
+                        return False
+                    inner, rest = buffer[len(opening) :], ""  # unclosed at the end: still a call
+                else:
+                    inner, rest = buffer[len(opening) : end], buffer[end + len(closing) :]
+                self._emit_calls(events, inner, explicit=True)
+                self._buffer = rest
+                return True
+        json_end = _json_end(buffer, 0)
+        if json_end is None:
+            if not final:
+                return False
+            self._emit_text(events, buffer)  # a brace that never closed: it was text
+            self._buffer = ""
+            return True
+        if not self._emit_calls(events, buffer[:json_end], explicit=False):
+            self._emit_text(events, buffer[:json_end])  # JSON that is not a call is just text
+        self._buffer = buffer[json_end:]
+        return True
+
+    def _emit_text(self, events: list[ParsedEvent], text: str) -> None:
+        if text:
+            if events and isinstance(events[-1], LLMTextDelta):
+                events[-1] = LLMTextDelta(events[-1].text + text)
+            else:
+                events.append(LLMTextDelta(text))
+
+    def _emit_calls(self, events: list[ParsedEvent], text: str, *, explicit: bool) -> bool:
+        """Turn `text` (one object, several, or an array) into calls; False if it held none."""
+        calls = self._calls_in(text.strip())
+        if calls is None:
+            if explicit:  # call-shaped but naming no declared tool: never speak it
+                self.dropped.append(text)
+                logger.warning("dropped a tool call naming no declared tool: %.200s", text)
+                return True
+            return False
+        for call in calls:
+            events.append(LLMToolCall(call))
+        return True
+
+    def _calls_in(self, text: str) -> list[ToolCall] | None:
+        try:
+            parsed: Any = json.loads(text)
+        except ValueError:
+            parsed = self._objects(text)
+        items = parsed if isinstance(parsed, list) else [parsed]
+        calls = [call for item in items if (call := self._call_from(item)) is not None]
+        return calls or None
+
+    def _objects(self, text: str) -> list[Any]:
+        """Several objects in a row, or a broken one (kept as its raw text)."""
+        decoder = json.JSONDecoder()
+        items: list[Any] = []
+        index = 0
+        while index < len(text):
+            start = text.find("{", index)
+            if start < 0:
+                break
+            try:
+                item, index = decoder.raw_decode(text, start)
+            except ValueError:
+                items.append(text[start:])  # broken JSON: keep the raw text
+                break
+            items.append(item)
+        return items
+
+    def _call_from(self, item: Any) -> ToolCall | None:
+        if isinstance(item, str):  # a call that did not parse
+            match = _NAME.search(item)
+            if match is None or match.group(1) not in self.tool_names:
+                return None
+            raw = item
+            found = _ARGUMENTS.search(item)
+            if found is not None:
+                raw = item[found.end() :].rstrip()
+                if raw.endswith("}") and raw.count("}") > raw.count("{"):
+                    raw = raw[:-1]
+            return ToolCall(new_call_id(), match.group(1), raw)
+        if not isinstance(item, dict):
+            return None
+        if isinstance(item.get("function"), dict):  # {"function": {"name", "arguments"}}
+            item = item["function"]
+        name = item.get("name")
+        if name not in self.tool_names:
+            return None
+        arguments = item.get("arguments", item.get("parameters", {}))
+        if not isinstance(arguments, dict | str):
+            arguments = json.dumps(arguments)
+        return ToolCall(new_call_id(), name, arguments)

@@ -1,0 +1,325 @@
+"""OpenAIProvider with the real `openai` client against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from llmrtc import AbortController, ToolCall, ToolDefinition
+from llmrtc.llm import (
+    AssistantMessage,
+    LLMDone,
+    LLMError,
+    LLMRequest,
+    LLMTextDelta,
+    LLMToolCall,
+    OpenAIProvider,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from llmrtc.testing import (
+    DisconnectReply,
+    ErrorReply,
+    ScriptedOpenAIServer,
+    StreamReply,
+    chunk,
+    text_reply,
+    tool_call_reply,
+)
+
+pytestmark = pytest.mark.anyio
+
+WEATHER = ToolDefinition(
+    "lookupWeather",
+    "Current weather for a city.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+REQUEST = LLMRequest(
+    [SystemMessage("You are a weather bot."), UserMessage("Weather in Tokyo?")], tools=[WEATHER]
+)
+
+
+def provider(server: ScriptedOpenAIServer, **options: Any) -> OpenAIProvider:
+    options.setdefault("retry_base_delay", 0.01)
+    return OpenAIProvider("scripted-model", base_url=server.base_url, api_key="test", **options)
+
+
+async def events_of(llm: OpenAIProvider, request: LLMRequest = REQUEST, **kw: Any) -> list[Any]:
+    return [event async for event in llm.stream(request, **kw)]
+
+
+async def test_text_streams_in_deltas_with_usage() -> None:
+    async with ScriptedOpenAIServer([text_reply("Sunny and warm.", pieces=3)]) as server:
+        events = await events_of(provider(server))
+    texts = [e.text for e in events if isinstance(e, LLMTextDelta)]
+    assert len(texts) == 3 and "".join(texts) == "Sunny and warm."
+    assert events[-1] == LLMDone("stop", events[-1].usage, "scripted-model")
+    assert (events[-1].usage.input_tokens, events[-1].usage.output_tokens) == (10, 5)
+
+
+async def test_the_request_carries_messages_tools_and_options() -> None:
+    async with ScriptedOpenAIServer([text_reply("ok")]) as server:
+        request = LLMRequest(
+            [
+                SystemMessage("sys"),
+                UserMessage("hi"),
+                AssistantMessage("", (ToolCall("c1", "lookupWeather", {"city": "Oslo"}),)),
+                ToolMessage("c1", '{"temp": 3}'),
+            ],
+            tools=[WEATHER],
+            tool_choice={"name": "lookupWeather"},
+            temperature=0.2,
+            max_tokens=50,
+            top_p=0.9,
+        )
+        await events_of(provider(server), request)
+        body = server.requests[0].body
+        headers = server.requests[0].headers
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert headers["authorization"] == "Bearer test"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert (body["temperature"], body["max_tokens"], body["top_p"]) == (0.2, 50, 0.9)
+    assert body["tools"] == [WEATHER.to_openai()]
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "lookupWeather"}}
+    assert body["messages"][2] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "lookupWeather", "arguments": '{"city": "Oslo"}'},
+            }
+        ],
+    }
+    assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": '{"temp": 3}'}
+
+
+async def test_split_tool_call_deltas_and_two_parallel_calls() -> None:
+    reply = tool_call_reply(
+        [("c1", "lookupWeather", '{"city": "Tokyo"}'), ("c2", "lookupWeather", '{"city": "Oslo"}')],
+        split=5,
+    )
+    async with ScriptedOpenAIServer([reply]) as server:
+        events = await events_of(provider(server))
+    calls = [e.call for e in events if isinstance(e, LLMToolCall)]
+    assert calls == [
+        ToolCall("c1", "lookupWeather", '{"city": "Tokyo"}'),
+        ToolCall("c2", "lookupWeather", '{"city": "Oslo"}'),
+    ]
+    assert events[-1].stop_reason == "tool_calls"
+
+
+async def test_a_call_is_yielded_as_soon_as_the_next_one_starts() -> None:
+    reply = tool_call_reply(
+        [("c1", "lookupWeather", '{"city": "A"}'), ("c2", "lookupWeather", '{"city": "B"}')]
+    )
+    reply.delay = 0.05  # slow stream: c1 must not wait for the end of c2
+    async with ScriptedOpenAIServer([reply]) as server:
+        seen: list[tuple[str, float]] = []
+        started = time.monotonic()
+        async for event in provider(server).stream(REQUEST):
+            if isinstance(event, LLMToolCall):
+                seen.append((event.call.call_id, time.monotonic() - started))
+    assert [call_id for call_id, _ in seen] == ["c1", "c2"]
+    assert seen[1][1] - seen[0][1] >= 0.1  # c1 arrived while c2 was still streaming
+
+
+async def test_malformed_arguments_are_kept_raw_and_replayed_as_an_empty_object() -> None:
+    async with ScriptedOpenAIServer(
+        [tool_call_reply([("c1", "lookupWeather", '{"city": "Tok')]), text_reply("ok")]
+    ) as server:
+        llm = provider(server)
+        events = await events_of(llm)
+        (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
+        assert call.arguments == '{"city": "Tok'  # never silently {}
+        follow_up = LLMRequest(
+            [
+                *REQUEST.messages,
+                AssistantMessage("", (call,)),
+                ToolMessage("c1", '{"error": "arguments are not valid JSON", "status": "x"}'),
+            ],
+            tools=[WEATHER],
+        )
+        await events_of(llm, follow_up)
+        replayed = server.requests[1].body["messages"][2]["tool_calls"][0]["function"]
+    assert replayed["arguments"] == "{}"  # a form every server accepts
+
+
+async def test_429_is_retried_after_its_retry_after_then_succeeds() -> None:
+    async with ScriptedOpenAIServer(
+        [ErrorReply(429, "slow down", {"retry-after": "0.2"}), text_reply("made it")]
+    ) as server:
+        started = time.monotonic()
+        events = await events_of(provider(server, max_retries=2))
+        elapsed = time.monotonic() - started
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "made it"
+    assert len(server.requests) == 2
+    assert elapsed >= 0.18
+
+
+async def test_5xx_and_connection_drops_are_retried_then_fail_clearly() -> None:
+    replies = [ErrorReply(503), DisconnectReply(), ErrorReply(502)]
+    async with ScriptedOpenAIServer(replies) as server:
+        with pytest.raises(LLMError) as info:
+            await events_of(provider(server, max_retries=2))
+    assert len(server.requests) == 3
+    assert info.value.status_code == 502 and info.value.retryable
+    assert "HTTP 502" in str(info.value) and "scripted-model" in str(info.value)
+
+
+async def test_400_is_not_retried() -> None:
+    async with ScriptedOpenAIServer([ErrorReply(400, "bad tool schema")]) as server:
+        with pytest.raises(LLMError, match="HTTP 400: bad tool schema") as info:
+            await events_of(provider(server))
+    assert len(server.requests) == 1
+    assert info.value.status_code == 400 and not info.value.retryable
+
+
+async def test_abort_mid_stream_closes_the_http_stream_at_once() -> None:
+    slow = StreamReply([chunk(content=f"word{i} ") for i in range(100)], delay=0.05)
+    async with ScriptedOpenAIServer([slow]) as server:
+        controller = AbortController()
+        events: list[Any] = []
+        async for event in provider(server).stream(REQUEST, abort_signal=controller.signal):
+            events.append(event)
+            if len(events) == 2:
+                aborted_at = time.monotonic()
+                controller.abort("barge-in")
+        with anyio.fail_after(2):
+            while not server.disconnects:
+                await anyio.sleep(0.01)
+    assert events[-1].stop_reason == "aborted"
+    assert len(events) == 3  # two words, then done: nothing after the abort
+    assert server.disconnected_at[0] - aborted_at < 0.5  # the server saw the hang-up
+
+
+async def test_abort_interrupts_the_retry_backoff() -> None:
+    async with ScriptedOpenAIServer([ErrorReply(429, headers={"retry-after": "5"})]) as server:
+        controller = AbortController()
+        llm = provider(server, retry_max_delay=5.0)
+        with anyio.fail_after(2):
+            async with anyio.create_task_group() as group:
+                group.start_soon(_abort_after, controller, 0.1)
+                events = await events_of(llm, abort_signal=controller.signal)
+    assert events == [LLMDone("aborted")]
+
+
+async def _abort_after(controller: AbortController, seconds: float) -> None:
+    await anyio.sleep(seconds)
+    controller.abort("stop")
+
+
+async def test_server_500_with_tools_is_retried_once_without_tools_when_asked() -> None:
+    async with ScriptedOpenAIServer([ErrorReply(500), text_reply("no tool then")]) as server:
+        llm = provider(server, retry_without_tools_on_server_error=True, max_retries=0)
+        events = await events_of(llm)
+        first, second = (r.body for r in server.requests)
+    assert "tools" in first and "tools" not in second and "tool_choice" not in second
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "no tool then"
+
+
+async def test_text_mode_puts_schemas_in_the_prompt_and_parses_calls() -> None:
+    answer = (
+        'Checking. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Lima"}}</tool_call>'
+    )
+    async with ScriptedOpenAIServer([text_reply(answer, pieces=7)]) as server:
+        llm = provider(server, tool_call_format="text", tool_hint="Answer with JSON only.")
+        events = await events_of(llm)
+        body = server.requests[0].body
+    assert "tools" not in body
+    system = body["messages"][0]["content"]
+    assert system.startswith("You are a weather bot.")
+    assert "<tool_call>" in system and "lookupWeather" in system
+    assert system.endswith("Answer with JSON only.")
+    texts = "".join(e.text for e in events if isinstance(e, LLMTextDelta))
+    assert texts == "Checking. "  # the JSON is never text
+    (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
+    assert (call.name, call.arguments) == ("lookupWeather", {"city": "Lima"})
+    assert events[-1].stop_reason == "tool_calls"
+
+
+async def test_text_mode_history_uses_text_calls_and_user_tool_results() -> None:
+    async with ScriptedOpenAIServer([text_reply("ok")]) as server:
+        request = LLMRequest(
+            [
+                SystemMessage("sys"),
+                UserMessage("hi"),
+                AssistantMessage("", (ToolCall("c1", "lookupWeather", {"city": "Oslo"}),)),
+                ToolMessage("c1", '{"temp": 3}'),
+            ],
+            tools=[WEATHER],
+        )
+        await events_of(provider(server, tool_call_format="text"), request)
+        messages = server.requests[0].body["messages"]
+    assert messages[2] == {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "lookupWeather", "arguments": {"city": "Oslo"}}</tool_call>',
+    }
+    assert messages[3]["role"] == "user" and '{"temp": 3}' in messages[3]["content"]
+
+
+async def test_auto_mode_sends_native_tools_and_still_parses_text_calls() -> None:
+    answer = '{"name": "lookupWeather", "arguments": {"city": "Rome"}}'
+    async with ScriptedOpenAIServer([text_reply(answer)]) as server:
+        events = await events_of(provider(server, tool_call_format="auto"))
+        body = server.requests[0].body
+    assert body["tools"] == [WEATHER.to_openai()]
+    assert body["messages"][0]["content"] == "You are a weather bot."  # no schemas in prompt
+    (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
+    assert call.arguments == {"city": "Rome"}
+    assert not [e for e in events if isinstance(e, LLMTextDelta)]
+
+
+async def test_complete_collects_the_stream() -> None:
+    async with ScriptedOpenAIServer([text_reply("All good.")]) as server:
+        response = await provider(server).complete(REQUEST)
+    assert response.text == "All good." and response.tool_calls == ()
+    assert response.to_message() == AssistantMessage("All good.")
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="tool_call_format"):
+        OpenAIProvider("m", base_url="http://127.0.0.1:1/v1", tool_call_format="xml")  # type: ignore[arg-type]
+
+
+def test_a_missing_api_key_for_openai_itself_is_a_clear_error(monkeypatch: Any) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        OpenAIProvider("gpt-4o-mini")
+
+
+def test_request_validates_tool_choice() -> None:
+    with pytest.raises(ValueError, match="not among the request's tools"):
+        LLMRequest([SystemMessage("s")], tools=[WEATHER], tool_choice={"name": "other"})
+    with pytest.raises(ValueError, match="tool_choice must be"):
+        LLMRequest([SystemMessage("s")], tool_choice="sometimes")  # type: ignore[arg-type]
+
+
+def test_arguments_dicts_are_sent_as_json_strings() -> None:
+    from llmrtc.llm.openai_provider import to_openai_messages
+
+    (message,) = to_openai_messages(
+        [AssistantMessage("x", (ToolCall("c", "t", {"a": [1, 2]}), ToolCall("d", "t", "[1]")))]
+    )
+    arguments = [call["function"]["arguments"] for call in message["tool_calls"]]
+    assert [json.loads(a) for a in arguments] == [{"a": [1, 2]}, {}]
+
+
+async def test_a_stream_cut_before_the_model_finished_is_retried_or_reported() -> None:
+    cut_early = StreamReply([chunk(content="never "), chunk(content="sent")], drop_after=0)
+    cut_late = StreamReply([chunk(content="half an ans"), chunk(content="wer")], drop_after=1)
+    async with ScriptedOpenAIServer([cut_early, text_reply("second try")]) as server:
+        events = await events_of(provider(server))
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "second try"
+    async with ScriptedOpenAIServer([cut_late]) as server:
+        seen: list[Any] = []
+        with pytest.raises(LLMError, match="before the model finished"):
+            async for event in provider(server).stream(REQUEST):
+                seen.append(event)
+    assert seen == [LLMTextDelta("half an ans")]  # streamed text cannot be retried

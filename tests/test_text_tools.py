@@ -1,0 +1,131 @@
+"""Tool calls written as text: found in any chunking, never spoken, only declared names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmrtc import ToolCall
+from llmrtc.llm import LLMTextDelta, LLMToolCall, TextToolCallParser
+
+NAMES = {"lookupWeather", "book"}
+
+
+def parse(text: str, *, step: int | None = None) -> list[Any]:
+    parser = TextToolCallParser(NAMES)
+    events: list[Any] = []
+    pieces = [text] if step is None else [text[i : i + step] for i in range(0, len(text), step)]
+    for piece in pieces:
+        events += parser.feed(piece)
+    return events + parser.finish()
+
+
+def texts(events: list[Any]) -> str:
+    return "".join(e.text for e in events if isinstance(e, LLMTextDelta))
+
+
+def calls(events: list[Any]) -> list[tuple[str, Any]]:
+    return [(e.call.name, e.call.arguments) for e in events if isinstance(e, LLMToolCall)]
+
+
+CASES = [
+    (
+        'Sure. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Tokyo"}}</tool_call> Done.',
+        "Sure.  Done.",
+        [("lookupWeather", {"city": "Tokyo"})],
+    ),
+    (
+        '{"name": "lookupWeather", "arguments": {"city": "Oslo"}}',
+        "",
+        [("lookupWeather", {"city": "Oslo"})],
+    ),
+    (
+        '<tools>[{"name": "lookupWeather", "arguments": {"city": "A"}}, {"name": "book", "parameters": {"n": 2}}]</tools>',
+        "",
+        [("lookupWeather", {"city": "A"}), ("book", {"n": 2})],
+    ),
+    (
+        '<tools>\n{"name": "lookupWeather", "arguments": {"city": "A"}}\n{"name": "book", "arguments": {}}\n</tools>',
+        "",
+        [("lookupWeather", {"city": "A"}), ("book", {})],
+    ),
+    ('{"function": {"name": "book", "arguments": "{\\"n\\": 1}"}}', "", [("book", '{"n": 1}')]),
+    (
+        'A JSON example: {"a": 1, "b": "}"} is fine.',
+        'A JSON example: {"a": 1, "b": "}"} is fine.',
+        [],
+    ),
+    ("Use a < b and c > d.", "Use a < b and c > d.", []),
+    ("An unclosed { brace", "An unclosed { brace", []),
+]
+
+
+@pytest.mark.parametrize(("text", "expected_text", "expected_calls"), CASES)
+@pytest.mark.parametrize("step", [None, 1, 3, 7])
+def test_calls_and_text_in_any_chunking(
+    text: str, expected_text: str, expected_calls: list[Any], step: int | None
+) -> None:
+    events = parse(text, step=step)
+    assert texts(events) == expected_text
+    assert calls(events) == expected_calls
+
+
+def test_a_declared_call_that_does_not_parse_keeps_its_raw_arguments() -> None:
+    events = parse('<tool_call>{"name": "lookupWeather", "arguments": {"city": "Tok</tool_call>')
+    ((name, arguments),) = calls(events)
+    assert name == "lookupWeather" and isinstance(arguments, str)
+    assert arguments.startswith('{"city": "Tok')
+    assert texts(events) == ""
+
+
+def test_undeclared_names_are_never_calls_and_never_spoken() -> None:
+    parser = TextToolCallParser(NAMES)
+    events = parser.feed('Hi <tool_call>{"name": "invented", "arguments": {}}</tool_call>there')
+    events += parser.finish()
+    assert calls(events) == [] and texts(events) == "Hi there"
+    assert parser.dropped and "invented" in parser.dropped[0]
+    bare = parse('{"name": "invented", "arguments": {}}')
+    assert calls(bare) == []  # a bare object naming no tool is just text
+    assert texts(bare) == '{"name": "invented", "arguments": {}}'
+
+
+def test_text_before_a_possible_call_streams_immediately() -> None:
+    parser = TextToolCallParser(NAMES)
+    assert texts(parser.feed("Hello there <to")) == "Hello there "  # "<to" is held back
+    assert texts(parser.feed("night is fine")) == "<tonight is fine"
+    assert texts(parser.feed(' {"name"')) == " "
+    assert calls(parser.feed(': "book", "arguments": {}}')) == [("book", {})]
+    assert parser.finish() == []
+
+
+def test_scripted_llm_fails_loudly() -> None:
+    import anyio
+
+    from llmrtc.llm import AssistantMessage, LLMRequest, SystemMessage, ToolMessage, UserMessage
+    from llmrtc.testing import ScriptedLLM, ScriptExhaustedError
+
+    async def main() -> None:
+        llm = ScriptedLLM(["only one"])
+        ok = LLMRequest([SystemMessage("s"), UserMessage("hi")])
+        assert (await llm.complete(ok)).text == "only one"
+        with pytest.raises(ScriptExhaustedError, match="has only 1"):
+            await llm.complete(ok)
+        bad_histories = {
+            "first message must be the system prompt": [UserMessage("hi")],
+            "have no tool message": [
+                SystemMessage("s"),
+                AssistantMessage("", (ToolCall("c1", "book", {}),)),
+                UserMessage("next"),
+            ],
+            "no matching assistant tool call": [SystemMessage("s"), ToolMessage("zz", "{}")],
+        }
+        for message, messages in bad_histories.items():
+            with pytest.raises(AssertionError, match=message):
+                await ScriptedLLM(["x"]).complete(LLMRequest(messages))
+        leftover = ScriptedLLM(["a", "b"])
+        await leftover.complete(ok)
+        with pytest.raises(AssertionError, match="1 scripted response"):
+            leftover.assert_consumed()
+
+    anyio.run(main)
