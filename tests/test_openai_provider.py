@@ -259,7 +259,8 @@ async def test_text_mode_history_uses_text_calls_and_user_tool_results() -> None
         messages = server.requests[0].body["messages"]
     assert messages[2] == {
         "role": "assistant",
-        "content": '<tool_call>{"name": "lookupWeather", "arguments": {"city": "Oslo"}}</tool_call>',
+        "content": '<tool_call>{"name": "lookupWeather", "arguments": {"city": "Oslo"}}'
+        "</tool_call>",
     }
     assert messages[3]["role"] == "user" and '{"temp": 3}' in messages[3]["content"]
 

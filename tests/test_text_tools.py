@@ -31,7 +31,8 @@ def calls(events: list[Any]) -> list[tuple[str, Any]]:
 
 CASES = [
     (
-        'Sure. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Tokyo"}}</tool_call> Done.',
+        'Sure. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Tokyo"}}'
+        "</tool_call> Done.",
         "Sure.  Done.",
         [("lookupWeather", {"city": "Tokyo"})],
     ),
@@ -41,12 +42,14 @@ CASES = [
         [("lookupWeather", {"city": "Oslo"})],
     ),
     (
-        '<tools>[{"name": "lookupWeather", "arguments": {"city": "A"}}, {"name": "book", "parameters": {"n": 2}}]</tools>',
+        '<tools>[{"name": "lookupWeather", "arguments": {"city": "A"}}, '
+        '{"name": "book", "parameters": {"n": 2}}]</tools>',
         "",
         [("lookupWeather", {"city": "A"}), ("book", {"n": 2})],
     ),
     (
-        '<tools>\n{"name": "lookupWeather", "arguments": {"city": "A"}}\n{"name": "book", "arguments": {}}\n</tools>',
+        '<tools>\n{"name": "lookupWeather", "arguments": {"city": "A"}}\n'
+        '{"name": "book", "arguments": {}}\n</tools>',
         "",
         [("lookupWeather", {"city": "A"}), ("book", {})],
     ),

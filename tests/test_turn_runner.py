@@ -170,9 +170,7 @@ async def test_abort_during_tool_execution() -> None:
 
 
 async def test_abort_while_text_streams_keeps_what_was_said() -> None:
-    runner, llm = runner_for(
-        [ScriptedResponse(text="one two three four five six", chunk_delay=0.05)]
-    )
+    runner, _ = runner_for([ScriptedResponse(text="one two three four five six", chunk_delay=0.05)])
     controller = AbortController()
     events: list[Any] = []
     async for event in runner.run_turn("talk", abort_signal=controller.signal):
