@@ -152,13 +152,14 @@ async def bench_local(size: str) -> list[str]:
         warm_runner = runner()
         await warm_runner.warm()
         warm = await measure("What's the weather in Oslo?", warm_runner)
+        nan = float("nan")
         lines.append(
-            f"   weather question: tool call after {cold.get('tool_call', float('nan')):.2f} s cold,"
-            f" {warm.get('tool_call', float('nan')):.2f} s warm; whole turn {warm['total']:.2f} s"
+            f"   weather question: tool call after {cold.get('tool_call', nan):.2f} s cold,"
+            f" {warm.get('tool_call', nan):.2f} s warm; whole turn {warm['total']:.2f} s"
         )
         plain = await measure("Tell me one fun fact about octopuses.", runner())
         lines.append(
-            f"   plain question: first text after {plain.get('first_text', float('nan')):.2f} s,"
+            f"   plain question: first text after {plain.get('first_text', nan):.2f} s,"
             f" {plain['output_tokens']:.0f} tokens in {plain['total']:.2f} s"
         )
         began = time.perf_counter()
