@@ -324,3 +324,43 @@ async def test_a_stream_cut_before_the_model_finished_is_retried_or_reported() -
             async for event in provider(server).stream(REQUEST):
                 seen.append(event)
     assert seen == [LLMTextDelta("half an ans")]  # streamed text cannot be retried
+
+
+def error_event_stream(before: list[dict[str, Any]]) -> StreamReply:
+    """Chunks, then an error event inside the stream (llama.cpp's way of failing mid-stream)."""
+    return StreamReply([*before, {"error": {"message": "does not match the expected format"}}])
+
+
+async def test_an_error_inside_the_stream_is_retried_without_tools_when_nothing_was_said() -> None:
+    fenced = [chunk(content="```json\n"), chunk(content='{"name": "getStock')]
+    async with ScriptedOpenAIServer([error_event_stream(fenced), text_reply("I can't.")]) as server:
+        llm = provider(server, retry_without_tools_on_server_error=True, tool_call_format="auto")
+        events = await events_of(llm)
+        first, second = (r.body for r in server.requests)
+    assert "tools" in first and "tools" not in second
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "I can't."  # no ```
+
+
+async def test_an_error_inside_the_stream_after_text_is_an_llm_error() -> None:
+    async with ScriptedOpenAIServer([error_event_stream([chunk(content="Sure, ")])]) as server:
+        with pytest.raises(LLMError, match="does not match"):
+            await events_of(provider(server))
+
+
+async def test_tools_can_be_left_out_after_tool_results() -> None:
+    after_results = LLMRequest(
+        [
+            *REQUEST.messages,
+            AssistantMessage("", (ToolCall("c1", "lookupWeather", {"city": "Tokyo"}),)),
+            ToolMessage("c1", '{"temp": 21}'),
+        ],
+        tools=[WEATHER],
+    )
+    answer = '{"name": "lookupWeather", "arguments": {"city": "Tokyo"}}'
+    async with ScriptedOpenAIServer([text_reply("It is 21."), text_reply(answer)]) as server:
+        llm = provider(server, omit_tools_after_tool_results=True, tool_call_format="auto")
+        await events_of(llm, after_results)
+        repeated = await events_of(llm, after_results)
+        body = server.requests[0].body
+    assert "tools" not in body and "tool_choice" not in body
+    assert [e.call.name for e in repeated if isinstance(e, LLMToolCall)] == ["lookupWeather"]

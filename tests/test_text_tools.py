@@ -60,6 +60,12 @@ CASES = [
         [],
     ),
     ("Use a < b and c > d.", "Use a < b and c > d.", []),
+    (
+        'Here:\n```json\n{"name": "book", "arguments": {"n": 3}}\n```\nok',
+        "Here:\n\nok",
+        [("book", {"n": 3})],
+    ),
+    ("Code:\n```python\nprint({1: 2})\n```", "Code:\n```python\nprint({1: 2})\n```", []),
     ("An unclosed { brace", "An unclosed { brace", []),
 ]
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.agent.events import (
@@ -44,7 +46,21 @@ from llmrtc.telemetry.hooks import (
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
 
-__all__ = ["TurnRunner"]
+__all__ = ["AfterBatch", "BatchDecision", "TurnRunner"]
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """What an `after_batch` callback decides after a tool batch."""
+
+    events: tuple[Any, ...] = ()
+    """Extra events to yield right after the batch's `ToolCallFinished` events."""
+    final: bool = False
+    """Make the next model request the turn's last, without tool use (a two-phase answer)."""
+
+
+AfterBatch = Callable[[list[ToolCall], list[ToolCallResult]], Awaitable[BatchDecision]]
+"""`after_batch(calls, results)`, awaited after each tool batch of a turn."""
 
 
 class _FinishOrder(Hooks):
@@ -174,8 +190,12 @@ class TurnRunner:
         await self.llm.complete(warm_request)
 
     async def run_turn(
-        self, user_text: str | None, *, abort_signal: AbortSignal | None = None
-    ) -> AsyncIterator[TurnEvent]:
+        self,
+        user_text: str | None,
+        *,
+        abort_signal: AbortSignal | None = None,
+        after_batch: AfterBatch | None = None,
+    ) -> AsyncIterator[Any]:
         """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
 
         Args:
@@ -185,6 +205,8 @@ class TurnRunner:
                 sent; every started call still gets its `ToolCallFinished`, and the turn ends
                 with `TurnCompleted(stop_reason="aborted")` instead of raising. Leaving the
                 `async for` early aborts the turn the same way.
+            after_batch: Called after each tool batch (the playbook orchestrator applies
+                transitions here); its `BatchDecision` may add events and end tool use.
 
         Raises:
             LLMError: when the provider fails for good (the history stays valid).
@@ -207,11 +229,14 @@ class TurnRunner:
         error: BaseException | None = None
         try:
             round_index = 0
+            forced_final = False
             while True:
                 if signal.aborted:
                     turn.stop_reason = "aborted"
                     break
-                request = self._request(round_index, final=round_index >= self.max_tool_rounds)
+                at_limit = round_index >= self.max_tool_rounds
+                final = at_limit or forced_final
+                request = self._request(round_index, final=final)
                 # aclosing: if the consumer leaves mid-response, the model stream is closed now,
                 # in this task, not later by the garbage collector in another one.
                 async with aclosing(self._model_round(turn, request, signal)) as events:  # type: ignore[type-var]
@@ -220,7 +245,6 @@ class TurnRunner:
                 if turn.response is None:  # aborted mid-response: its text is already stored
                     turn.stop_reason = "aborted"
                     break
-                final = round_index >= self.max_tool_rounds
                 done, calls = turn.response
                 if final:
                     calls = []  # the round limit: these are neither run nor stored
@@ -231,7 +255,7 @@ class TurnRunner:
                 if not calls:
                     turn.stop_reason = (
                         "max_tool_rounds"
-                        if final
+                        if at_limit
                         else ("length" if done.stop_reason == "length" else "stop")
                     )
                     break
@@ -240,6 +264,11 @@ class TurnRunner:
                     yield ToolCallStarted(call)
                 for result in await self._run_batch(turn, signal):
                     yield ToolCallFinished(result)
+                if after_batch is not None and not signal.aborted:
+                    decision = await after_batch(calls, turn.results[-len(calls) :])
+                    for extra in decision.events:
+                        yield extra
+                    forced_final = forced_final or decision.final
                 round_index += 1
         except GeneratorExit:
             controller.abort("the consumer left the turn")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import time
@@ -316,7 +315,7 @@ class ToolExecutor:
         call = batch.calls[index]
         tool = self.registry.get(call.name)
         if tool is None:
-            error = ToolNotFoundError(call.name, _not_found_message(call.name, self.registry))
+            error = ToolNotFoundError(call.name, self.registry.missing_tool_message(call.name))
             self._record(batch, index, "not_found", error=error)
             await self._report(batch, index)
             return None
@@ -665,19 +664,3 @@ def _error_type(status: str, error: BaseException | None) -> str | None:
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-
-
-def _not_found_message(name: str, registry: ToolRegistry) -> str:
-    available = registry.names()
-    by_lower = {n.lower(): n for n in available}
-    close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
-    if name.lower() in by_lower and by_lower[name.lower()] not in close:
-        close.insert(0, by_lower[name.lower()])
-    message = f"unknown tool {name!r}"
-    if close:
-        message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
-    if available:
-        message += " Available tools: " + ", ".join(available) + "."
-    else:
-        message += " (no tools are registered)."
-    return message

@@ -22,8 +22,9 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 def local_provider(server: LocalModelServer) -> OpenAIProvider:
     """An `OpenAIProvider` tuned for the offline server: `auto` tool calls (structured, with a
     text fallback), temperature 0 unless a request sets one, the one-sentence JSON-only tool
-    hint whenever tools are offered, and one retry without tools on the HTTP 500 the server
-    answers to an undeclared tool."""
+    hint whenever tools are offered, one retry without tools when the server fails on a tool
+    call, and no tools in the request that follows tool results (the small model then answers
+    from them instead of calling again)."""
     from llmrtc.llm.local import TOOL_HINT
 
     return OpenAIProvider(
@@ -34,6 +35,7 @@ def local_provider(server: LocalModelServer) -> OpenAIProvider:
         temperature=0.0,
         tool_hint=TOOL_HINT,
         retry_without_tools_on_server_error=True,
+        omit_tools_after_tool_results=True,
         max_retries=0,  # its failures are deterministic; a retry only adds latency
         provider_name="llmrtc.local",
     )

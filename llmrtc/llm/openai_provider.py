@@ -60,17 +60,13 @@ class TruncatedStreamError(Exception):
     """The stream ended before the model said it had finished (no `finish_reason`)."""
 
 
-def _retryable_errors() -> tuple[type[Exception], ...]:
-    """Errors worth a retry decision: HTTP statuses, and connection failures of the client's
-    transport (whichever httpx the installed openai uses)."""
+def _connection_errors() -> tuple[type[Exception], ...]:
+    """Failures to get an answer at all: the connection, the transport of whichever httpx the
+    installed openai uses, or a stream cut short."""
     import openai
 
-    errors: list[type[Exception]] = [
-        openai.APIStatusError,
-        openai.APIConnectionError,
-        TruncatedStreamError,
-    ]
-    for module in ("httpx2", "httpx"):  # whichever transport the installed openai uses
+    errors: list[type[Exception]] = [openai.APIConnectionError, TruncatedStreamError]
+    for module in ("httpx2", "httpx"):
         try:
             errors.append(__import__(module).TransportError)
         except (ImportError, AttributeError):
@@ -107,6 +103,7 @@ class OpenAIProvider:
         temperature: float | None = None,
         tool_hint: str | None = None,
         retry_without_tools_on_server_error: bool = False,
+        omit_tools_after_tool_results: bool = False,
         stream_usage: bool = True,
         provider_name: str = "openai",
     ) -> None:
@@ -125,8 +122,12 @@ class OpenAIProvider:
             temperature: Used when a request sets none (the local model uses 0).
             tool_hint: A sentence appended to the system prompt whenever tools are offered
                 (small models need to be told to answer with the JSON object only).
-            retry_without_tools_on_server_error: Retry an HTTP 500 once without tools (the
-                llama.cpp server answers a call to an undeclared tool with a 500).
+            retry_without_tools_on_server_error: Retry once without tools when the server fails
+                on a tool call (the llama.cpp server answers a call to an undeclared tool, or a
+                call it cannot parse, with an HTTP 500 or an error inside the stream).
+            omit_tools_after_tool_results: Send no tools with a request whose last message is
+                a tool result (small local models then answer from the result instead of
+                calling again; calls they still write as text are parsed).
             stream_usage: Ask for token usage in the stream (`stream_options.include_usage`).
             provider_name: `gen_ai.provider.name` reported to telemetry.
 
@@ -148,10 +149,11 @@ class OpenAIProvider:
         self.temperature = temperature
         self.tool_hint = tool_hint
         self.retry_without_tools_on_server_error = retry_without_tools_on_server_error
+        self.omit_tools_after_tool_results = omit_tools_after_tool_results
         self.stream_usage = stream_usage
-        if client is None:
-            import openai
+        import openai  # here, not at module import: `import llmrtc` stays light
 
+        if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             if key is None:
                 if base_url is None:
@@ -166,7 +168,9 @@ class OpenAIProvider:
                 api_key=key, base_url=base_url, max_retries=0, timeout=request_timeout
             )
         self.client = client
-        self._retry_errors = _retryable_errors()
+        self._connection_errors = _connection_errors()
+        # APIError: HTTP status errors, and error events inside a stream.
+        self._retry_errors = (openai.APIError, *self._connection_errors)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={str(self.client.base_url)!r})"
@@ -205,8 +209,11 @@ class OpenAIProvider:
                 status = getattr(exc, "status_code", None)
                 if streamed:
                     raise self._error(exc, status, retryable=False) from exc
+                # An error event inside the stream (no status, not a connection failure) is how
+                # llama.cpp reports a tool call it could not parse once streaming has begun.
+                in_stream_error = status is None and not isinstance(exc, self._connection_errors)
                 if (
-                    status == 500
+                    (status == 500 or in_stream_error)
                     and self.retry_without_tools_on_server_error
                     and "tools" in params
                     and not dropped_tools
@@ -215,7 +222,9 @@ class OpenAIProvider:
                     params = {k: v for k, v in params.items() if k not in ("tools", "tool_choice")}
                     dropped_tools = True
                     continue
-                retryable = status is None or status == 429 or status >= 500
+                retryable = (status is None and not in_stream_error) or (
+                    status is not None and (status == 429 or status >= 500)
+                )
                 if not retryable or attempt >= self.max_retries:
                     raise self._error(exc, status, retryable=retryable) from exc
                 delay = self._backoff(attempt, exc)
@@ -267,6 +276,9 @@ class OpenAIProvider:
             params["max_tokens"] = request.max_tokens
         if request.top_p is not None:
             params["top_p"] = request.top_p
+        after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
+        if self.omit_tools_after_tool_results and after_results:
+            return params  # answer from the results; a call written as text is still parsed
         if request.tools and not text_mode:
             params["tools"] = [tool.to_openai() for tool in request.tools]
             choice = request.tool_choice

@@ -1,7 +1,7 @@
 """Tool calls written as text, for models without native tool calling.
 
-Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, or inside
-`<tools>…</tools>`. `TextToolCallParser` finds them in streamed text: text around the calls still
+Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, inside
+`<tools>…</tools>`, or in a json code fence. `TextToolCallParser` finds them in streamed text: text around the calls still
 streams as text, text that may be the start of a call is held back until decided (a voice must
 never speak JSON), only declared tool names are accepted, and a call that names a declared tool
 but does not parse still becomes a `ToolCall` carrying the raw string, so the executor answers it
@@ -25,7 +25,15 @@ __all__ = ["TextToolCallParser", "render_tool_prompt", "render_text_call"]
 
 logger = logging.getLogger(__name__)
 
-_TAGS = {"<tool_call>": "</tool_call>", "<tools>": "</tools>"}
+# Opening, closing, and whether the wrapper is explicitly a call (its content is never spoken)
+# or only possibly one (a code fence: released as text when it holds no call).
+_WRAPPERS = (
+    ("<tool_call>", "</tool_call>", True),
+    ("<tools>", "</tools>", True),
+    ("```json", "```", False),
+    ("```", "```", False),
+)
+_TAGS = {opening: closing for opening, closing, _ in _WRAPPERS}
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
@@ -145,16 +153,19 @@ class TextToolCallParser:
 
     def _consume_candidate(self, events: list[ParsedEvent], *, final: bool) -> bool:
         buffer = self._buffer
-        for opening, closing in _TAGS.items():
+        for opening, closing, explicit in _WRAPPERS:
             if buffer.startswith(opening):
-                end = buffer.find(closing)
+                end = buffer.find(closing, len(opening))
                 if end < 0:
                     if not final:
                         return False
                     inner, rest = buffer[len(opening) :], ""  # unclosed at the end: still a call
+                    whole = buffer
                 else:
                     inner, rest = buffer[len(opening) : end], buffer[end + len(closing) :]
-                self._emit_calls(events, inner, explicit=True)
+                    whole = buffer[: end + len(closing)]
+                if not self._emit_calls(events, inner, explicit=explicit):
+                    self._emit_text(events, whole)  # a code block without a call: just text
                 self._buffer = rest
                 return True
         json_end = _json_end(buffer, 0)

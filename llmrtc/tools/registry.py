@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Iterator, Sequence
 
 from llmrtc.tools.definition import ToolDefinition
@@ -73,6 +74,21 @@ class ToolRegistry:
         if unknown:
             raise KeyError(f"unknown tools {unknown}; registered: {self.names()}")
         return [self._tools[n].definition for n in names]
+
+    def missing_tool_message(self, name: str) -> str:
+        """What a model is told when it calls `name`, which this registry does not have: the
+        closest names (`lookupWether` → "did you mean 'lookupWeather'?") and the ones it has."""
+        available = self.names()
+        by_lower = {n.lower(): n for n in available}
+        close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
+        if name.lower() in by_lower and by_lower[name.lower()] not in close:
+            close.insert(0, by_lower[name.lower()])
+        message = f"unknown tool {name!r}"
+        if close:
+            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        if available:
+            return message + " Available tools: " + ", ".join(available) + "."
+        return message + " (no tools are registered)."
 
     def __len__(self) -> int:
         return len(self._tools)
