@@ -104,6 +104,7 @@ class TurnRunner:
         temperature: float | None = None,
         max_tokens: int | None = None,
         top_p: float | None = None,
+        tool_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Create a runner.
 
@@ -123,6 +124,7 @@ class TurnRunner:
             temperature: Sampling temperature for every request (None: provider default).
             max_tokens: Output token limit per request.
             top_p: Nucleus sampling for every request.
+            tool_metadata: Read-only values every tool sees in `ctx.metadata`.
 
         Raises:
             ValueError: for unknown tool names, a tool_choice that names a tool not offered,
@@ -152,6 +154,9 @@ class TurnRunner:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.top_p = top_p
+        self.tool_metadata = tool_metadata
+        self.current_turn_id: str | None = None
+        """The id of the turn running now (None between turns)."""
         self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
         self._request(0)  # validates tool_choice against the offered tools now
 
@@ -214,6 +219,7 @@ class TurnRunner:
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
         turn = _Turn(f"turn_{uuid.uuid4().hex[:12]}")
+        self.current_turn_id = turn.id
         if user_text is not None:
             self.history.append(UserMessage(user_text))
         await emit(
@@ -279,6 +285,7 @@ class TurnRunner:
             raise
         finally:
             await self._settle(turn, controller, error)
+            self.current_turn_id = None
         yield TurnCompleted(
             text="".join(turn.texts),
             tool_results=tuple(turn.results),
@@ -383,6 +390,7 @@ class TurnRunner:
                 stage_id=self.stage_id,
                 abort_signal=signal,
                 hooks=hooks,
+                metadata=self.tool_metadata,
             )
         finally:
             current_turn_id.reset(token)

@@ -170,7 +170,10 @@ class OpenAIProvider:
         self.client = client
         self._connection_errors = _connection_errors()
         # APIError: HTTP status errors, and error events inside a stream.
-        self._retry_errors = (openai.APIError, *self._connection_errors)
+        self._retry_errors: tuple[type[Exception], ...] = (
+            openai.APIError,
+            *self._connection_errors,
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={str(self.client.base_url)!r})"

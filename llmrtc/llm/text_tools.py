@@ -1,11 +1,11 @@
 """Tool calls written as text, for models without native tool calling.
 
 Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, inside
-`<tools>…</tools>`, or in a json code fence. `TextToolCallParser` finds them in streamed text: text around the calls still
-streams as text, text that may be the start of a call is held back until decided (a voice must
-never speak JSON), only declared tool names are accepted, and a call that names a declared tool
-but does not parse still becomes a `ToolCall` carrying the raw string, so the executor answers it
-with `invalid_arguments` and the model can correct itself.
+`<tools>…</tools>`, or in a json code fence. `TextToolCallParser` finds them in streamed text:
+text around the calls still streams as text; text that may be the start of a call is held back
+until decided (a voice must never speak JSON); only declared tool names are accepted; and a call
+that names a declared tool but does not parse still becomes a `ToolCall` carrying the raw
+string, so the executor answers it with `invalid_arguments` and the model can correct itself.
 """
 
 from __future__ import annotations
