@@ -37,28 +37,72 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from llmrtc.playbook import (
+        Playbook,
+        PlaybookError,
+        load_playbook_tools,
+        to_mermaid,
+        validate_playbook,
+    )
+    from llmrtc.playbook.loading import load_playbook
+
+    try:
+        playbook: Playbook = load_playbook(args.playbook)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except PlaybookError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    registry = load_playbook_tools(playbook) if playbook.tools_file else None
+    findings = validate_playbook(playbook, registry)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    print(
+        f"{args.playbook}: {len(playbook.stages)} stages, {len(playbook.transitions)} "
+        f"transitions, {errors} errors, {warnings} warnings"
+    )
+    if args.graph:
+        print(to_mermaid(playbook))
+    return 1 if errors else 0
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     import anyio
 
-    if args.tools is not None:
-        try:
-            registry = load_tools_file(args.tools)
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-    else:
-        registry = None
+    from llmrtc.playbook import PlaybookError, load_playbook, load_playbook_tools
+
+    playbook = None
+    registry = None
     try:
-        anyio.run(_chat, args, registry)
+        if args.playbook is not None:
+            playbook = load_playbook(args.playbook)
+            if playbook.tools_file and args.tools is None:
+                registry = load_playbook_tools(playbook)
+        if args.tools is not None:
+            registry = load_tools_file(args.tools)
+    except (FileNotFoundError, ValueError) as exc:  # PlaybookError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        anyio.run(_chat, args, registry, playbook)
     except KeyboardInterrupt:
         print()
+    except PlaybookError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _chat(args: argparse.Namespace, registry: Any) -> None:
+async def _chat(args: argparse.Namespace, registry: Any, playbook: Any) -> None:
     import anyio
 
     from llmrtc import (
+        PlaybookOrchestrator,
+        StageChanged,
         TextDelta,
         ToolCallFinished,
         ToolCallStarted,
@@ -72,10 +116,15 @@ async def _chat(args: argparse.Namespace, registry: Any) -> None:
     interactive = sys.stdin.isatty()
     say = sys.stdout.write
     async with open_default_provider() as llm:
-        executor = ToolExecutor(registry if registry is not None else ToolRegistry())
-        runner = TurnRunner(llm, executor, system_prompt=args.system)
+        tools = registry if registry is not None else ToolRegistry()
+        runner: Any
+        if playbook is not None:
+            runner = PlaybookOrchestrator(playbook, llm, tools)
+            say(f"[playbook {playbook.id}: stage {runner.engine.current_stage.id}]\n")
+        else:
+            runner = TurnRunner(llm, ToolExecutor(tools), system_prompt=args.system)
         if interactive:
-            say(f"llmrtc chat with {llm.model} ({len(executor.registry)} tools). /quit ends.\n")
+            say(f"llmrtc chat with {llm.model} ({len(tools)} tools). /quit ends.\n")
         while True:
             if interactive:
                 say("you> ")
@@ -103,6 +152,11 @@ async def _chat(args: argparse.Namespace, registry: Any) -> None:
                         f"\n  <- {result.tool_name} {result.status} "
                         f"{result.duration_ms:.0f} ms: {outcome}\nbot> "
                     )
+                elif isinstance(event, StageChanged):
+                    say(
+                        f"\n  [stage {event.from_stage} -> {event.to_stage}"
+                        f" ({event.transition_id})]\nbot> "
+                    )
                 elif isinstance(event, TurnCompleted):
                     say("\n")
                 sys.stdout.flush()
@@ -121,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         "chat",
         help="chat in the terminal (OPENAI_API_KEY/OPENAI_BASE_URL, else the offline model)",
     )
+    chat.add_argument(
+        "playbook", nargs="?", help="a playbook (.yaml/.json) to run, e.g. playbooks/support.yaml"
+    )
     chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
     chat.add_argument(
         "--system",
@@ -128,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the system prompt",
     )
     chat.set_defaults(handler=_cmd_chat)
+    validate = commands.add_parser("validate", help="check a playbook and print its findings")
+    validate.add_argument("playbook", help="a playbook file (.yaml, .yml or .json)")
+    validate.add_argument("--graph", action="store_true", help="print a Mermaid state diagram")
+    validate.set_defaults(handler=_cmd_validate)
     return parser
 
 

@@ -407,3 +407,40 @@ async def test_barge_in_stops_generation_at_once(server: LocalModelServer) -> No
         LLMRequest([SystemMessage("Be brief."), UserMessage("Say OK")], max_tokens=2)
     )
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.anyio
+async def test_support_playbook_on_the_offline_model(server: LocalModelServer) -> None:
+    """One scripted caller through playbooks/support.yaml with the real 1.5B model."""
+    from pathlib import Path
+
+    from llmrtc import PlaybookOrchestrator, StageChanged, TextDelta, ToolCallStarted
+    from llmrtc.llm.default import local_provider
+    from llmrtc.playbook import load_playbook, load_playbook_tools
+
+    path = Path(__file__).resolve().parents[1] / "playbooks" / "support.yaml"
+    playbook = load_playbook(path)
+    orchestrator = PlaybookOrchestrator(
+        playbook, local_provider(server), load_playbook_tools(playbook)
+    )
+
+    async def turn(text: str) -> list[Any]:
+        return [event async for event in orchestrator.run_turn(text)]
+
+    greeting = await turn("Hi, I have a problem with my bill.")
+    assert [(e.from_stage, e.to_stage) for e in greeting if isinstance(e, StageChanged)] == [
+        ("greeting", "identify")
+    ]
+    identify = await turn("My account email is ada@example.com")
+    calls = [e.call for e in identify if isinstance(e, ToolCallStarted)]
+    assert calls and calls[0].name == "lookup_customer"
+    arguments = calls[0].arguments
+    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+    assert arguments["email"].lower() == "ada@example.com"
+    assert orchestrator.engine.current_stage.id == "billing"  # intent or the model's decision
+    assert orchestrator.engine.context.get("customer_id") == "C-1"
+    spoken = "".join(e.text for e in identify if isinstance(e, TextDelta))
+    assert spoken.strip() and "{" not in spoken
+    goodbye = await turn("That's all, goodbye!")
+    assert orchestrator.engine.current_stage.id == "wrap_up" and orchestrator.engine.completed
+    assert any(isinstance(e, StageChanged) and e.to_stage == "wrap_up" for e in goodbye)

@@ -356,3 +356,32 @@ async def test_warm_sends_the_prompt_and_tools_with_one_token() -> None:
     assert request.max_tokens == 1
     assert request.messages[0].content == "You are helpful."
     assert len(request.tools) == 4
+
+
+async def test_after_batch_and_after_answer_run_inside_the_turn() -> None:
+    from llmrtc.agent.runner import BatchDecision
+
+    seen: list[str] = []
+
+    class Record(Hooks):
+        def on_turn_end(self, event: TurnEndEvent) -> None:
+            seen.append("turn end")
+
+    async def after_batch(calls: list[ToolCall], results: list[Any]) -> BatchDecision:
+        seen.append(f"batch {[r.status for r in results]}")
+        return BatchDecision(events=("marker",), final=True)
+
+    async def after_answer(text: str) -> list[Any]:
+        seen.append(f"answer {text!r}")
+        return ["after"]
+
+    runner, llm = runner_for([[call("c1", "lookupWeather", city="Oslo")], "Done."], hooks=Record())
+    events = [
+        e async for e in runner.run_turn("x", after_batch=after_batch, after_answer=after_answer)
+    ]
+    assert seen == ["batch ['ok']", "answer 'Done.'", "turn end"]
+    assert events.index("marker") > max(
+        i for i, e in enumerate(events) if isinstance(e, ToolCallFinished)
+    )
+    assert events[-2] == "after" and isinstance(events[-1], TurnCompleted)
+    assert llm.requests[1].tool_choice == "none"  # final=True: the next request answers

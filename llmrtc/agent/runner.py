@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +46,7 @@ from llmrtc.telemetry.hooks import (
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
 
-__all__ = ["AfterBatch", "BatchDecision", "TurnRunner"]
+__all__ = ["AfterAnswer", "AfterBatch", "BatchDecision", "TurnRunner"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,10 @@ class BatchDecision:
 
 AfterBatch = Callable[[list[ToolCall], list[ToolCallResult]], Awaitable[BatchDecision]]
 """`after_batch(calls, results)`, awaited after each tool batch of a turn."""
+
+AfterAnswer = Callable[[str], Awaitable[Sequence[Any]]]
+"""`after_answer(turn_text)`, awaited when a turn was answered (not aborted), still inside the
+turn (before `on_turn_end`); returns events to yield just before `TurnCompleted`."""
 
 
 class _FinishOrder(Hooks):
@@ -200,7 +204,8 @@ class TurnRunner:
         *,
         abort_signal: AbortSignal | None = None,
         after_batch: AfterBatch | None = None,
-    ) -> AsyncIterator[Any]:
+        after_answer: AfterAnswer | None = None,
+    ) -> AsyncGenerator[Any, None]:
         """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
 
         Args:
@@ -212,6 +217,9 @@ class TurnRunner:
                 `async for` early aborts the turn the same way.
             after_batch: Called after each tool batch (the playbook orchestrator applies
                 transitions here); its `BatchDecision` may add events and end tool use.
+            after_answer: Called once the turn is answered, inside the turn (its events come
+                just before `TurnCompleted`); the orchestrator checks after-answer
+                transitions here.
 
         Raises:
             LLMError: when the provider fails for good (the history stays valid).
@@ -245,7 +253,7 @@ class TurnRunner:
                 request = self._request(round_index, final=final)
                 # aclosing: if the consumer leaves mid-response, the model stream is closed now,
                 # in this task, not later by the garbage collector in another one.
-                async with aclosing(self._model_round(turn, request, signal)) as events:  # type: ignore[type-var]
+                async with aclosing(self._model_round(turn, request, signal)) as events:
                     async for event in events:
                         yield event
                 if turn.response is None:  # aborted mid-response: its text is already stored
@@ -276,6 +284,9 @@ class TurnRunner:
                         yield extra
                     forced_final = forced_final or decision.final
                 round_index += 1
+            if after_answer is not None and turn.stop_reason != "aborted":
+                for extra in await after_answer("".join(turn.texts)):
+                    yield extra
         except GeneratorExit:
             controller.abort("the consumer left the turn")
             turn.stop_reason = "aborted"
@@ -295,7 +306,7 @@ class TurnRunner:
 
     async def _model_round(
         self, turn: _Turn, request: LLMRequest, signal: AbortSignal
-    ) -> AsyncIterator[TurnEvent]:
+    ) -> AsyncGenerator[TurnEvent, None]:
         """Stream one model response; leaves `(done, calls)` in `turn.response`, or None when
         it was aborted (its partial text is then stored, marked interrupted)."""
         request_id = f"req_{uuid.uuid4().hex[:12]}"
@@ -324,7 +335,8 @@ class TurnRunner:
         turn.response = None
         error_type: str | None = None
         try:
-            async with aclosing(self.llm.stream(request, abort_signal=signal)) as stream:  # type: ignore[type-var]
+            events = self.llm.stream(request, abort_signal=signal)
+            async with aclosing(events) as stream:  # type: ignore[type-var]  # providers return generators
                 async for event in stream:
                     if first and not isinstance(event, LLMDone):
                         first = False
