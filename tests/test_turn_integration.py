@@ -110,3 +110,21 @@ async def test_chat_cli_shows_tool_calls_live() -> None:
     assert "<- lookupWeather ok" in out and '"temperature":21.0' in out
     assert "It is 21 degrees in Tokyo." in out
     assert len(server.requests) == 2
+
+
+async def test_text_agent_demo_runs_a_full_turn() -> None:
+    replies = [
+        tool_call_reply([("c1", "lookupWeather", '{"city": "Oslo"}')]),
+        text_reply("It is 4 degrees and rainy in Oslo."),
+    ]
+    async with ScriptedOpenAIServer(replies) as server:
+        env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "k"}
+        result = await anyio.run_process(
+            [sys.executable, str(ROOT / "demos" / "text_agent.py"), "Weather in Oslo?"],
+            env=env,
+            check=False,
+        )
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert '[calling lookupWeather {"city": "Oslo"}]' in out
+    assert '"temperature":4' in out and "rainy in Oslo" in out
