@@ -364,3 +364,14 @@ async def test_tools_can_be_left_out_after_tool_results() -> None:
         body = server.requests[0].body
     assert "tools" not in body and "tool_choice" not in body
     assert [e.call.name for e in repeated if isinstance(e, LLMToolCall)] == ["lookupWeather"]
+
+
+async def test_server_errors_can_be_left_unretried_while_connections_are_retried() -> None:
+    async with ScriptedOpenAIServer([DisconnectReply(), text_reply("second try")]) as server:
+        llm = provider(server, retry_server_errors=False, max_retries=1)
+        events = await events_of(llm)
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "second try"
+    async with ScriptedOpenAIServer([ErrorReply(503)]) as server:
+        with pytest.raises(LLMError, match="HTTP 503"):
+            await events_of(provider(server, retry_server_errors=False, max_retries=1))
+        assert len(server.requests) == 1

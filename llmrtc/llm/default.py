@@ -36,7 +36,11 @@ def local_provider(server: LocalModelServer) -> OpenAIProvider:
         tool_hint=TOOL_HINT,
         retry_without_tools_on_server_error=True,
         omit_tools_after_tool_results=True,
-        max_retries=0,  # its failures are deterministic; a retry only adds latency
+        # Its HTTP errors are deterministic (a retry only adds latency), but a reused keep-alive
+        # connection the server just closed is worth one quick retry.
+        retry_server_errors=False,
+        max_retries=1,
+        retry_base_delay=0.05,
         provider_name="llmrtc.local",
     )
 

@@ -104,6 +104,7 @@ class OpenAIProvider:
         tool_hint: str | None = None,
         retry_without_tools_on_server_error: bool = False,
         omit_tools_after_tool_results: bool = False,
+        retry_server_errors: bool = True,
         stream_usage: bool = True,
         provider_name: str = "openai",
     ) -> None:
@@ -128,6 +129,8 @@ class OpenAIProvider:
             omit_tools_after_tool_results: Send no tools with a request whose last message is
                 a tool result (small local models then answer from the result instead of
                 calling again; calls they still write as text are parsed).
+            retry_server_errors: Retry HTTP 429/5xx (False for a local server, whose errors
+                are deterministic); connection failures are retried either way.
             stream_usage: Ask for token usage in the stream (`stream_options.include_usage`).
             provider_name: `gen_ai.provider.name` reported to telemetry.
 
@@ -150,6 +153,7 @@ class OpenAIProvider:
         self.tool_hint = tool_hint
         self.retry_without_tools_on_server_error = retry_without_tools_on_server_error
         self.omit_tools_after_tool_results = omit_tools_after_tool_results
+        self.retry_server_errors = retry_server_errors
         self.stream_usage = stream_usage
         import openai  # here, not at module import: `import llmrtc` stays light
 
@@ -226,7 +230,9 @@ class OpenAIProvider:
                     dropped_tools = True
                     continue
                 retryable = (status is None and not in_stream_error) or (
-                    status is not None and (status == 429 or status >= 500)
+                    status is not None
+                    and (status == 429 or status >= 500)
+                    and self.retry_server_errors
                 )
                 if not retryable or attempt >= self.max_retries:
                     raise self._error(exc, status, retryable=retryable) from exc
