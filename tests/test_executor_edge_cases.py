@@ -365,3 +365,50 @@ async def test_a_handler_that_returns_because_its_signal_was_set_is_not_ok() -> 
     threading.Timer(0.05, controller.abort, args=("barge-in",)).start()
     result = await patient.execute_single(ToolCall("2", "coop"), abort_signal=controller.signal)
     assert result.status == "aborted" and result.result is None
+
+
+async def test_sync_handlers_never_borrow_from_anyios_shared_thread_pool() -> None:
+    borrowed: list[float] = []
+
+    def blocking(args: dict[str, Any], ctx: ToolContext) -> str:
+        time.sleep(0.05)
+        return "done"
+
+    shared = anyio.to_thread.current_default_thread_limiter()
+    executor = ToolExecutor(ToolRegistry([define_tool(ToolDefinition("b"), blocking)]))
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            for _ in range(5):
+                borrowed.append(shared.borrowed_tokens)
+                await anyio.sleep(0.01)
+
+        group.start_soon(watch)
+        results = await executor.execute([ToolCall(str(i), "b") for i in range(3)])
+    assert [r.status for r in results] == ["ok"] * 3
+    assert set(borrowed) == {0}
+
+
+async def test_validators_are_compiled_once_per_tool(monkeypatch: Any) -> None:
+    import jsonschema
+
+    from llmrtc.tools import validation
+
+    definition = ToolDefinition(
+        "v", parameters={"type": "object", "properties": {"n": {"type": "integer"}}}
+    )
+    validator = definition._validator  # type: ignore[attr-defined]
+    executor = ToolExecutor(ToolRegistry([define_tool(definition, lambda a, c: a["n"])]))
+    compiled: list[str] = []
+    monkeypatch.setattr(
+        jsonschema.Draft202012Validator,
+        "check_schema",
+        classmethod(lambda cls, schema, **kw: compiled.append("meta-check")),
+    )
+    monkeypatch.setattr(validation, "compile_validator", lambda schema: compiled.append("compile"))
+    for n in range(5):
+        assert (await executor.execute_single(ToolCall(str(n), "v", {"n": n}))).result == n
+    bad = await executor.execute_single(ToolCall("x", "v", {"n": "nope"}))
+    assert bad.status == "invalid_arguments"  # still validated, with the same validator
+    assert compiled == []
+    assert definition._validator is validator  # type: ignore[attr-defined]

@@ -342,3 +342,27 @@ async def test_sensitive_fields_reach_the_events() -> None:
     await ToolExecutor(registry, hooks=recorder).execute([ToolCall("p", "pay")])
     assert recorder.of("start")[0].sensitive_fields == ("card",)
     assert recorder.of("end")[0].sensitive_fields == ("card",)
+
+
+async def test_each_combined_hook_keeps_its_own_time_limit(caplog: Any) -> None:
+    finished: list[str] = []
+
+    class Patient(Hooks):
+        hook_timeout = 2.0
+
+        async def on_tool_end(self, event: ToolEndEvent) -> None:
+            await anyio.sleep(0.2)
+            finished.append("patient")
+
+    class Hasty(Hooks):
+        hook_timeout = 0.05
+
+        async def on_tool_end(self, event: ToolEndEvent) -> None:
+            await anyio.sleep(0.2)
+            finished.append("hasty")
+
+    executor = ToolExecutor(REGISTRY, hooks=CompositeHooks([Hasty(), Patient()]))
+    with caplog.at_level(logging.WARNING, logger="llmrtc"):
+        await executor.execute_single(ToolCall("c", "sleepy", {"seconds": 0}))
+    assert finished == ["patient"]  # the hasty one was cut at 0.05 s, the patient one was not
+    assert "Hasty.on_tool_end took longer than 0.05 s" in caplog.text
