@@ -24,6 +24,16 @@ from llmrtc.execution import (
 )
 from llmrtc.llm import LLMError, OpenAIProvider
 from llmrtc.llm.default import open_default_provider
+from llmrtc.playbook import (
+    Playbook,
+    PlaybookEngine,
+    PlaybookOrchestrator,
+    Stage,
+    StageChanged,
+    Transition,
+    load_playbook,
+    validate_playbook,
+)
 from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
 from llmrtc.telemetry.hooks import (
     CompositeHooks,
@@ -80,6 +90,11 @@ __all__ = [
     "LLMError",
     "OpenAIProvider",
     "OpenTelemetryHooks",
+    "Playbook",
+    "PlaybookEngine",
+    "PlaybookOrchestrator",
+    "Stage",
+    "StageChanged",
     "TextDelta",
     "Tool",
     "ToolAbortedError",
@@ -98,12 +113,15 @@ __all__ = [
     "ToolRegistry",
     "ToolStartEvent",
     "ToolTimeoutError",
+    "Transition",
     "TurnCompleted",
     "TurnRunner",
     "ValidationResult",
     "__version__",
     "define_tool",
+    "load_playbook",
     "open_default_provider",
     "tool",
+    "validate_playbook",
     "validate_tool_arguments",
 ]

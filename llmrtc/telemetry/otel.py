@@ -210,8 +210,7 @@ class OpenTelemetryHooks(Hooks):
                     "gen_ai.usage.output_tokens": event.output_tokens,
                 }
             )
-            if event.stage_id is not None:
-                span.set_attribute("llmrtc.stage.id", event.stage_id)
+            # llmrtc.stage.id stays the stage the turn started in; a change is its event.
             if self.capture_content and event.text:
                 span.set_attribute("llmrtc.turn.text", event.text)
             if event.error_type is not None:

@@ -1,0 +1,139 @@
+"""Loading playbooks from YAML or JSON files, with errors that say the file, key path and line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmrtc.playbook.models import Playbook
+from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
+from llmrtc.tools.loader import load_tools_file
+from llmrtc.tools.registry import ToolRegistry
+from llmrtc.tools.validation import format_path
+
+__all__ = ["load_playbook", "load_playbook_tools"]
+
+
+def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at `path` (or of its deepest existing parent)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in path:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    child = value
+                    break
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and isinstance(part, int)
+            and 0 <= part < len(node.value)
+        ):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+def _parse_path(path: str) -> tuple[Any, ...]:
+    parts: list[Any] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` without the tags pydantic adds for discriminated unions (`condition.keyword.x` is
+    `condition.x` in the file)."""
+    parts: list[Any] = []
+    for part in loc:
+        if isinstance(data, dict) and part not in data and data.get("type") == part:
+            continue  # the union's tag, not a key of the file
+        parts.append(part)
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            data = None
+    return tuple(parts)
+
+
+def load_playbook(path: str | Path, *, registry: ToolRegistry | None = None) -> Playbook:
+    """Read a playbook from a `.yaml`/`.yml` or `.json` file and check it.
+
+    Args:
+        path: The file.
+        registry: Tools to check references against; by default the playbook's own
+            `tools_file` (if it names one) is loaded for that.
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        PlaybookError: for shape errors and error findings, each with the file, the key path
+            (`stages[2].tools[0]`) and, for YAML, the line.
+    """
+    file = Path(path)
+    text = file.read_text(encoding="utf-8")
+    node = None
+    try:
+        if file.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            node = yaml.compose(text)
+            data = yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise PlaybookError(
+            [Finding("error", f"cannot parse: {exc}", "(file)")], str(file)
+        ) from None
+    if not isinstance(data, dict):
+        raise PlaybookError(
+            [
+                Finding(
+                    "error", f"expected a mapping at the top, got {type(data).__name__}", "(root)"
+                )
+            ],
+            str(file),
+        )
+
+    def at(path: str) -> str:
+        line = _line_of(node, _parse_path(path)) if node is not None else None
+        return f"{path} (line {line})" if line is not None else path
+
+    try:
+        playbook = Playbook.model_validate({**data, "source_path": str(file)})
+    except ValidationError as exc:
+        findings = [
+            Finding("error", err["msg"], at(format_path(_data_loc(data, err["loc"])) or "(root)"))
+            for err in exc.errors(include_url=False)
+        ]
+        raise PlaybookError(findings, str(file)) from None
+    if registry is None and playbook.tools_file is not None:
+        try:
+            registry = load_playbook_tools(playbook)
+        except (FileNotFoundError, ValueError, ImportError) as exc:
+            raise PlaybookError([Finding("error", str(exc), at("tools_file"))], str(file)) from None
+    findings = validate_playbook(playbook, registry)
+    errors = [Finding(f.severity, f.message, at(f.path)) for f in findings if f.severity == "error"]
+    if errors:
+        raise PlaybookError(errors, str(file))
+    return playbook
+
+
+def load_playbook_tools(playbook: Playbook) -> ToolRegistry:
+    """The tools of the playbook's `tools_file` (relative to the playbook file).
+
+    Raises:
+        ValueError: if the playbook names no tools file.
+        FileNotFoundError: if the file is missing.
+    """
+    if playbook.tools_file is None:
+        raise ValueError(f"playbook {playbook.id!r} names no tools_file")
+    base = Path(playbook.source_path).parent if playbook.source_path else Path.cwd()
+    return load_tools_file(base / playbook.tools_file)

@@ -1,0 +1,198 @@
+"""Playbook models: stages, transitions, conditions. Shapes and types only; references between
+them (stage and tool names) are checked by `validate_playbook`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "Condition",
+    "CustomCondition",
+    "IntentCondition",
+    "KeywordCondition",
+    "LLMConfig",
+    "LLMDecisionCondition",
+    "MaxTurnsCondition",
+    "Playbook",
+    "Stage",
+    "TimeoutCondition",
+    "ToolCallCondition",
+    "Transition",
+    "TransitionAction",
+]
+
+
+class _Model(BaseModel):
+    # Unknown keys are mistakes in a hand-written file: say so instead of ignoring them.
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class LLMConfig(_Model):
+    """Model settings for a stage (or the playbook default); None keeps the provider's."""
+
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+
+class ToolCallCondition(_Model):
+    """Fires after a tool batch in which `tool_name` was called with status `ok` (and, when
+    given, with these argument values)."""
+
+    type: Literal["tool_call"] = "tool_call"
+    tool_name: str
+    arguments: dict[str, Any] | None = None
+
+
+class KeywordCondition(_Model):
+    """Fires after the turn's answer when any keyword appears as a whole word (any case)."""
+
+    type: Literal["keyword"] = "keyword"
+    keywords: list[str] = Field(min_length=1)
+    source: Literal["user", "assistant", "any"] = "user"
+
+
+class IntentCondition(_Model):
+    """Fires after the turn's answer when the intent set by `engine.set_intent(...)` (or a tool
+    through `ctx.metadata["playbook"]`) matches with enough confidence."""
+
+    type: Literal["intent"] = "intent"
+    intent: str
+    min_confidence: float = Field(default=0.5, ge=0, le=1)
+
+
+class LLMDecisionCondition(_Model):
+    """Fires when the model calls `playbook_transition` with this transition's target."""
+
+    type: Literal["llm_decision"] = "llm_decision"
+    description: str | None = None
+    """Shown to the model in the tool description: when this move is right."""
+
+
+class MaxTurnsCondition(_Model):
+    """Fires when the turns in the stage reach `count` (after the turn's answer)."""
+
+    type: Literal["max_turns"] = "max_turns"
+    count: int = Field(ge=1)
+
+
+class TimeoutCondition(_Model):
+    """Timer-driven: fires after `seconds` in the stage without a user turn, and starts a turn in
+    the new stage (the voice layer speaks it)."""
+
+    type: Literal["timeout"] = "timeout"
+    seconds: float = Field(gt=0)
+
+
+class CustomCondition(_Model):
+    """Fires when `evaluate(engine_view)` returns true (after the turn's answer). In files,
+    `evaluate` is `"module:function"`."""
+
+    type: Literal["custom"] = "custom"
+    evaluate: str | Callable[..., bool]
+
+    @field_validator("evaluate")
+    @classmethod
+    def _reference_shape(cls, value: Any) -> Any:
+        if isinstance(value, str) and (value.count(":") != 1 or not all(value.split(":"))):
+            raise ValueError(f"must be 'module:function', got {value!r}")
+        return value
+
+
+Condition = Annotated[
+    ToolCallCondition
+    | KeywordCondition
+    | IntentCondition
+    | LLMDecisionCondition
+    | MaxTurnsCondition
+    | TimeoutCondition
+    | CustomCondition,
+    Field(discriminator="type"),
+]
+"""A transition's condition: a mapping with a `type` key validates into the right class."""
+
+
+class TransitionAction(_Model):
+    """What happens when a transition fires."""
+
+    target_stage: str
+    transition_message: str | None = None
+    """Added to the history as a system message (never spoken), kept until a clear_history."""
+    clear_history: bool = False
+    """Forget the chat so far (the current user message and the transition message stay)."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Merged into the playbook context."""
+
+
+class Transition(_Model):
+    """A move from one stage (or any, `"*"`) to another when its condition holds."""
+
+    id: str
+    from_stage: str
+    """A stage id, or `"*"` for any stage."""
+    condition: Condition
+    action: TransitionAction
+    priority: int = 0
+    """Higher is checked first; ties keep file order."""
+
+
+class Stage(_Model):
+    """One stage of the conversation."""
+
+    id: str
+    name: str | None = None
+    description: str = ""
+    """What the stage is for; shown to the model as a `playbook_transition` target."""
+    system_prompt: str = ""
+    """Appended to the playbook's global prompt while in this stage."""
+    tools: list[str] = Field(default_factory=list)
+    """Tools offered (and executable) in this stage, besides the global ones."""
+    tool_choice: Literal["auto", "required", "none"] | dict[str, str] = "auto"
+    llm_config: LLMConfig | None = None
+    """Overrides the playbook's default model settings in this stage."""
+    two_phase: bool = True
+    """After a transition fired by a tool batch, answer once more, without tools, in the new
+    stage (False: keep looping with the new stage's prompt and tools)."""
+    on_enter: str | Callable[..., Any] | None = None
+    """Called with a `StageHookEvent` when the stage is entered (`"module:function"` in files)."""
+    on_exit: str | Callable[..., Any] | None = None
+    """Called with a `StageHookEvent` when the stage is left."""
+    terminal: bool = False
+    """Completes the playbook: no transition fires from it; turns still answer in it."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Playbook(_Model):
+    """A declarative stage machine for a conversation."""
+
+    id: str
+    name: str | None = None
+    description: str = ""
+    version: str = "1"
+    stages: list[Stage] = Field(min_length=1)
+    transitions: list[Transition] = Field(default_factory=list)
+    initial_stage: str
+    global_tools: list[str] = Field(default_factory=list)
+    """Tools offered in every stage."""
+    global_system_prompt: str = ""
+    default_llm_config: LLMConfig | None = None
+    tools_file: str | None = None
+    """A Python file with the playbook's tools, relative to the playbook file."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    source_path: str | None = Field(default=None, exclude=True)
+    """Where the playbook was loaded from (set by `load_playbook`)."""
+
+    def stage(self, stage_id: str) -> Stage:
+        """The stage with that id.
+
+        Raises:
+            KeyError: naming the known stage ids.
+        """
+        for stage in self.stages:
+            if stage.id == stage_id:
+                return stage
+        raise KeyError(f"no stage {stage_id!r}; stages: {[s.id for s in self.stages]}")

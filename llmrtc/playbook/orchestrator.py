@@ -1,0 +1,452 @@
+"""`PlaybookOrchestrator`: where the playbook engine meets the turn loop.
+
+It gives each stage its prompt, tools, tool choice and model settings, offers the built-in
+`playbook_transition` tool where the model may choose the next stage, checks transitions after
+tool batches and after answers (at most one per turn), applies their history effects, reports
+them to the hooks, and owns the stage timer the engine deliberately does not have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from llmrtc.abort import AbortSignal
+from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.runner import BatchDecision, TurnRunner
+from llmrtc.execution.executor import ToolExecutor
+from llmrtc.llm.messages import SystemMessage, UserMessage
+from llmrtc.llm.provider import LLMProvider
+from llmrtc.playbook.engine import PlaybookEngine, StageChange
+from llmrtc.playbook.models import LLMConfig, LLMDecisionCondition, Playbook, Transition
+from llmrtc.playbook.validation import (
+    TRANSITION_TOOL,
+    PlaybookError,
+    llm_decision_targets,
+    timeout_transition,
+    validate_playbook,
+)
+from llmrtc.telemetry.hooks import (
+    ErrorEvent,
+    Hooks,
+    StageEnterEvent,
+    StageExitEvent,
+    TransitionEvent,
+    emit,
+    hooks_for,
+)
+from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.tools.context import ToolContext
+from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.registry import ToolRegistry
+from llmrtc.tools.tool import Tool, define_tool
+
+__all__ = ["PlaybookOrchestrator", "StageChanged"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageChanged:
+    """The conversation moved to another stage (yielded in the turn's event stream)."""
+
+    from_stage: str
+    to_stage: str
+    transition_id: str
+    reason: str | None = None
+    """The model's reason (from `playbook_transition`), or `"timeout"` for a stage timer."""
+
+
+class _StageTools(ToolRegistry):
+    """The tools of one stage: what is offered is exactly what may run. A registered tool the
+    stage does not offer is refused with a message that says so."""
+
+    def __init__(self, tools: Sequence[Tool], *, stage_id: str, everything: ToolRegistry) -> None:
+        super().__init__(tools)
+        self.stage_id = stage_id
+        self._everything = everything
+
+    def missing_tool_message(self, name: str) -> str:
+        if self._everything.has(name):
+            available = ", ".join(self.names()) or "none"
+            return (
+                f"tool {name!r} is not available in stage {self.stage_id!r}; "
+                f"tools available here: {available}."
+            )
+        return super().missing_tool_message(name)
+
+
+class _TurnState:
+    """What the orchestrator tracks during one turn."""
+
+    def __init__(self) -> None:
+        self.turn_id: str | None = None  # the runner's, kept for hooks after the turn ended
+        self.requested: tuple[str, str | None] | None = None  # from playbook_transition
+        self.transitioned = False
+
+
+class PlaybookOrchestrator:
+    """Runs a playbook's turns.
+
+    Example:
+        playbook = load_playbook("playbooks/support.yaml")
+        orchestrator = PlaybookOrchestrator(playbook, llm, load_playbook_tools(playbook))
+        async for event in orchestrator.run_turn("Hi, I was charged twice"):
+            ...  # everything TurnRunner yields, plus StageChanged
+
+    The registry given is never modified (one registry may serve every session): each stage
+    gets a view of it, plus this orchestrator's own `playbook_transition` tool.
+    """
+
+    def __init__(
+        self,
+        playbook: Playbook,
+        llm: LLMProvider,
+        registry: ToolRegistry,
+        *,
+        engine: PlaybookEngine | None = None,
+        history: ConversationHistory | None = None,
+        hooks: Hooks | None = None,
+        max_tool_rounds: int = 5,
+        session_id: str | None = None,
+        **executor_options: Any,
+    ) -> None:
+        """Create an orchestrator; pass a restored `engine` and `history` to resume a session.
+
+        Args:
+            playbook: The stage machine.
+            llm: The model provider.
+            registry: Where the playbook's tools are found (never modified).
+            engine: A restored engine (`PlaybookEngine.restore`); a new one by default.
+            history: A restored history (`ConversationHistory.from_dict`).
+            hooks: Observers of stages, transitions, turns, model requests and tools.
+            max_tool_rounds: Tool batches per turn (see `TurnRunner`).
+            session_id: Passed to tools and hooks.
+            **executor_options: `default_policy`, `max_concurrency`, `timeout`,
+                `validate_arguments` for this orchestrator's `ToolExecutor`.
+
+        Raises:
+            PlaybookError: for error findings of `validate_playbook` against `registry`.
+            ValueError: if `registry` has a tool named `playbook_transition`, or the engine
+                runs another playbook.
+        """
+        findings = [f for f in validate_playbook(playbook, registry) if f.severity == "error"]
+        if findings:
+            raise PlaybookError(findings, playbook.source_path)
+        if registry.has(TRANSITION_TOOL):
+            raise ValueError(f"{TRANSITION_TOOL!r} is built in; the registry must not define it")
+        if engine is not None and engine.playbook.id != playbook.id:
+            raise ValueError(f"engine runs playbook {engine.playbook.id!r}, not {playbook.id!r}")
+        self.playbook = playbook
+        self.registry = registry
+        self.hooks = hooks
+        self.session_id = session_id
+        self._announce_initial = engine is None  # a restored engine entered its stage long ago
+        self.engine = engine if engine is not None else PlaybookEngine(playbook)
+        self.executor = ToolExecutor(ToolRegistry(), hooks=hooks, **executor_options)
+        self.runner = TurnRunner(
+            llm,
+            self.executor,
+            system_prompt="",
+            history=history,
+            hooks=hooks,
+            max_tool_rounds=max_tool_rounds,
+            session_id=session_id,
+            tool_metadata={"playbook": self.engine.control},
+        )
+        self._turn = _TurnState()
+        self._last_activity = time.monotonic()
+        self._configure_stage()
+
+    @property
+    def history(self) -> ConversationHistory:
+        """The conversation history (shared with the turn runner)."""
+        return self.runner.history
+
+    # Stage configuration -----------------------------------------------------------------
+
+    def _configure_stage(self) -> None:
+        stage = self.engine.current_stage
+        names = list(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
+        tools: list[Tool] = [self.registry.get(name) for name in names]  # type: ignore[misc]
+        targets = [] if self.engine.completed else llm_decision_targets(self.playbook, stage.id)
+        if targets:
+            tools.append(self._transition_tool(targets))
+        self.executor.registry = _StageTools(tools, stage_id=stage.id, everything=self.registry)
+        prompts = [self.playbook.global_system_prompt, stage.system_prompt]
+        runner = self.runner
+        runner.system_prompt = "\n\n".join(p.strip() for p in prompts if p.strip())
+        runner.tools = None  # every tool of the stage view
+        runner.tool_choice = stage.tool_choice
+        config = _merged(self.playbook.default_llm_config, stage.llm_config)
+        runner.model = config.model
+        runner.temperature = config.temperature
+        runner.max_tokens = config.max_tokens
+        runner.top_p = config.top_p
+        runner.stage_id = stage.id
+
+    def _transition_tool(self, targets: list[Transition]) -> Tool:
+        """`playbook_transition`, offering exactly the legal targets of this stage (an inline
+        enum, no `$ref`, so small models see them), each with its description."""
+        lines = ["Move the conversation to another stage when the user's need calls for it."]
+        for transition in targets:
+            stage = self.playbook.stage(transition.action.target_stage)
+            what = stage.description or stage.name or stage.id
+            condition = transition.condition
+            when = (
+                f" Use when: {condition.description}"
+                if isinstance(condition, LLMDecisionCondition) and condition.description
+                else ""
+            )
+            lines.append(f"- {stage.id}: {what}.{when}")
+        definition = ToolDefinition(
+            TRANSITION_TOOL,
+            "\n".join(lines),
+            {
+                "type": "object",
+                "properties": {
+                    "target_stage": {
+                        "type": "string",
+                        "enum": [t.action.target_stage for t in targets],
+                        "description": "The stage to move to.",
+                    },
+                    "reason": {"type": "string", "description": "Why, in a few words."},
+                },
+                "required": ["target_stage"],
+                "additionalProperties": False,
+            },
+            # A barrier in request order: the model's other calls of the response run first,
+            # and two transition calls in one response are decided in order.
+            execution_policy="sequential",
+        )
+        return define_tool(definition, self._request_transition)
+
+    async def _request_transition(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, str]:
+        state = self._turn
+        if state.transitioned or state.requested is not None:
+            already = state.requested[0] if state.requested else self.engine.current_stage.id
+            raise RuntimeError(
+                f"a stage transition was already made in this turn (to {already!r}); only one "
+                "transition per turn"
+            )
+        target = args["target_stage"]
+        if self.engine.llm_decision_transition(target) is None:
+            # Only reachable with validate_arguments=False (the schema's enum says the same).
+            legal = [
+                t.action.target_stage
+                for t in llm_decision_targets(self.playbook, self.engine.current_stage.id)
+            ]
+            raise ValueError(f"target_stage {target!r} is not one of {legal}")
+        state.requested = (target, args.get("reason"))
+        return {"status": "transition scheduled", "target_stage": args["target_stage"]}
+
+    # Turns ---------------------------------------------------------------------------------
+
+    async def run_turn(
+        self, user_text: str, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncGenerator[Any, None]:
+        """Run one turn in the current stage; yields `TurnRunner`'s events plus `StageChanged`.
+
+        `TurnCompleted` comes last, with the text of both phases; a `StageChanged` decided after
+        the answer comes just before it.
+        """
+        async with aclosing(self._run(user_text, abort_signal)) as events:
+            async for event in events:
+                yield event
+
+    def next_deadline(self) -> float | None:
+        """When the current stage's `timeout` transition is due (a `time.monotonic()` value),
+        or None. The timer restarts with every turn: it measures the user's silence."""
+        if self.engine.completed:
+            return None
+        transition = timeout_transition(self.playbook, self.engine.current_stage.id)
+        if transition is None:
+            return None
+        return self._last_activity + transition.condition.seconds  # type: ignore[union-attr]
+
+    async def run_timeout_turn(
+        self, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncGenerator[Any, None]:
+        """Apply the stage's `timeout` transition and run a turn without a user message in the
+        new stage (the agent speaks up). Yields `StageChanged`, then the turn's events.
+
+        Raises:
+            RuntimeError: if the current stage has no timeout transition (or is terminal).
+        """
+        stage_id = self.engine.current_stage.id
+        transition = None if self.engine.completed else timeout_transition(self.playbook, stage_id)
+        if transition is None:
+            raise RuntimeError(f"stage {stage_id!r} has no timeout transition")
+        await self._announce()
+        self._turn = _TurnState()
+        yield await self._apply(transition, reason="timeout", user_text=None)
+        self._turn.transitioned = True
+        async with aclosing(self._run(None, abort_signal, fresh=False)) as events:
+            async for event in events:
+                yield event
+
+    async def _run(
+        self, user_text: str | None, abort_signal: AbortSignal | None, *, fresh: bool = True
+    ) -> AsyncGenerator[Any, None]:
+        await self._announce()
+        if fresh:
+            self._turn = _TurnState()
+        state = self._turn
+
+        async def after_answer(text: str) -> list[StageChanged]:
+            # Inside the turn (before its end is reported), so the stage change belongs to it.
+            # An interrupted answer never gets here: it is not a turn answered.
+            transition = self.engine.after_turn(user_text, text, count_only=state.transitioned)
+            if transition is None:
+                return []
+            return [await self._apply(transition, reason=None, user_text=user_text)]
+
+        runner_events = self.runner.run_turn(
+            user_text,
+            abort_signal=abort_signal,
+            after_batch=self._after_batch,
+            after_answer=after_answer,
+        )
+        try:
+            async with aclosing(runner_events) as events:
+                async for event in events:
+                    state.turn_id = self.runner.current_turn_id or state.turn_id
+                    yield event
+        finally:
+            self._last_activity = time.monotonic()
+
+    async def _after_batch(
+        self, calls: list[ToolCall], results: list[ToolCallResult]
+    ) -> BatchDecision:
+        """`llm_decision` and `tool_call` conditions, right after each tool batch."""
+        state = self._turn
+        if state.transitioned:
+            return BatchDecision()
+        requested = state.requested
+        transition = self.engine.after_tool_batch(
+            calls, results, requested[0] if requested else None
+        )
+        if transition is None:
+            return BatchDecision()
+        reason = (
+            requested[1]
+            if requested and isinstance(transition.condition, LLMDecisionCondition)
+            else None
+        )
+        user_text = _last_user_text(self.history)
+        changed = await self._apply(transition, reason=reason, user_text=user_text)
+        state.transitioned = True
+        # Two-phase: the new stage answers once, without tool use; otherwise the loop goes on
+        # in the new stage (its prompt and tools) as ordinary rounds.
+        return BatchDecision(events=(changed,), final=self.engine.current_stage.two_phase)
+
+    # Applying transitions -------------------------------------------------------------------
+
+    async def _apply(
+        self, transition: Transition, *, reason: str | None, user_text: str | None
+    ) -> StageChanged:
+        change = self.engine.apply(transition, reason=reason)
+        self._turn.transitioned = True
+        if change.clear_history:
+            # The current turn's user message stays (the new stage answers it).
+            keep = [m for m in self.history.messages if isinstance(m, UserMessage)][-1:]
+            self.history.clear(keep=keep if user_text is not None else [])
+        if change.transition_message:
+            self.history.append(SystemMessage(change.transition_message))
+        self._configure_stage()
+        self._last_activity = time.monotonic()
+        await self._report(change)
+        return StageChanged(change.from_stage, change.to_stage, change.transition_id, reason)
+
+    async def _report(self, change: StageChange) -> None:
+        hooks = [self.hooks]
+        # After the answer the runner's turn has ended: its id is kept in the turn state.
+        turn_id = self.runner.current_turn_id or self._turn.turn_id
+        await emit(
+            hooks_for(hooks, "on_stage_exit"),
+            "on_stage_exit",
+            StageExitEvent(
+                stage_id=change.from_stage,
+                to_stage=change.to_stage,
+                session_id=self.session_id,
+                turn_id=turn_id,
+                data=change.data,
+            ),
+        )
+        await emit(
+            hooks_for(hooks, "on_transition"),
+            "on_transition",
+            TransitionEvent(
+                from_stage=change.from_stage,
+                to_stage=change.to_stage,
+                transition_id=change.transition_id,
+                session_id=self.session_id,
+                turn_id=turn_id,
+                condition=change.condition,
+                reason=change.reason,
+            ),
+        )
+        await emit(
+            hooks_for(hooks, "on_stage_enter"),
+            "on_stage_enter",
+            StageEnterEvent(
+                stage_id=change.to_stage,
+                from_stage=change.from_stage,
+                session_id=self.session_id,
+                turn_id=turn_id,
+                data=change.data,
+            ),
+        )
+        await self._report_errors(change.errors, change.to_stage, change.from_stage, turn_id)
+
+    async def _report_errors(
+        self,
+        errors: Sequence[tuple[str, BaseException]],
+        stage_id: str,
+        exited: str | None = None,
+        turn_id: str | None = None,
+    ) -> None:
+        for where, error in errors:
+            # The stage whose callback raised: the one left for on_exit.
+            stage = exited if where == "stage.on_exit" and exited is not None else stage_id
+            event = ErrorEvent(
+                error=error,
+                where=where,
+                session_id=self.session_id,
+                turn_id=turn_id,
+                stage_id=stage,
+            )
+            await emit(hooks_for([self.hooks], "on_error"), "on_error", event)
+
+    async def _announce(self) -> None:
+        """Report the initial stage's entry once, before the first turn."""
+        if not self._announce_initial:
+            return
+        self._announce_initial = False
+        stage = self.engine.current_stage
+        await emit(
+            hooks_for([self.hooks], "on_stage_enter"),
+            "on_stage_enter",
+            StageEnterEvent(stage_id=stage.id, session_id=self.session_id),
+        )
+        await self._report_errors(self.engine.entry_errors, stage.id)
+
+
+def _merged(default: LLMConfig | None, stage: LLMConfig | None) -> LLMConfig:
+    base = default or LLMConfig()
+    override = stage or LLMConfig()
+    values = {
+        name: getattr(override, name)
+        if getattr(override, name) is not None
+        else getattr(base, name)
+        for name in LLMConfig.model_fields
+    }
+    return LLMConfig(**values)
+
+
+def _last_user_text(history: ConversationHistory) -> str | None:
+    for message in reversed(history.messages):
+        if isinstance(message, UserMessage):
+            return message.content
+    return None
