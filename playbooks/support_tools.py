@@ -9,8 +9,18 @@ import anyio
 from llmrtc import ToolContext, tool
 
 CUSTOMERS = {
-    "ada@example.com": {"customer_id": "C-1", "name": "Ada", "plan": "pro", "open_issue": "billing"},
-    "bob@example.com": {"customer_id": "C-2", "name": "Bob", "plan": "basic", "open_issue": "technical"},
+    "ada@example.com": {
+        "customer_id": "C-1",
+        "name": "Ada",
+        "plan": "pro",
+        "open_issue": "billing",
+    },
+    "bob@example.com": {
+        "customer_id": "C-2",
+        "name": "Bob",
+        "plan": "basic",
+        "open_issue": "technical",
+    },
 }
 ORDERS = {
     "A1001": {"order_id": "A1001", "customer_id": "C-1", "total": 42.0, "charged_times": 2},
