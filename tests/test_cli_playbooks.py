@@ -159,3 +159,24 @@ async def test_a_stage_change_is_a_span_event_and_a_metric() -> None:
         ("identify", 1),
         ("technical", 1),
     ]
+
+
+def test_orchestrator_is_created_outside_a_loop_and_serves_successive_loops() -> None:
+    playbook = load_playbook(WEATHER)
+    llm = ScriptedLLM(
+        [
+            [ToolCall("c1", "lookupWeather", {"city": "Oslo"})],
+            "It is 4 degrees in Oslo.",
+            "Goodbye!",
+        ]
+    )
+    orchestrator = PlaybookOrchestrator(playbook, llm, load_playbook_tools(playbook))
+
+    async def turn(text: str) -> list[Any]:
+        return [event async for event in orchestrator.run_turn(text)]
+
+    first = anyio.run(turn, "Weather in Oslo?")
+    assert first[-1].text == "It is 4 degrees in Oslo."
+    anyio.run(turn, "Thanks, bye", backend="trio")
+    assert orchestrator.engine.current_stage.id == "goodbye"
+    llm.assert_consumed()
