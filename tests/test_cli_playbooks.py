@@ -180,3 +180,29 @@ def test_orchestrator_is_created_outside_a_loop_and_serves_successive_loops() ->
     anyio.run(turn, "Thanks, bye", backend="trio")
     assert orchestrator.engine.current_stage.id == "goodbye"
     llm.assert_consumed()
+
+
+@pytest.mark.anyio
+async def test_a_barge_in_right_after_a_transition_call_still_moves_the_stage() -> None:
+    from llmrtc import AbortController, ToolCallFinished
+
+    playbook = load_playbook(SUPPORT)
+    llm = ScriptedLLM(
+        [
+            "Hello!",
+            [ToolCall("t1", "playbook_transition", {"target_stage": "technical"})],
+            "never requested",
+        ]
+    )
+    orchestrator = PlaybookOrchestrator(playbook, llm, load_playbook_tools(playbook))
+    async for _ in orchestrator.run_turn("Hi"):
+        pass
+    controller = AbortController()
+    events = []
+    async for event in orchestrator.run_turn("My app crashes", abort_signal=controller.signal):
+        events.append(event)
+        if isinstance(event, ToolCallFinished):
+            controller.abort("barge-in")  # the transition call already ran: it happened
+    assert orchestrator.engine.current_stage.id == "technical"
+    assert events[-1].stop_reason == "aborted"
+    assert len(llm.requests) == 2  # no phase-2 request after the barge-in

@@ -288,7 +288,7 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
     ]
     assert changes(events) == [("billing", "wrap_up", "refunded", None)]
     done = completed(events)
-    assert done.text == "Let me check.I refunded 42. Goodbye!"  # both phases
+    assert done.text == "Let me check. I refunded 42. Goodbye!"  # both phases
     assert [r.status for r in done.tool_results] == ["ok", "ok"]
     assert len(llm.requests) == 5
     billing, wrap_up = llm.requests[3], llm.requests[4]
@@ -317,14 +317,18 @@ async def test_support_goodbye_from_the_first_stage_clears_the_history() -> None
     assert changes(events) == [("greeting", "wrap_up", "caller-leaves", None)]
     assert kinds(events)[-2:] == ["StageChanged", "TurnCompleted"]
     assert completed(events).text == "Sorry to see you go."
+    # Cleared after the answer: the answered turn stays whole (so the next request does not
+    # show an unanswered "goodbye"), then the transition message.
     assert orchestrator.history.messages == (
         UserMessage("Never mind, goodbye"),
+        AssistantMessage("Sorry to see you go."),
         SystemMessage("The caller is leaving."),
     )
     events = await run(orchestrator, "Wait, one more thing")
     assert changes(events) == []
     assert llm.requests[1].messages[1:] == [
         UserMessage("Never mind, goodbye"),
+        AssistantMessage("Sorry to see you go."),
         SystemMessage("The caller is leaving."),
         UserMessage("Wait, one more thing"),
     ]
@@ -344,10 +348,16 @@ async def test_support_goodbye_from_a_later_stage_beats_its_intent() -> None:
     await run(orchestrator, "Hi")
     events = await run(orchestrator, "ada@example.com, but I have to go, bye")
     assert changes(events) == [("identify", "wrap_up", "caller-leaves", None)]
-    assert orchestrator.history.messages == (
-        UserMessage("ada@example.com, but I have to go, bye"),
-        SystemMessage("The caller is leaving."),
-    )
+    history = orchestrator.history.messages
+    assert history[0] == UserMessage("ada@example.com, but I have to go, bye")
+    assert [type(m).__name__ for m in history] == [
+        "UserMessage",  # the answered turn, whole: its call, the call's result, the answer
+        "AssistantMessage",
+        "ToolMessage",
+        "AssistantMessage",
+        "SystemMessage",
+    ]
+    assert history[-1] == SystemMessage("The caller is leaving.")
 
 
 async def test_support_timeout_turn_from_greeting() -> None:

@@ -110,7 +110,7 @@ async def test_parallel_calls_in_one_response_then_a_final_answer() -> None:
     assert kinds.index("ToolCallStarted") > kinds.index("TextDelta")
     completed = events[-1]
     assert isinstance(completed, TurnCompleted)
-    assert completed.text == "Checking.Both are 21."
+    assert completed.text == "Checking. Both are 21."
     assert completed.text == "".join(e.text for e in events if isinstance(e, TextDelta))
     assert [r.call_id for r in completed.tool_results] == ["c1", "c2"]
     assert completed.stop_reason == "stop"
@@ -385,3 +385,58 @@ async def test_after_batch_and_after_answer_run_inside_the_turn() -> None:
     )
     assert events[-2] == "after" and isinstance(events[-1], TurnCompleted)
     assert llm.requests[1].tool_choice == "none"  # final=True: the next request answers
+
+
+async def test_cancelling_the_caller_mid_batch_keeps_real_results_and_reports_once() -> None:
+    ended: list[str] = []
+
+    class Record(Hooks):
+        def on_tool_end(self, event: Any) -> None:
+            ended.append(f"{event.call_id}:{event.status}")
+
+    runner, _ = runner_for(
+        [[call("w1", "wait_forever"), call("q1", "lookupWeather", city="Rome")]], hooks=Record()
+    )
+    with anyio.move_on_after(0.3):
+        async for _ in runner.run_turn("go"):
+            pass
+    results = {m.call_id: m.content for m in runner.history.messages if isinstance(m, ToolMessage)}
+    assert '"temp":21' in results["q1"]  # it finished: its real result is kept
+    assert '"aborted"' in results["w1"]
+    assert sorted(ended) == ["q1:ok", "w1:aborted"]  # each call reported once
+    assert_valid(runner)
+
+
+async def test_text_of_separate_responses_keeps_its_words_apart() -> None:
+    runner, _ = runner_for(
+        [
+            ScriptedResponse(
+                text="Let me check", tool_calls=[call("c1", "lookupWeather", city="A")]
+            ),
+            "Goodbye!",
+        ]
+    )
+    events = await collect(runner)
+    assert events[-1].text == "Let me check Goodbye!"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == events[-1].text
+
+
+async def test_no_tool_rounds_at_all_is_a_plain_stop() -> None:
+    runner, llm = runner_for(["Just text."], max_tool_rounds=0)
+    events = await collect(runner)
+    assert events[-1].stop_reason == "stop"
+    assert llm.requests[0].tool_choice == "none"
+
+
+def test_trimming_never_cuts_into_the_turn_in_progress() -> None:
+    from llmrtc.llm import SystemMessage
+
+    history = ConversationHistory(max_messages=4)
+    history.append(UserMessage("old question"))
+    history.append(AssistantMessage("old answer"))
+    history.append(UserMessage("new question"))
+    history.append(AssistantMessage("", (call("c1", "lookupWeather", city="A"),)))
+    history.append(ToolMessage("c1", "{}"))
+    history.append(SystemMessage("Now in billing."))  # a playbook's mid-turn transition note
+    assert history.messages[0] == UserMessage("new question")
+    assert len(history) == 4

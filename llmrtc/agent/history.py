@@ -77,7 +77,14 @@ class ConversationHistory:
         excess = len(self._messages) - self.max_messages
         if excess <= 0:
             return
+        # Never cut past the latest user message: the turn in progress stays whole (a system
+        # message a playbook adds mid-turn is no place to cut it).
+        last_user = max(
+            (i for i, m in enumerate(self._messages) if isinstance(m, UserMessage)), default=-1
+        )
         for cut in range(excess, len(self._messages)):
+            if cut > last_user >= 0:
+                return
             if isinstance(self._messages[cut], UserMessage | SystemMessage):
                 del self._messages[:cut]
                 return

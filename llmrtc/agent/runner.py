@@ -19,6 +19,7 @@ from llmrtc.agent.events import (
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.execution._callbacks import result_from_end_event
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
@@ -67,15 +68,16 @@ AfterAnswer = Callable[[str], Awaitable[Sequence[Any]]]
 turn (before `on_turn_end`); returns events to yield just before `TurnCompleted`."""
 
 
-class _FinishOrder(Hooks):
-    """Records the order in which a batch's calls finish (its results come back in request
-    order; `ToolCallFinished` events follow the order things happened)."""
+class _BatchRecorder(Hooks):
+    """Collects a batch's results as each call finishes: their order is the order things
+    happened (for `ToolCallFinished`), and they survive the caller being cancelled (the
+    executor reports every call to its hooks before the cancellation propagates)."""
 
     def __init__(self) -> None:
-        self.call_ids: list[str] = []
+        self.results: list[ToolCallResult] = []
 
     def on_tool_end(self, event: ToolEndEvent) -> None:
-        self.call_ids.append(event.call_id)
+        self.results.append(result_from_end_event(event))
 
 
 class TurnRunner:
@@ -260,6 +262,7 @@ class TurnRunner:
                     turn.stop_reason = "aborted"
                     break
                 done, calls = turn.response
+                dropped = final and bool(calls)
                 if final:
                     calls = []  # the round limit: these are neither run nor stored
                 text = "".join(turn.partial)
@@ -267,18 +270,19 @@ class TurnRunner:
                 if text or calls:
                     self.history.append(AssistantMessage(text, tuple(calls)))
                 if not calls:
-                    turn.stop_reason = (
-                        "max_tool_rounds"
-                        if at_limit
-                        else ("length" if done.stop_reason == "length" else "stop")
-                    )
+                    if done.stop_reason == "length":
+                        turn.stop_reason = "length"
+                    elif at_limit and (dropped or round_index > 0):
+                        turn.stop_reason = "max_tool_rounds"  # the limit cut the tool use short
+                    else:
+                        turn.stop_reason = "stop"
                     break
                 turn.pending = list(calls)
                 for call in calls:
                     yield ToolCallStarted(call)
                 for result in await self._run_batch(turn, signal):
                     yield ToolCallFinished(result)
-                if after_batch is not None and not signal.aborted:
+                if after_batch is not None:  # also after an abort: what ran has happened
                     decision = await after_batch(calls, turn.results[-len(calls) :])
                     for extra in decision.events:
                         yield extra
@@ -352,6 +356,11 @@ class TurnRunner:
                             ),
                         )
                     if isinstance(event, LLMTextDelta):
+                        if not turn.partial and _needs_space(turn.texts, event.text):
+                            # A new response after earlier text: keep the words apart (for
+                            # speech, and for keyword conditions on the turn's text).
+                            turn.texts.append(" ")
+                            yield TextDelta(" ")
                         turn.partial.append(event.text)
                         turn.texts.append(event.text)
                         yield TextDelta(event.text)
@@ -391,9 +400,10 @@ class TurnRunner:
     async def _run_batch(self, turn: _Turn, signal: AbortSignal) -> list[ToolCallResult]:
         """Run the pending calls as one batch; their tool messages go into the history.
         Returns the results in the order the calls finished."""
-        order = _FinishOrder()
-        hooks = CompositeHooks([h for h in (self.hooks, order) if h is not None])
+        recorder = _BatchRecorder()
+        hooks = CompositeHooks([h for h in (self.hooks, recorder) if h is not None])
         token = current_turn_id.set(turn.id)
+        results: list[ToolCallResult] | None = None
         try:
             results = await self.executor.execute(
                 turn.pending,
@@ -406,10 +416,12 @@ class TurnRunner:
             )
         finally:
             current_turn_id.reset(token)
+            if results is None and len(recorder.results) == len(turn.pending):
+                # The caller was cancelled mid-batch: keep the real results (a call that
+                # finished stays finished) instead of settling them again as aborted.
+                self._record_results(turn, _in_request_order(turn.pending, recorder.results))
         self._record_results(turn, results)
-        by_id = {r.call_id: r for r in results}
-        ordered = [by_id.pop(call_id) for call_id in order.call_ids if call_id in by_id]
-        return ordered + [r for r in results if r.call_id in by_id]
+        return recorder.results if len(recorder.results) == len(results) else results
 
     def _record_results(self, turn: _Turn, results: list[ToolCallResult]) -> None:
         for result in results:
@@ -459,6 +471,22 @@ class TurnRunner:
                 error_type=type(error).__qualname__ if error is not None else None,
             ),
         )
+
+
+def _needs_space(texts: Sequence[str], text: str) -> bool:
+    return bool(texts) and not texts[-1][-1:].isspace() and not text[:1].isspace()
+
+
+def _in_request_order(
+    calls: Sequence[ToolCall], results: Sequence[ToolCallResult]
+) -> list[ToolCallResult]:
+    remaining = list(results)
+    ordered = []
+    for call in calls:
+        match = next(r for r in remaining if r.call_id == call.call_id)
+        remaining.remove(match)
+        ordered.append(match)
+    return ordered
 
 
 class _Turn:

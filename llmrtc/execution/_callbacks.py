@@ -39,17 +39,20 @@ class CallbackHooks(Hooks):
             self.on_tool_error = _adapt(on_tool_error, lambda e: (_call_of(e), e.error))  # type: ignore[method-assign]
 
 
-def _result_of(event: ToolEndEvent) -> tuple[ToolCallResult]:
-    return (
-        ToolCallResult(
-            event.call_id,
-            event.tool_name,
-            event.status,  # type: ignore[arg-type]
-            event.result,
-            event.error,
-            event.duration_s * 1000,
-        ),
+def result_from_end_event(event: ToolEndEvent) -> ToolCallResult:
+    """The `ToolCallResult` a `ToolEndEvent` reports (equal to the one `execute` returns)."""
+    return ToolCallResult(
+        event.call_id,
+        event.tool_name,
+        event.status,  # type: ignore[arg-type]
+        event.result,
+        event.error,
+        event.duration_s * 1000,
     )
+
+
+def _result_of(event: ToolEndEvent) -> tuple[ToolCallResult]:
+    return (result_from_end_event(event),)
 
 
 def _adapt(callback: Callable[..., Any], arguments: Callable[[Any], tuple[Any, ...]]) -> Any:

@@ -300,7 +300,7 @@ class PlaybookOrchestrator:
             transition = self.engine.after_turn(user_text, text, count_only=state.transitioned)
             if transition is None:
                 return []
-            return [await self._apply(transition, reason=None, user_text=user_text)]
+            return [await self._apply(transition, reason=None, user_text=user_text, answered=True)]
 
         runner_events = self.runner.run_turn(
             user_text,
@@ -344,20 +344,33 @@ class PlaybookOrchestrator:
     # Applying transitions -------------------------------------------------------------------
 
     async def _apply(
-        self, transition: Transition, *, reason: str | None, user_text: str | None
+        self,
+        transition: Transition,
+        *,
+        reason: str | None,
+        user_text: str | None,
+        answered: bool = False,
     ) -> StageChanged:
         change = self.engine.apply(transition, reason=reason)
         self._turn.transitioned = True
         if change.clear_history:
-            # The current turn's user message stays (the new stage answers it).
-            keep = [m for m in self.history.messages if isinstance(m, UserMessage)][-1:]
-            self.history.clear(keep=keep if user_text is not None else [])
+            self.history.clear(keep=self._kept_on_clear(user_text, answered))
         if change.transition_message:
             self.history.append(SystemMessage(change.transition_message))
         self._configure_stage()
         self._last_activity = time.monotonic()
         await self._report(change)
         return StageChanged(change.from_stage, change.to_stage, change.transition_id, reason)
+
+    def _kept_on_clear(self, user_text: str | None, answered: bool) -> list[Any]:
+        """What `clear_history` keeps of the turn in progress: before its answer, the user's
+        message (the new stage answers it); after it, the whole turn (so the next one does not
+        answer it again). A timer-driven turn has no user message to keep."""
+        messages = list(self.history.messages)
+        users = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+        if user_text is None or not users:
+            return []
+        return messages[users[-1] :] if answered else [messages[users[-1]]]
 
     async def _report(self, change: StageChange) -> None:
         hooks = [self.hooks]
