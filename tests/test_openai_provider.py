@@ -375,3 +375,79 @@ async def test_server_errors_can_be_left_unretried_while_connections_are_retried
         with pytest.raises(LLMError, match="HTTP 503"):
             await events_of(provider(server, retry_server_errors=False, max_retries=1))
         assert len(server.requests) == 1
+
+
+def _call_delta(
+    index: int | None, call_id: str | None = None, name: str | None = None, arguments: str = ""
+) -> dict[str, Any]:
+    delta: dict[str, Any] = {"function": {"arguments": arguments}}
+    if index is not None:
+        delta["index"] = index
+    if call_id is not None:
+        delta.update(id=call_id, type="function")
+    if name is not None:
+        delta["function"]["name"] = name
+    return chunk(tool_calls=[delta])
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        pytest.param(  # Ollama: every parallel call under index 0, told apart by id
+            [
+                (0, "a", "lookupWeather", '{"city": "A"}'),
+                (0, "b", "lookupWeather", '{"city": "B"}'),
+            ],
+            id="same-index",
+        ),
+        pytest.param(  # no index at all: an id starts a call, the rest continues it
+            [
+                (None, "a", "lookupWeather", '{"ci'),
+                (None, None, None, 'ty": "A"}'),
+                (None, "b", "lookupWeather", '{"city": "B"}'),
+            ],
+            id="no-index",
+        ),
+        pytest.param(  # interleaved indexes
+            [
+                (0, "a", "lookupWeather", '{"ci'),
+                (1, "b", "lookupWeather", '{"ci'),
+                (0, None, None, 'ty": "A"}'),
+                (1, None, None, 'ty": "B"}'),
+            ],
+            id="interleaved",
+        ),
+    ],
+)
+async def test_tool_call_deltas_from_every_kind_of_server(deltas: list[Any]) -> None:
+    chunks = [_call_delta(*d) for d in deltas] + [chunk(finish_reason="tool_calls")]
+    async with ScriptedOpenAIServer([StreamReply(chunks)]) as server:
+        events = await events_of(provider(server))
+    calls = [
+        (e.call.call_id, e.call.name, json.loads(str(e.call.arguments)))
+        for e in events
+        if isinstance(e, LLMToolCall)
+    ]
+    assert calls == [("a", "lookupWeather", {"city": "A"}), ("b", "lookupWeather", {"city": "B"})]
+
+
+async def test_an_abort_in_text_mode_never_speaks_a_half_written_call() -> None:
+    hanging = StreamReply(
+        [
+            chunk(content="Ok "),
+            chunk(content='{"name":"lookupWeather","argum'),
+            chunk(finish_reason="stop"),  # never sent: the server hangs before it
+        ],
+        hang_after=2,
+    )
+    async with ScriptedOpenAIServer([hanging]) as server:
+        controller = AbortController()
+        events: list[Any] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(_abort_after, controller, 0.3)
+            async for event in provider(server, tool_call_format="text").stream(
+                REQUEST, abort_signal=controller.signal
+            ):
+                events.append(event)
+    assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["Ok "]
+    assert events[-1].stop_reason == "aborted"

@@ -60,6 +60,15 @@ CASES = [
         [],
     ),
     ("Use a < b and c > d.", "Use a < b and c > d.", []),
+    ('{"name": "book", "arguments": {"n": 1}', "", [("book", '{"n": 1}')]),  # never closed
+    (
+        '[{"name": "book", "arguments": {}}, '
+        '{"name": "lookupWeather", "arguments": {"city": "B"}}]',
+        "",
+        [("book", {}), ("lookupWeather", {"city": "B"})],
+    ),
+    ('{"name": "invented", "arguments": {}}', "", []),  # call-shaped: never spoken
+    ("A list [1, 2] and a set {3}.", "A list [1, 2] and a set {3}.", []),
     (
         'Here:\n```json\n{"name": "book", "arguments": {"n": 3}}\n```\nok',
         "Here:\n\nok",
@@ -95,8 +104,9 @@ def test_undeclared_names_are_never_calls_and_never_spoken() -> None:
     assert calls(events) == [] and texts(events) == "Hi there"
     assert parser.dropped and "invented" in parser.dropped[0]
     bare = parse('{"name": "invented", "arguments": {}}')
-    assert calls(bare) == []  # a bare object naming no tool is just text
-    assert texts(bare) == '{"name": "invented", "arguments": {}}'
+    assert calls(bare) == [] and texts(bare) == ""  # call-shaped JSON is never spoken
+    other = parse('{"name": "invented", "color": "red"}')
+    assert texts(other) == '{"name": "invented", "color": "red"}'  # other JSON is text
 
 
 def test_text_before_a_possible_call_streams_immediately() -> None:

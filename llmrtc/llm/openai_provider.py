@@ -328,7 +328,7 @@ class OpenAIProvider:
         parser = None
         if self.tool_call_format != "native" and request.tools:
             parser = TextToolCallParser([tool.name for tool in request.tools])
-        pending: dict[int, dict[str, Any]] = {}  # tool-call deltas by index, not yet complete
+        calls = _CallAssembler()
         emitted_calls = 0
         usage = Usage()
         model: str | None = None
@@ -338,9 +338,8 @@ class OpenAIProvider:
             while True:
                 chunk = await _until_aborted(_next(iterator), abort_signal, default=_ABORTED)
                 if chunk is _ABORTED:
-                    for event in parser.finish() if parser else ():
-                        if isinstance(event, LLMTextDelta):
-                            yield event  # text already decided; calls are not run after abort
+                    for event in parser.discard_undecided() if parser else ():
+                        yield event  # text before anything call-like; the rest is dropped
                     yield LLMDone("aborted", usage, model)
                     return
                 if chunk is _END:
@@ -360,18 +359,15 @@ class OpenAIProvider:
                                 emitted_calls += isinstance(event, LLMToolCall)
                                 yield event
                     for part in (delta.tool_calls if delta is not None else None) or ():
-                        # A new index means every lower one is complete: yield those now.
-                        for index in sorted(i for i in pending if i < part.index):
-                            yield LLMToolCall(_assembled(pending.pop(index)))
+                        function = part.function
+                        for call in calls.add(
+                            part.index,
+                            part.id,
+                            function.name if function is not None else None,
+                            function.arguments if function is not None else None,
+                        ):
+                            yield LLMToolCall(call)
                             emitted_calls += 1
-                        slot = pending.setdefault(part.index, {"id": None, "name": "", "args": []})
-                        if part.id:
-                            slot["id"] = part.id
-                        if part.function is not None:
-                            if part.function.name:
-                                slot["name"] += part.function.name
-                            if part.function.arguments:
-                                slot["args"].append(part.function.arguments)
                     if choice.finish_reason:
                         finish = choice.finish_reason
         finally:
@@ -379,8 +375,8 @@ class OpenAIProvider:
                 await response.close()  # stops the HTTP stream (and the server's generation)
         if finish is None:
             raise TruncatedStreamError("the stream ended before the model finished its answer")
-        for index in sorted(pending):
-            yield LLMToolCall(_assembled(pending[index]))
+        for call in calls.finish():
+            yield LLMToolCall(call)
             emitted_calls += 1
         for event in parser.finish() if parser else ():
             emitted_calls += isinstance(event, LLMToolCall)
@@ -426,6 +422,70 @@ async def _sleep_unless_aborted(seconds: float, signal: AbortSignal | None) -> b
         await signal.wait()
         return False
     return True
+
+
+class _CallAssembler:
+    """Builds tool calls from streamed deltas, whatever the server's habits.
+
+    OpenAI sends each call under its own `index`; some servers reuse index 0 for every call
+    (telling them apart by `id`), omit `index`, or interleave calls. A call is yielded early,
+    before the stream ends, only when its arguments are complete JSON and every call before it
+    was yielded, so the model's order is kept and no call is cut in half.
+    """
+
+    def __init__(self) -> None:
+        self._slots: list[dict[str, Any]] = []  # in order of appearance
+        self._yielded = 0
+
+    def add(
+        self, index: int | None, call_id: str | None, name: str | None, arguments: str | None
+    ) -> list[ToolCall]:
+        slot = self._slot_for(index, call_id)
+        if call_id and not slot["id"]:
+            slot["id"] = call_id
+        if name:
+            slot["name"] += name
+        if arguments:
+            slot["args"].append(arguments)
+        return self._ready()
+
+    def finish(self) -> list[ToolCall]:
+        """Every call not yielded yet (malformed arguments included: the executor says so)."""
+        ready = [_assembled(slot) for slot in self._slots[self._yielded :]]
+        self._yielded = len(self._slots)
+        return ready
+
+    def _slot_for(self, index: int | None, call_id: str | None) -> dict[str, Any]:
+        open_slots = self._slots[self._yielded :]
+        if index is None:  # no index: an id starts a call, anything else continues the last
+            if call_id or not open_slots:
+                return self._new(index)
+            return open_slots[-1]
+        for slot in reversed(open_slots):
+            if slot["index"] == index:
+                if call_id and slot["id"] and call_id != slot["id"]:
+                    return self._new(index)  # index reused for the next call
+                found: dict[str, Any] = slot
+                return found
+        return self._new(index)
+
+    def _new(self, index: int | None) -> dict[str, Any]:
+        slot: dict[str, Any] = {"index": index, "id": None, "name": "", "args": []}
+        self._slots.append(slot)
+        return slot
+
+    def _ready(self) -> list[ToolCall]:
+        """Leading calls that are complete: a later call has started, and their JSON closes."""
+        ready: list[ToolCall] = []
+        while self._yielded < len(self._slots) - 1:
+            slot = self._slots[self._yielded]
+            try:
+                json.loads("".join(slot["args"]) or "{}")
+            except ValueError:
+                break  # still streaming (interleaved), or malformed: decided at the end
+            ready.append(_assembled(slot))
+            self._yielded += 1
+        return ready
 
 
 def _assembled(slot: dict[str, Any]) -> ToolCall:

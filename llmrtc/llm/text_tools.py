@@ -70,7 +70,8 @@ def render_text_call(call: ToolCall) -> str:
 
 
 def _json_end(text: str, start: int) -> int | None:
-    """Index just past the JSON object that opens at `start`, or None if it is not closed yet."""
+    """Index just past the JSON object or array that opens at `start`, or None if it is not
+    closed yet."""
     depth = 0
     in_string = escaped = False
     for index in range(start, len(text)):
@@ -84,13 +85,32 @@ def _json_end(text: str, start: int) -> int | None:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char == "{":
+        elif char in "{[":
             depth += 1
-        elif char == "}":
+        elif char in "}]":
             depth -= 1
             if depth == 0:
                 return index + 1
     return None
+
+
+_JSON_OBJECT_START = re.compile(r'\{\s*(?:"|\}|$)')
+_JSON_ARRAY_START = re.compile(r"\[\s*(?:\{|$)")
+
+
+def _may_open_json(text: str, start: int) -> bool:
+    """Whether the `{` or `[` at `start` can begin a JSON object (or an array of objects):
+    anything else (`{unclosed`, `[1, 2]`) is plain text and need not be held back."""
+    pattern = _JSON_OBJECT_START if text[start] == "{" else _JSON_ARRAY_START
+    return pattern.match(text, start) is not None
+
+
+def _call_shaped(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("name"), str)
+        and ("arguments" in item or "parameters" in item)
+    )
 
 
 class TextToolCallParser:
@@ -137,9 +157,21 @@ class TextToolCallParser:
                 break  # wait for more text
         return events
 
+    def discard_undecided(self) -> list[ParsedEvent]:
+        """The stream was cut off (abort): release the text before anything that may be a
+        call, and drop the rest (a half-written call must never be spoken)."""
+        start = self._candidate_start()
+        text = self._buffer if start is None else self._buffer[:start]
+        self._buffer = ""
+        return [LLMTextDelta(text)] if text else []
+
     def _candidate_start(self) -> int | None:
         positions = [self._buffer.find(tag) for tag in _TAGS]
-        positions.append(self._buffer.find("{"))
+        for opener in "{[":
+            at = self._buffer.find(opener)
+            while at >= 0 and not _may_open_json(self._buffer, at):
+                at = self._buffer.find(opener, at + 1)
+            positions.append(at)
         found = [p for p in positions if p >= 0]
         return min(found) if found else None
 
@@ -172,13 +204,29 @@ class TextToolCallParser:
         if json_end is None:
             if not final:
                 return False
-            self._emit_text(events, buffer)  # a brace that never closed: it was text
+            # Never closed. A call cut short (it names a tool) is a call or is dropped; any
+            # other brace was text.
+            if _NAME.search(buffer) and _ARGUMENTS.search(buffer):
+                self._emit_calls(events, buffer, explicit=True)
+            else:
+                self._emit_text(events, buffer)
             self._buffer = ""
             return True
-        if not self._emit_calls(events, buffer[:json_end], explicit=False):
-            self._emit_text(events, buffer[:json_end])  # JSON that is not a call is just text
+        chunk = buffer[:json_end]
+        if not self._emit_calls(events, chunk, explicit=self._looks_like_calls(chunk)):
+            self._emit_text(events, chunk)  # JSON that is not a call is just text
         self._buffer = buffer[json_end:]
         return True
+
+    @staticmethod
+    def _looks_like_calls(text: str) -> bool:
+        """Bare JSON shaped like tool calls (even of undeclared tools): never speak it."""
+        try:
+            parsed: Any = json.loads(text)
+        except ValueError:
+            return False
+        items = parsed if isinstance(parsed, list) else [parsed]
+        return bool(items) and all(_call_shaped(item) for item in items)
 
     def _emit_text(self, events: list[ParsedEvent], text: str) -> None:
         if text:
