@@ -355,14 +355,17 @@ class ToolExecutor:
             for index, tool, _ in ready:  # start hooks before the clock starts
                 contexts[index] = self._context(batch, index)
                 await self._announce(batch, index, tool, contexts[index])
+        # Children tell this task which call ended, so end hooks run here, in the caller's
+        # task; without such hooks there is nothing to tell (and no stream to pay for).
         reporting = bool(batch.hooks.end or batch.hooks.error)
-        send, receive = anyio.create_memory_object_stream[int](math.inf)
-        notify = send if reporting else None
+        send, receive = (
+            anyio.create_memory_object_stream[int](math.inf) if reporting else (None, None)
+        )
         try:
             async with anyio.create_task_group() as group:
                 if limit is None:
                     for index, tool, args in ready:
-                        group.start_soon(self._run_call, batch, index, tool, args, notify)
+                        group.start_soon(self._run_call, batch, index, tool, args, send)
                 else:
                     deadline = time.monotonic() + limit  # before the group's: see _run_call
                     group.cancel_scope.deadline = anyio.current_time() + limit
@@ -373,13 +376,15 @@ class ToolExecutor:
                             (index, tool, args, contexts[index]),
                             holding,
                             deadline,
-                            notify,
+                            send,
                         )
-                for _ in ready if reporting else ():
-                    await self._report(batch, await receive.receive())
+                if receive is not None:
+                    for _ in ready:
+                        await self._report(batch, await receive.receive())
         finally:
-            send.close()
-            receive.close()
+            if send is not None and receive is not None:
+                send.close()
+                receive.close()
             if limit is not None:
                 for _ in holding:  # tasks cancelled before they ran
                     self._slots.release()
