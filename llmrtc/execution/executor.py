@@ -35,6 +35,7 @@ from llmrtc.telemetry.hooks import (
     ToolErrorEvent,
     ToolStartEvent,
     emit,
+    error_type_name,
     hooks_for,
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus
@@ -665,7 +666,4 @@ def _error_type(status: str, error: BaseException | None) -> str | None:
         return None
     if status != "error" or error is None:
         return status
-    cls = type(error)
-    return (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
+    return error_type_name(error)

@@ -81,7 +81,6 @@ class _TurnState:
     """What the orchestrator tracks during one turn."""
 
     def __init__(self) -> None:
-        self.turn_id: str | None = None  # the runner's, kept for hooks after the turn ended
         self.requested: tuple[str, str | None] | None = None  # from playbook_transition
         self.transitioned = False
 
@@ -311,7 +310,6 @@ class PlaybookOrchestrator:
         try:
             async with aclosing(runner_events) as events:
                 async for event in events:
-                    state.turn_id = self.runner.current_turn_id or state.turn_id
                     yield event
         finally:
             self._last_activity = time.monotonic()
@@ -374,8 +372,9 @@ class PlaybookOrchestrator:
 
     async def _report(self, change: StageChange) -> None:
         hooks = [self.hooks]
-        # After the answer the runner's turn has ended: its id is kept in the turn state.
-        turn_id = self.runner.current_turn_id or self._turn.turn_id
+        # Stage changes are applied inside the runner's turn (after a batch or after the
+        # answer); a timer-driven one comes before its turn starts and has no turn id.
+        turn_id = self.runner.current_turn_id
         await emit(
             hooks_for(hooks, "on_stage_exit"),
             "on_stage_exit",

@@ -47,6 +47,7 @@ __all__ = [
     "TurnEndEvent",
     "TurnStartEvent",
     "emit",
+    "error_type_name",
     "hooks_for",
 ]
 
@@ -459,6 +460,15 @@ def _flatten(hooks: Iterable[Hooks | None]) -> tuple[Hooks, ...]:
 
 for _name in HOOK_NAMES:
     setattr(CompositeHooks, _name, _fan_out(_name))
+
+
+def error_type_name(error: BaseException) -> str:
+    """An exception's fully qualified class name, as `error.type` wants it (`KeyError`,
+    `myapp.payments.Declined`): builtins go without their module."""
+    cls = type(error)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def hooks_for(hooks: Iterable[Hooks | None], name: str) -> tuple[Hooks, ...]:

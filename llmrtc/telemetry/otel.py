@@ -40,6 +40,7 @@ from llmrtc.telemetry.hooks import (
     TTSStartEvent,
     TurnEndEvent,
     TurnStartEvent,
+    error_type_name,
 )
 
 __all__ = ["OpenTelemetryHooks"]
@@ -396,7 +397,7 @@ class OpenTelemetryHooks(Hooks):
     def on_error(self, event: ErrorEvent) -> None:
         """Add an `exception` event (type and component; the message only with consent)."""
         attributes: dict[str, Any] = {
-            "exception.type": _qualified_name(event.error),
+            "exception.type": error_type_name(event.error),
             "llmrtc.error.where": event.where,
         }
         if self.capture_content:
@@ -416,13 +417,6 @@ def _version() -> str:
     from llmrtc import __version__
 
     return __version__
-
-
-def _qualified_name(error: BaseException) -> str:
-    cls = type(error)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _messages_json(messages: Any) -> str:
