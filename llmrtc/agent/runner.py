@@ -19,10 +19,12 @@ from llmrtc.agent.events import (
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution._callbacks import result_from_end_event
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import (
     LLMDone,
     LLMRequest,
@@ -99,17 +101,15 @@ class TurnRunner:
         llm: LLMProvider,
         executor: ToolExecutor,
         *,
-        system_prompt: str,
+        system_prompt: str | None = None,
         tools: Sequence[str] | None = None,
         tool_choice: ToolChoice = "auto",
         max_tool_rounds: int = 5,
+        model_settings: ModelSettings | None = None,
+        settings: TurnSettings | None = None,
         hooks: Hooks | None = None,
         history: ConversationHistory | None = None,
         session_id: str | None = None,
-        model: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        top_p: float | None = None,
         tool_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Create a runner.
@@ -118,72 +118,107 @@ class TurnRunner:
             llm: The model provider.
             executor: Runs the tool calls (its registry holds the tools).
             system_prompt: Sent first with every request.
-            tools: Names of the registry's tools to offer; None offers all of them.
+            tools: Names of the registry's tools to offer; None offers all of them. Only
+                offered tools run: a call to any other gets a refusal result.
             tool_choice: `"auto"`, `"required"`, `"none"` or `{"name": ...}`; a forcing choice
                 applies to the first model request of a turn only.
             max_tool_rounds: Tool batches per turn; after the last, one more request without
                 tool use ends the turn.
+            model_settings: Model name and sampling options for every request.
+            settings: All of the above in one `TurnSettings` (instead of those arguments).
             hooks: Observers of turns, model requests and (for this runner's batches) tools.
             history: The conversation so far (a new empty one by default).
             session_id: Passed to tools and hooks.
-            model: Overrides the provider's model.
-            temperature: Sampling temperature for every request (None: provider default).
-            max_tokens: Output token limit per request.
-            top_p: Nucleus sampling for every request.
             tool_metadata: Read-only values every tool sees in `ctx.metadata`.
 
         Raises:
             ValueError: for unknown tool names, a tool_choice that names a tool not offered,
-                or `max_tool_rounds` below 0.
+                `max_tool_rounds` below 0, or `settings` given together with the arguments
+                it replaces.
         """
-        if max_tool_rounds < 0:
-            raise ValueError(f"max_tool_rounds must be >= 0, got {max_tool_rounds}")
-        if tools is not None:
-            unknown = [name for name in tools if not executor.registry.has(name)]
-            if unknown:
-                raise ValueError(
-                    f"unknown tools {unknown}; the executor's registry has "
-                    f"{executor.registry.names()}"
-                )
+        if settings is None:
+            if system_prompt is None:
+                raise ValueError("TurnRunner needs system_prompt=... (or settings=TurnSettings)")
+            settings = TurnSettings(
+                system_prompt=system_prompt,
+                tools=tuple(tools) if tools is not None else None,
+                tool_choice=tool_choice,
+                max_tool_rounds=max_tool_rounds,
+                model=model_settings or ModelSettings(),
+            )
+        elif (
+            system_prompt is not None
+            or tools is not None
+            or tool_choice != "auto"
+            or max_tool_rounds != 5
+            or model_settings is not None
+        ):
+            raise ValueError(
+                "pass either settings=TurnSettings(...) or system_prompt/tools/tool_choice/"
+                "max_tool_rounds/model_settings, not both"
+            )
         self.llm = llm
         self.executor = executor
-        self.system_prompt = system_prompt
-        self.tools = list(tools) if tools is not None else None
-        self.tool_choice = tool_choice
-        self.max_tool_rounds = max_tool_rounds
         self.hooks = hooks
         self.history = history if history is not None else ConversationHistory()
         self.session_id = session_id
         self.stage_id: str | None = None
         """The playbook stage the turn runs in, for hooks (set by the orchestrator)."""
-        self.model = model
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.top_p = top_p
         self.tool_metadata = tool_metadata
         self.current_turn_id: str | None = None
         """The id of the turn running now (None between turns)."""
         self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
-        self._request(0)  # validates tool_choice against the offered tools now
+        self.settings = settings
+
+    @property
+    def settings(self) -> TurnSettings:
+        """How turns run; assign a new `TurnSettings` to reconfigure (checked at once)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: TurnSettings) -> None:
+        if settings.tools is not None:
+            unknown = [name for name in settings.tools if not self.executor.registry.has(name)]
+            if unknown:
+                raise ValueError(
+                    f"unknown tools {unknown}; the executor's registry has "
+                    f"{self.executor.registry.names()}"
+                )
+        previous = getattr(self, "_settings", None)
+        self._settings = settings
+        try:
+            self._request(0)  # validates tool_choice against the offered tools now
+        except BaseException:
+            if previous is not None:
+                self._settings = previous
+            raise
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt of `settings`."""
+        return self._settings.system_prompt
+
+    @property
+    def tools(self) -> tuple[str, ...] | None:
+        """The offered tool names of `settings` (None: every registered tool)."""
+        return self._settings.tools
 
     def tool_definitions(self) -> list[ToolDefinition]:
         """The tools offered to the model, in a stable order (stable prompts cache better)."""
-        return self.executor.registry.definitions(self.tools)
+        return self.executor.registry.definitions(self._settings.tools)
 
     def _request(self, round_index: int, *, final: bool = False) -> LLMRequest:
-        choice: ToolChoice = self.tool_choice
+        settings = self._settings
+        choice: ToolChoice = settings.tool_choice
         if final:
             choice = "none"
         elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
             choice = "auto"  # forcing applies to the first round only
         return LLMRequest(
-            messages=self.history.for_request(self.system_prompt),
+            messages=self.history.for_request(settings.system_prompt),
             tools=self.tool_definitions(),
             tool_choice=choice,
-            model=self.model,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            top_p=self.top_p,
+            settings=settings.model,
         )
 
     async def warm(self) -> None:
@@ -194,9 +229,7 @@ class TurnRunner:
             messages=[request.messages[0], UserMessage("Hello")],
             tools=request.tools,
             tool_choice="auto" if request.tools else "none",
-            model=self.model,
-            temperature=self.temperature,
-            max_tokens=1,
+            settings=request.settings.merged(ModelSettings(max_tokens=1)),
         )
         await self.llm.complete(warm_request)
 
@@ -250,7 +283,7 @@ class TurnRunner:
                 if signal.aborted:
                     turn.stop_reason = "aborted"
                     break
-                at_limit = round_index >= self.max_tool_rounds
+                at_limit = round_index >= self._settings.max_tool_rounds
                 final = at_limit or forced_final
                 request = self._request(round_index, final=final)
                 # aclosing: if the consumer leaves mid-response, the model stream is closed now,
@@ -314,7 +347,7 @@ class TurnRunner:
         """Stream one model response; leaves `(done, calls)` in `turn.response`, or None when
         it was aborted (its partial text is then stored, marked interrupted)."""
         request_id = f"req_{uuid.uuid4().hex[:12]}"
-        model = request.model or self.llm.model
+        model = request.settings.model or self.llm.model
         hooks = [self.hooks]
         await emit(
             hooks_for(hooks, "on_llm_start"),
@@ -328,8 +361,8 @@ class TurnRunner:
                 provider=self.llm.provider_name,
                 messages=request.messages,
                 tool_names=tuple(t.name for t in request.tools),
-                temperature=request.temperature,
-                max_tokens=request.max_tokens,
+                temperature=request.settings.temperature,
+                max_tokens=request.settings.max_tokens,
             ),
         )
         started = time.perf_counter()

@@ -10,6 +10,7 @@ from llmrtc.llm.messages import (
 )
 from llmrtc.llm.openai_provider import OpenAIProvider, ToolCallFormat
 from llmrtc.llm.provider import LLMError, LLMProvider, collect_response
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.text_tools import TextToolCallParser
 from llmrtc.llm.types import (
     LLMDone,
@@ -34,6 +35,7 @@ __all__ = [
     "LLMTextDelta",
     "LLMToolCall",
     "Message",
+    "ModelSettings",
     "OpenAIProvider",
     "StopReason",
     "SystemMessage",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmrtc.llm.openai_provider import OpenAIProvider
+from llmrtc.llm.settings import ModelSettings
 
 if TYPE_CHECKING:
     from llmrtc.llm.local import LocalModelServer
@@ -32,7 +33,7 @@ def local_provider(server: LocalModelServer) -> OpenAIProvider:
         base_url=server.base_url,
         api_key=server.api_key,
         tool_call_format="auto",
-        temperature=0.0,
+        settings=ModelSettings(temperature=0.0),
         tool_hint=TOOL_HINT,
         retry_without_tools_on_server_error=True,
         omit_tools_after_tool_results=True,

@@ -16,6 +16,7 @@ import anyio
 from llmrtc.abort import AbortSignal
 from llmrtc.llm.messages import SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.provider import LLMError, collect_response
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.text_tools import (
     TextToolCallParser,
     new_call_id,
@@ -100,7 +101,7 @@ class OpenAIProvider:
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 8.0,
         request_timeout: float = 60.0,
-        temperature: float | None = None,
+        settings: ModelSettings | None = None,
         tool_hint: str | None = None,
         retry_without_tools_on_server_error: bool = False,
         omit_tools_after_tool_results: bool = False,
@@ -120,7 +121,8 @@ class OpenAIProvider:
             retry_base_delay: First backoff delay in seconds; it doubles per retry, with jitter.
             retry_max_delay: Cap for one backoff delay (also for a server's `Retry-After`).
             request_timeout: Seconds for the HTTP request (read timeout between stream chunks).
-            temperature: Used when a request sets none (the local model uses 0).
+            settings: Defaults for every request; a request's own settings override them
+                field by field (the local model uses temperature 0).
             tool_hint: A sentence appended to the system prompt whenever tools are offered
                 (small models need to be told to answer with the JSON object only).
             retry_without_tools_on_server_error: Retry once without tools when the server fails
@@ -149,7 +151,7 @@ class OpenAIProvider:
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
         self.retry_max_delay = retry_max_delay
-        self.temperature = temperature
+        self.settings = settings or ModelSettings()
         self.tool_hint = tool_hint
         self.retry_without_tools_on_server_error = retry_without_tools_on_server_error
         self.omit_tools_after_tool_results = omit_tools_after_tool_results
@@ -272,19 +274,19 @@ class OpenAIProvider:
         text_mode = self.tool_call_format == "text"
         offered = bool(request.tools) and request.tool_choice != "none"
         params: dict[str, Any] = {
-            "model": request.model or self.model,
+            "model": request.settings.model or self.model,
             "messages": self._messages(request, text_mode=text_mode, offered=offered),
             "stream": True,
         }
         if self.stream_usage:
             params["stream_options"] = {"include_usage": True}
-        temperature = request.temperature if request.temperature is not None else self.temperature
-        if temperature is not None:
-            params["temperature"] = temperature
-        if request.max_tokens is not None:
-            params["max_tokens"] = request.max_tokens
-        if request.top_p is not None:
-            params["top_p"] = request.top_p
+        settings = self.settings.merged(request.settings)
+        if settings.temperature is not None:
+            params["temperature"] = settings.temperature
+        if settings.max_tokens is not None:
+            params["max_tokens"] = settings.max_tokens
+        if settings.top_p is not None:
+            params["top_p"] = settings.top_p
         after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
         if self.omit_tools_after_tool_results and after_results:
             return params  # answer from the results; a call written as text is still parsed

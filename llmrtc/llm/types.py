@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 
@@ -41,11 +42,8 @@ class LLMRequest:
     """The tools the model may call."""
     tool_choice: ToolChoice = "auto"
     """Whether and which tools the model must call."""
-    model: str | None = None
-    """Overrides the provider's model for this request."""
-    temperature: float | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    """Model name and sampling options; what is None uses the provider's defaults."""
 
     def __post_init__(self) -> None:
         choice = self.tool_choice

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmrtc.abort import AbortSignal
@@ -20,6 +20,7 @@ from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import SystemMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.playbook.engine import PlaybookEngine, StageChange
 from llmrtc.playbook.models import LLMConfig, LLMDecisionCondition, Playbook, Transition
 from llmrtc.playbook.validation import (
@@ -174,15 +175,15 @@ class PlaybookOrchestrator:
             tools.append(self._transition_tool(targets))
         self.executor.registry = _StageTools(tools, stage_id=stage.id, everything=self.registry)
         prompts = [self.playbook.global_system_prompt, stage.system_prompt]
-        runner = self.runner
-        runner.system_prompt = "\n\n".join(p.strip() for p in prompts if p.strip())
-        runner.tools = None  # every tool of the stage view
-        runner.tool_choice = stage.tool_choice
         config = _merged(self.playbook.default_llm_config, stage.llm_config)
-        runner.model = config.model
-        runner.temperature = config.temperature
-        runner.max_tokens = config.max_tokens
-        runner.top_p = config.top_p
+        runner = self.runner
+        runner.settings = replace(
+            runner.settings,
+            system_prompt="\n\n".join(p.strip() for p in prompts if p.strip()),
+            tools=None,  # every tool of the stage view
+            tool_choice=stage.tool_choice,
+            model=ModelSettings(**config.model_dump()),
+        )
         runner.stage_id = stage.id
 
     def _transition_tool(self, targets: list[Transition]) -> Tool:

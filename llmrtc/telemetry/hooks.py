@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -353,6 +354,17 @@ class Hooks:
 
     def on_tool_start(self, event: ToolStartEvent) -> Awaitable[None] | None:
         """A tool handler is about to run."""
+
+    def tool_call_context(self, event: ToolStartEvent) -> AbstractContextManager[object] | None:
+        """A context the tool's handler runs inside, or None.
+
+        Called after `on_tool_start`, in the task that runs the handler; the context is
+        entered just before the handler starts and left when it ends, and context variables
+        it sets are seen by the handler (also by a sync handler in its worker thread).
+        `OpenTelemetryHooks` uses it to make the `execute_tool` span current, so the spans a
+        tool creates itself (HTTP, database) become its children. Must not block or raise.
+        """
+        return None
 
     def on_tool_end(self, event: ToolEndEvent) -> Awaitable[None] | None:
         """A tool call finished (once per call, whatever happened)."""

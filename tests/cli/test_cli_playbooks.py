@@ -21,7 +21,7 @@ from llmrtc.cli import main
 from llmrtc.playbook import load_playbook, load_playbook_tools
 from llmrtc.testing import ScriptedLLM, ScriptedOpenAIServer, text_reply, tool_call_reply
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "playbooks" / "support.yaml"
 WEATHER = ROOT / "playbooks" / "weather.yaml"
 

@@ -422,7 +422,7 @@ async def test_support_playbook_on_the_offline_model(model_path: Path) -> None:
     from llmrtc.llm.default import local_provider
     from llmrtc.playbook import load_playbook, load_playbook_tools
 
-    path = Path(__file__).resolve().parents[1] / "playbooks" / "support.yaml"
+    path = Path(__file__).resolve().parents[2] / "playbooks" / "support.yaml"
     playbook = load_playbook(path)
     async with LocalModelServer("1.5b", n_ctx=2048) as own_server:
         orchestrator = PlaybookOrchestrator(

@@ -25,6 +25,7 @@ from llmrtc.agent import (
     TurnRunner,
 )
 from llmrtc.llm import AssistantMessage, LLMError, ToolMessage, UserMessage
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.telemetry.hooks import Hooks, LLMEndEvent, LLMStartEvent, TurnEndEvent, TurnStartEvent
 from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.testing.scripted import check_chat_messages
@@ -229,12 +230,20 @@ async def test_forcing_tool_choice_applies_to_the_first_round_only() -> None:
 
 async def test_tools_subset_and_request_options() -> None:
     runner, llm = runner_for(
-        ["ok"], tools=["lookupWeather"], model="m2", temperature=0.1, max_tokens=20, top_p=0.5
+        ["ok"],
+        tools=["lookupWeather"],
+        model_settings=ModelSettings(model="m2", temperature=0.1, max_tokens=20, top_p=0.5),
     )
     await collect(runner)
     request = llm.requests[0]
     assert [t.name for t in request.tools] == ["lookupWeather"]
-    assert (request.model, request.temperature, request.max_tokens, request.top_p) == (
+    assert request.settings == ModelSettings("m2", 0.1, 20, 0.5)
+    assert (
+        request.settings.model,
+        request.settings.temperature,
+        request.settings.max_tokens,
+        request.settings.top_p,
+    ) == (
         "m2",
         0.1,
         20,
@@ -353,7 +362,7 @@ async def test_warm_sends_the_prompt_and_tools_with_one_token() -> None:
     runner, llm = runner_for(["x"])
     await runner.warm()
     (request,) = llm.requests
-    assert request.max_tokens == 1
+    assert request.settings.max_tokens == 1
     assert request.messages[0].content == "You are helpful."
     assert len(request.tools) == 4
 

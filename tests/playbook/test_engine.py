@@ -35,7 +35,7 @@ from llmrtc.playbook import (
 )
 from llmrtc.tools.calls import ToolCallResult
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def playbook(**fields: Any) -> Playbook:

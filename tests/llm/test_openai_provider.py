@@ -22,6 +22,7 @@ from llmrtc.llm import (
     ToolMessage,
     UserMessage,
 )
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.testing import (
     DisconnectReply,
     ErrorReply,
@@ -73,9 +74,7 @@ async def test_the_request_carries_messages_tools_and_options() -> None:
             ],
             tools=[WEATHER],
             tool_choice={"name": "lookupWeather"},
-            temperature=0.2,
-            max_tokens=50,
-            top_p=0.9,
+            settings=ModelSettings(temperature=0.2, max_tokens=50, top_p=0.9),
         )
         await events_of(provider(server), request)
         body = server.requests[0].body

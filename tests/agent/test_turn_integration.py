@@ -26,7 +26,7 @@ from llmrtc import (
 from llmrtc.testing import ScriptedLLM, ScriptedOpenAIServer, text_reply, tool_call_reply
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @tool

@@ -12,7 +12,7 @@ import pytest
 from llmrtc.cli import main
 from llmrtc.tools.loader import load_tools_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demos" / "tools_quickstart.py"
 
 

@@ -23,6 +23,7 @@ from llmrtc import (
 )
 from llmrtc.agent import ConversationHistory, TextDelta, ToolCallFinished, TurnCompleted
 from llmrtc.llm import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import LLMRequest
 from llmrtc.playbook import (
     Playbook,
@@ -48,7 +49,7 @@ from llmrtc.testing.scripted import check_chat_messages
 
 pytestmark = pytest.mark.anyio
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 # Tools of the hand-made playbooks ---------------------------------------------------------
 
@@ -257,7 +258,7 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
         "Greet the caller and ask how you can help. Do not solve anything yet."
     )
     assert offered(greeting) == [] and greeting.tool_choice == "auto"
-    assert greeting.temperature == 0.2  # the playbook default
+    assert greeting.settings.temperature == 0.2  # the playbook default
 
     # Identify: the tool sets the intent billing; the intent transition fires after the answer.
     events = await run(orchestrator, "It's ada@example.com")
@@ -293,9 +294,9 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
     assert len(llm.requests) == 5
     billing, wrap_up = llm.requests[3], llm.requests[4]
     assert offered(billing) == ["lookup_order", "issue_refund"]
-    assert billing.temperature == 0.0  # the stage's own config
+    assert billing.settings.temperature == 0.0  # the stage's own config
     assert "Refund a double charge" in prompt(billing)
-    assert wrap_up.tool_choice == "none" and wrap_up.temperature == 0.2
+    assert wrap_up.tool_choice == "none" and wrap_up.settings.temperature == 0.2
     assert prompt(wrap_up).endswith("Summarise what was done in one sentence and say goodbye.")
     assert wrap_up.messages[-1] == SystemMessage("The refund went through. Confirm it and wrap up.")
     assert engine.completed and engine.current_stage.id == "wrap_up"
@@ -690,12 +691,12 @@ async def test_llm_config_merges_field_by_field_and_tool_choice_follows_the_stag
         await run(orchestrator, text)
     a1, a2, b1, b2, c1 = llm.requests
     assert prompt(a1) == "Global.\n\nStage A."
-    assert (a1.model, a1.temperature, a1.max_tokens, a1.top_p) == ("stage-model", 0.1, 100, 0.9)
+    assert a1.settings == ModelSettings("stage-model", 0.1, 100, 0.9)
     assert a1.tool_choice == "required" and a2.tool_choice == "auto"  # forcing: first round
-    assert (b1.model, b1.temperature, b1.max_tokens, b1.top_p) == ("base", 0.5, 7, 0.5)
+    assert b1.settings == ModelSettings("base", 0.5, 7, 0.5)
     assert b1.tool_choice == {"name": "count"} and b2.tool_choice == "auto"
     assert prompt(b1) == "Global."
-    assert (c1.model, c1.temperature, c1.max_tokens, c1.top_p) == ("base", 0.5, 100, 0.9)
+    assert c1.settings == ModelSettings("base", 0.5, 100, 0.9)
     assert c1.tool_choice == "none" and offered(c1) == ["note"]
 
 
@@ -704,7 +705,12 @@ async def test_no_llm_config_leaves_the_provider_defaults() -> None:
     llm = ScriptedLLM(["hi"])
     await run(PlaybookOrchestrator(playbook, llm, REGISTRY), "hi")
     request = llm.requests[0]
-    assert (request.model, request.temperature, request.max_tokens, request.top_p) == (
+    assert (
+        request.settings.model,
+        request.settings.temperature,
+        request.settings.max_tokens,
+        request.settings.top_p,
+    ) == (
         None,
         None,
         None,
