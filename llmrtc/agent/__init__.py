@@ -1,23 +1,31 @@
 """Floor 3: one conversational turn — the model ⇄ tools loop, streamed events, history."""
 
 from llmrtc.agent.events import (
+    AgentEvent,
+    StageChanged,
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
+    TurnError,
     TurnEvent,
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import TurnRunner
+from llmrtc.agent.settings import TurnSettings
 
 __all__ = [
+    "AgentEvent",
     "ConversationHistory",
+    "StageChanged",
     "TextDelta",
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnCompleted",
+    "TurnError",
     "TurnEvent",
     "TurnRunner",
+    "TurnSettings",
     "TurnStopReason",
 ]

@@ -9,17 +9,21 @@ from llmrtc.llm.types import Usage
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 
 __all__ = [
+    "AgentEvent",
+    "StageChanged",
     "TextDelta",
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnCompleted",
+    "TurnError",
     "TurnEvent",
     "TurnStopReason",
 ]
 
-TurnStopReason = Literal["stop", "length", "max_tool_rounds", "aborted"]
+TurnStopReason = Literal["stop", "length", "max_tool_rounds", "aborted", "error"]
 """Why a turn ended: the model finished (`stop`), hit its token limit (`length`), the tool
-round limit forced a final answer (`max_tool_rounds`), or it was aborted (barge-in)."""
+round limit forced a final answer (`max_tool_rounds`), it was aborted (barge-in), or the model
+failed for good (`error`: a `TurnError` was yielded and the agent apologised)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,4 +60,35 @@ class TurnCompleted:
     stop_reason: TurnStopReason = "stop"
 
 
+@dataclass(frozen=True, slots=True)
+class StageChanged:
+    """The conversation moved to another playbook stage (yielded in the turn's event stream)."""
+
+    from_stage: str
+    to_stage: str
+    transition_id: str
+    reason: str | None = None
+    """The model's reason (from `playbook_transition`), or `"timeout"` for a stage timer."""
+    conversation_ended: bool = False
+    """The new stage is terminal: the conversation is over after this turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """The model (or its server) failed for good during the turn. The turn still ends with a
+    short spoken-style apology as text and a valid history; the next turn works as usual."""
+
+    message: str
+    """One line for developers and logs: what failed and where (never spoken)."""
+    error_type: str
+    """The failure's class name, e.g. `LLMError`."""
+
+
 TurnEvent = TextDelta | ToolCallStarted | ToolCallFinished | TurnCompleted
+"""What `TurnRunner.run_turn` yields without a playbook (kept for compatibility: see
+`AgentEvent`)."""
+
+AgentEvent = (
+    TextDelta | ToolCallStarted | ToolCallFinished | StageChanged | TurnError | TurnCompleted
+)
+"""Everything a `TurnHandler` (`TurnRunner`, `PlaybookOrchestrator`) yields from a turn."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from llmrtc.abort import AbortSignal
+from llmrtc.agent.events import StageChanged
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.execution.executor import ToolExecutor
@@ -46,17 +47,6 @@ from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool, define_tool
 
 __all__ = ["PlaybookOrchestrator", "StageChanged"]
-
-
-@dataclass(frozen=True, slots=True)
-class StageChanged:
-    """The conversation moved to another stage (yielded in the turn's event stream)."""
-
-    from_stage: str
-    to_stage: str
-    transition_id: str
-    reason: str | None = None
-    """The model's reason (from `playbook_transition`), or `"timeout"` for a stage timer."""
 
 
 class _StageTools(ToolRegistry):

@@ -97,6 +97,10 @@ class ToolEndEvent:
     """The error message sent to the model (may quote argument values: it is content)."""
     error_type: str | None = None
     """The status word, or the exception's fully qualified class name when the handler raised."""
+    exception: BaseException | None = None
+    """What the handler raised, with its full text (for logs and spans, never for the model,
+    which gets a short generic message unless the handler raised `ToolError`); None when the
+    handler did not raise."""
     duration_s: float = 0.0
     """How long the handler ran (0 if it never ran)."""
     queued_s: float = 0.0
