@@ -11,8 +11,10 @@ import anyio
 import anyio.to_thread
 from anyio.lowlevel import RunVar
 
+from llmrtc.tools.errors import ToolError
 
-class NoWorkerThreadError(RuntimeError):
+
+class NoWorkerThreadError(ToolError):
     """Every worker thread is taken, mostly by handlers abandoned after a timeout or abort."""
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -41,6 +42,7 @@ from llmrtc.telemetry.hooks import (
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ExecutionPolicy
+from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
 from llmrtc.tools.validation import ArgumentsError, prepare_arguments
@@ -48,6 +50,11 @@ from llmrtc.tools.validation import ArgumentsError, prepare_arguments
 __all__ = ["ToolExecutor"]
 
 _EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
+# One logger for the package (not per module): handler failures are logged here in full.
+logger = logging.getLogger("llmrtc.execution")
+
+ResultCallback = Callable[[ToolCallResult], object]
+"""`on_result(result)`: called once per call as it gets its result."""
 _execution_ids = itertools.count(1)
 
 
@@ -75,14 +82,17 @@ class _Batch:
         "execution_ids",
         "hooks",
         "metadata",
+        "on_result",
         "queued",
         "reported",
+        "reporting",
         "results",
         "session_id",
         "signal",
         "signals",
         "stage_id",
         "started",
+        "tools",
         "turn_id",
     )
 
@@ -91,6 +101,8 @@ class _Batch:
         calls: list[ToolCall],
         signal: AbortSignal | None,
         hooks: _Dispatch,
+        tools: ToolRegistry,
+        on_result: ResultCallback | None,
         **ids: Any,
     ) -> None:
         count = len(calls)
@@ -109,6 +121,10 @@ class _Batch:
         self.execution_ids = [f"x{next(_execution_ids)}" for _ in calls] if hooks.active else ()
         self.signal = signal
         self.hooks = hooks
+        self.tools = tools
+        self.on_result = on_result
+        # Whether finished calls are reported (to hooks or on_result) in the caller's task.
+        self.reporting = hooks.active or on_result is not None
         self.session_id: str | None = ids["session_id"]
         self.turn_id: str | None = ids["turn_id"]
         self.stage_id: str | None = ids["stage_id"]
@@ -200,6 +216,8 @@ class ToolExecutor:
         abort_signal: AbortSignal | None = None,
         metadata: Mapping[str, Any] | None = None,
         hooks: Hooks | None = None,
+        tools: ToolRegistry | None = None,
+        on_result: ResultCallback | None = None,
     ) -> ToolCallResult:
         """Run one call; same options and guarantees as `execute`."""
         results = await self.execute(
@@ -210,6 +228,8 @@ class ToolExecutor:
             abort_signal=abort_signal,
             metadata=metadata,
             hooks=hooks,
+            tools=tools,
+            on_result=on_result,
         )
         return results[0]
 
@@ -223,6 +243,8 @@ class ToolExecutor:
         abort_signal: AbortSignal | None = None,
         metadata: Mapping[str, Any] | None = None,
         hooks: Hooks | None = None,
+        tools: ToolRegistry | None = None,
+        on_result: ResultCallback | None = None,
     ) -> list[ToolCallResult]:
         """Run a batch of calls and return exactly one result per call, in request order.
 
@@ -242,6 +264,15 @@ class ToolExecutor:
             metadata: Read-only values handed to every handler in `ToolContext.metadata`.
             hooks: Extra hooks for this batch only, called after the executor's own (a hook
                 object that already is the executor's is not called twice).
+            tools: The tools this batch may run (default: the executor's `registry`), usually
+                a `registry.scoped(...)` view of what the model was offered. A call to any
+                other tool never runs: it gets status `"not_found"` with the view's
+                `missing_tool_message`. Policies and hook events come from the same view.
+            on_result: Called with each call's result as it gets it (in finish order), once
+                per call: also for calls that never ran or were settled as aborted, and when
+                the caller is cancelled, always before `execute` returns or propagates. Called
+                synchronously in the caller's task, before the end hooks of that call; what it
+                raises is logged and ignored.
         """
         call_list = list(calls)
         for call in call_list:
@@ -251,6 +282,8 @@ class ToolExecutor:
             call_list,
             abort_signal,
             self._dispatch if hooks is None else _Dispatch((*self._own_hooks, hooks)),
+            self.registry if tools is None else tools,
+            on_result,
             session_id=session_id,
             turn_id=turn_id,
             stage_id=stage_id,
@@ -271,7 +304,7 @@ class ToolExecutor:
             # Whatever has no result now was aborted: by the signal, or by the caller cancelling
             # us. It still gets its one result and its hooks (shielded, so a cancelled caller
             # does not skip them); the caller's cancellation then propagates unchanged.
-            if None in batch.results or (batch.hooks.active and not all(batch.reported)):
+            if None in batch.results or (batch.reporting and not all(batch.reported)):
                 with anyio.CancelScope(shield=True):
                     await self._settle(batch)
         return batch.results  # type: ignore[return-value]  # every slot is filled above
@@ -279,7 +312,7 @@ class ToolExecutor:
     # Scheduling ----------------------------------------------------------------------------
 
     async def _run_segments(self, batch: _Batch) -> None:
-        for segment in self._segments(batch.calls):
+        for segment in self._segments(batch):
             if batch.aborted():
                 return  # aborted from another thread; the cancel is on its way to our loop
             ready: list[tuple[int, Tool, Any]] = []
@@ -293,12 +326,12 @@ class ToolExecutor:
             elif ready:
                 await self._run_group(batch, ready)
 
-    def _segments(self, calls: list[ToolCall]) -> list[list[int]]:
+    def _segments(self, batch: _Batch) -> list[list[int]]:
         """Split the batch at sequential calls: each sequential call is a segment of its own."""
         segments: list[list[int]] = []
         group: list[int] = []
-        for index, call in enumerate(calls):
-            tool = self.registry.get(call.name)
+        for index, call in enumerate(batch.calls):
+            tool = batch.tools.get(call.name)
             policy = (tool.definition.execution_policy if tool else None) or self.default_policy
             if policy == "parallel":
                 group.append(index)
@@ -314,9 +347,9 @@ class ToolExecutor:
     async def _prepare(self, batch: _Batch, index: int) -> tuple[Tool, Any] | None:
         """Look the tool up and build its arguments; a call that cannot run is finished here."""
         call = batch.calls[index]
-        tool = self.registry.get(call.name)
+        tool = batch.tools.get(call.name)
         if tool is None:
-            error = ToolNotFoundError(call.name, self.registry.missing_tool_message(call.name))
+            error = ToolNotFoundError(call.name, batch.tools.missing_tool_message(call.name))
             self._record(batch, index, "not_found", error=error)
             await self._report(batch, index)
             return None
@@ -358,7 +391,7 @@ class ToolExecutor:
                 await self._announce(batch, index, tool, contexts[index])
         # Children tell this task which call ended, so end hooks run here, in the caller's
         # task; without such hooks there is nothing to tell (and no stream to pay for).
-        reporting = bool(batch.hooks.end or batch.hooks.error)
+        reporting = bool(batch.hooks.end or batch.hooks.error or batch.on_result)
         send, receive = (
             anyio.create_memory_object_stream[int](math.inf) if reporting else (None, None)
         )
@@ -593,11 +626,7 @@ class ToolExecutor:
         call = batch.calls[index]
         message = None
         if error is not None:
-            message = (
-                str(error)
-                if isinstance(error, ToolExecutionError)
-                else f"tool {call.name!r} raised {type(error).__name__}: {error}"
-            )
+            message = _message_for_model(call, error)
         batch.results[index] = ToolCallResult(
             call.call_id, call.name, status, value, message, duration_s * 1000
         )
@@ -608,14 +637,21 @@ class ToolExecutor:
         """Tell the hooks how the call ended (once; in the task that calls this)."""
         hooks = batch.hooks
         result = batch.results[index]
-        if not hooks.active or result is None or batch.reported[index]:
+        if not batch.reporting or result is None or batch.reported[index]:
             return
         batch.reported[index] = True
         call = batch.calls[index]
         error = batch.errors[index]
-        execution_id = batch.execution_ids[index]
         token = current_call_id.set(call.call_id)  # so a hook's own log records carry it
         try:
+            if batch.on_result is not None:
+                try:
+                    batch.on_result(result)
+                except Exception:
+                    logger.exception("on_result callback raised for call %s; ignored", call.call_id)
+            if not hooks.active:
+                return
+            execution_id = batch.execution_ids[index]
             if error is not None and hooks.error:
                 event = ToolErrorEvent(
                     execution_id=execution_id,
@@ -630,7 +666,7 @@ class ToolExecutor:
                 )
                 await emit(hooks.error, "on_tool_error", event)
             if hooks.end:
-                tool = self.registry.get(call.name)
+                tool = batch.tools.get(call.name)
                 definition = tool.definition if tool is not None else None
                 end = ToolEndEvent(
                     execution_id=execution_id,
@@ -642,6 +678,7 @@ class ToolExecutor:
                     sensitive_fields=definition.sensitive_fields if definition else (),
                     error=result.error,
                     error_type=_error_type(result.status, error),
+                    exception=error if result.status == "error" else None,
                     duration_s=batch.durations[index],
                     queued_s=batch.queued[index],
                     started=batch.announced[index],
@@ -654,6 +691,24 @@ class ToolExecutor:
                 await emit(hooks.end, "on_tool_end", end)
         finally:
             current_call_id.reset(token)
+
+
+def _message_for_model(call: ToolCall, error: BaseException) -> str:
+    """What the model is told about a failure: a `ToolError`'s own words, the status text of
+    the executor's own errors, and for anything else a short generic sentence (a voice agent
+    may speak it, and exception text can hold secrets), while the log gets the full detail."""
+    if isinstance(error, ToolError | ToolExecutionError):
+        if isinstance(error, ToolError):
+            logger.debug("tool %r (call %s) reported: %s", call.name, call.call_id, error)
+        return str(error)
+    logger.warning(
+        "tool %r (call %s) raised %s; the model was told it failed with an internal error",
+        call.name,
+        call.call_id,
+        error_type_name(error),
+        exc_info=error,
+    )
+    return f"tool {call.name!r} failed because of an internal error"
 
 
 def _is_int(value: object) -> bool:

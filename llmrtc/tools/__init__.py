@@ -3,6 +3,7 @@
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json_content
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
+from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import FunctionTool, Tool, ToolHandler, define_tool, tool
 from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
@@ -17,6 +18,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolContext",
     "ToolDefinition",
+    "ToolError",
     "ToolHandler",
     "ToolRegistry",
     "ValidationResult",
