@@ -1,0 +1,237 @@
+"""The `llmrtc` command: `chat`, `tools` and `validate` (floor 7: it may import everything)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmrtc.cli.errors import describe_tools_file_error
+
+if TYPE_CHECKING:
+    from llmrtc.tools import ToolRegistry
+
+__all__ = ["build_parser", "main"]
+
+DESCRIPTION = """\
+Realtime voice agents with a tool executor you can trust. Today's commands:
+
+  llmrtc chat [PLAYBOOK] [--tools FILE]   chat with the model in the terminal
+  llmrtc tools FILE                       list the tools a Python file defines
+  llmrtc validate PLAYBOOK                check a playbook (YAML or JSON)
+
+The model comes from OPENAI_API_KEY / OPENAI_BASE_URL (LLMRTC_MODEL names it); without them,
+the offline Qwen2.5-Coder model runs in this process (pip install "llmrtc[local]")."""
+
+CHAT_EPILOG = """\
+In the chat: Ctrl-C stops the answer being written (the tools it started still finish);
+Ctrl-C at the prompt, Ctrl-D or /quit ends the chat. A model or server failure ends only the
+turn (one error line on stderr) and the next question works; a model API that cannot be
+reached at all is reported before the first prompt, with exit status 1. A playbook that
+reaches a terminal stage ends the chat (exit status 0). Warnings and log lines go to LOG_FILE,
+not between the lines of the conversation (--verbose shows them on stderr too)."""
+
+
+def log_file() -> Path:
+    """Where `llmrtc chat` writes warnings and log lines: `~/.cache/llmrtc/llmrtc.log`
+    (`$XDG_CACHE_HOME/llmrtc/llmrtc.log` when that is set)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "llmrtc" / "llmrtc.log"
+
+
+def _configure_logging(verbose: bool) -> None:
+    # Any handler on the root logger keeps library warnings (and logging's last-resort stderr
+    # printer) out of the conversation; `warnings.warn` goes the same way.
+    logging.captureWarnings(True)
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    logging.getLogger("llmrtc").setLevel(logging.INFO)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler: logging.Handler
+    try:
+        log_file().parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_file(), encoding="utf-8", delay=True)
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    if verbose:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(formatter)
+        root.addHandler(console)
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _load_tools(load: Callable[[Any], ToolRegistry], source: Any) -> ToolRegistry:
+    """Call a tools loader; anything the tools file raises becomes `_ToolsFileError`."""
+    try:
+        return load(source)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as exc:
+        detail = describe_tools_file_error(exc).replace("\n", "\n  ")
+        raise _ToolsFileError(f"  {detail}") from exc
+
+
+class _ToolsFileError(Exception):
+    """A tools file failed on import; the message is the short description to print."""
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    from llmrtc.tools.loader import load_tools_file
+
+    try:
+        registry = _load_tools(load_tools_file, args.file)
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(str(exc))
+    except _ToolsFileError as exc:
+        return _error(f"cannot load the tools file {args.file}:\n{exc}")
+    definitions = registry.definitions()
+    if args.json:
+        print(json.dumps([d.to_openai() for d in definitions], indent=2))
+        return 0
+    for definition in definitions:
+        policy = definition.execution_policy or "default policy"
+        timeout = f"{definition.timeout:g} s" if definition.timeout else "default timeout"
+        print(f"{definition.name}  ({policy}, {timeout})")
+        if definition.description:
+            print(f"    {definition.description.splitlines()[0]}")
+        params = definition.json_schema.get("properties", {})
+        required = set(definition.json_schema.get("required", []))
+        for name, schema in params.items():
+            marker = "" if name in required else "?"
+            kind = schema.get("type") or ("enum" if "enum" in schema else "any")
+            print(f"    - {name}{marker}: {kind}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from llmrtc.playbook import (
+        Playbook,
+        PlaybookError,
+        load_playbook_tools,
+        to_mermaid,
+        validate_playbook,
+    )
+    from llmrtc.playbook.loading import load_playbook
+
+    try:
+        playbook: Playbook = load_playbook(args.playbook)
+        registry = _load_tools(load_playbook_tools, playbook) if playbook.tools_file else None
+    except PlaybookError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(str(exc))
+    except _ToolsFileError as exc:
+        return _error(f"cannot load the playbook's tools file:\n{exc}")
+    findings = validate_playbook(playbook, registry)
+    for finding in findings:
+        print(finding)
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    print(
+        f"{args.playbook}: {len(playbook.stages)} stages, {len(playbook.transitions)} "
+        f"transitions, {errors} errors, {warnings} warnings"
+    )
+    if args.graph:
+        print(to_mermaid(playbook))
+    return 1 if errors else 0
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    import anyio
+
+    from llmrtc.cli.chat import run_chat
+    from llmrtc.playbook import PlaybookError, load_playbook, load_playbook_tools
+    from llmrtc.tools.loader import load_tools_file
+
+    _configure_logging(args.verbose)
+    playbook = None
+    registry = None
+    try:
+        if args.playbook is not None:
+            playbook = load_playbook(args.playbook)
+            if playbook.tools_file and args.tools is None:
+                registry = _load_tools(load_playbook_tools, playbook)
+        if args.tools is not None:
+            registry = _load_tools(load_tools_file, args.tools)
+    except PlaybookError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(str(exc))
+    except _ToolsFileError as exc:
+        return _error(f"cannot load the tools file:\n{exc}")
+    try:
+        return anyio.run(run_chat, args, registry, playbook)
+    except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
+        print()
+        return 130
+    except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
+        return _error(str(exc))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `llmrtc` command."""
+    from llmrtc import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="llmrtc",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"llmrtc {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chat = commands.add_parser(
+        "chat",
+        help="chat in the terminal (OPENAI_API_KEY/OPENAI_BASE_URL, else the offline model)",
+        description="Chat with the model in the terminal, with tools and optionally a playbook.",
+        epilog=CHAT_EPILOG.replace("LOG_FILE", str(log_file())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat.add_argument(
+        "playbook", nargs="?", help="a playbook (.yaml/.json) to run, e.g. playbooks/support.yaml"
+    )
+    chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
+    chat.add_argument(
+        "--system",
+        default="You are a helpful assistant. Use the tools when they help. Answer briefly.",
+        help="the system prompt (without a playbook)",
+    )
+    chat.add_argument(
+        "--verbose", action="store_true", help="show warnings and log lines on stderr too"
+    )
+    chat.set_defaults(handler=_cmd_chat)
+    tools = commands.add_parser(
+        "tools",
+        help="list the tools a Python file defines",
+        description="List the tools a Python file defines (module-level @tool / define_tool).",
+    )
+    tools.add_argument("file", help="a Python file defining tools with @tool or define_tool")
+    tools.add_argument("--json", action="store_true", help="print the OpenAI tool schemas")
+    tools.set_defaults(handler=_cmd_tools)
+    validate = commands.add_parser(
+        "validate",
+        help="check a playbook and print its findings",
+        description="Check a playbook and print every finding (exit status 1 on errors).",
+    )
+    validate.add_argument("playbook", help="a playbook file (.yaml, .yml or .json)")
+    validate.add_argument("--graph", action="store_true", help="print a Mermaid state diagram")
+    validate.set_defaults(handler=_cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `llmrtc` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))

@@ -1,0 +1,257 @@
+"""`llmrtc chat`: the terminal conversation, its Ctrl-C handling and what it shows."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from llmrtc.abort import AbortController
+from llmrtc.agent import (
+    StageChanged,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnError,
+)
+from llmrtc.cli.terminal import ModelProgress, Screen, read_lines
+from llmrtc.llm import LLMError, OpenAIProvider
+
+if TYPE_CHECKING:
+    from llmrtc.playbook import Playbook
+    from llmrtc.tools import ToolRegistry
+
+__all__ = ["run_chat"]
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")
+_INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+
+
+class _Chat:
+    """One `llmrtc chat` session: what runs now decides what Ctrl-C does."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        registry: ToolRegistry | None,
+        playbook: Playbook | None,
+    ) -> None:
+        self.args = args
+        self.registry = registry
+        self.playbook = playbook
+        self.screen = Screen()
+        self.interactive = sys.stdin.isatty()
+        self.turn: AbortController | None = None
+        """The running turn's controller: Ctrl-C aborts it (like a barge-in)."""
+        self.exit_status = 0
+        self.prompted = False
+        """Whether the chat got as far as its first prompt (Ctrl-C before that: status 130)."""
+        self.scope = anyio.CancelScope()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop the answer being written, or end the chat when none is."""
+        if self.turn is not None:
+            self.turn.abort("interrupted by the user (Ctrl-C)")
+            return
+        self.screen.end_turn()
+        self.screen.write("\n")
+        if not self.prompted:
+            self.exit_status = _INTERRUPTED  # still preparing: the user gave up waiting
+        self.scope.cancel()
+
+    async def watch_interrupts(self, signals: AsyncIterator[int]) -> None:
+        """Deliver SIGINT to `interrupt` (instead of a `KeyboardInterrupt` that would end the
+        whole chat from wherever the code happened to be)."""
+        async for _ in signals:
+            self.interrupt()
+
+    async def converse(self) -> None:
+        """Open the model, then answer lines until end of input, /quit or Ctrl-C."""
+        from llmrtc import open_default_provider
+
+        progress = ModelProgress()
+        options: dict[str, Any] = {}
+        if "progress" in inspect.signature(open_default_provider).parameters:
+            options["progress"] = progress
+        try:
+            async with open_default_provider(**options) as llm:
+                progress.done()
+                problem = await _unreachable(llm)
+                if problem is not None:
+                    self.screen.error(f"error: {problem}")
+                    self.exit_status = 1
+                    return
+                await self._talk(llm)
+        except LLMError as exc:  # the offline model could not be prepared
+            progress.done()
+            self.screen.error(f"error: {exc}")
+            self.exit_status = 1
+
+    async def _talk(self, llm: Any) -> None:
+        runner = self._runner(llm)
+        say = self.screen.write
+        if self.interactive:
+            tools = len(self.registry) if self.registry is not None else 0
+            say(f"llmrtc chat with {llm.model} ({tools} tools). Ctrl-C stops an answer; ")
+            say("Ctrl-D or /quit ends.\n")
+        async with aclosing(read_lines()) as lines:
+            while True:
+                if self.interactive:
+                    say("you> ")
+                self.prompted = True
+                line = await anext(lines, None)
+                if line is None:
+                    if self.interactive:
+                        say("\n")  # Ctrl-D leaves the cursor after the prompt
+                    return
+                text = line.strip()
+                if text in ("/quit", "/exit"):
+                    return
+                if text and await self._turn(runner, text):
+                    self.screen.line("[the conversation has ended]")
+                    return
+
+    def _runner(self, llm: Any) -> Any:
+        from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
+
+        tools = self.registry if self.registry is not None else ToolRegistry()
+        if self.playbook is not None:
+            orchestrator = PlaybookOrchestrator(self.playbook, llm, tools)
+            self.screen.line(
+                f"[playbook {self.playbook.id}: stage {orchestrator.engine.current_stage.id}]"
+            )
+            return orchestrator
+        return TurnRunner(llm, ToolExecutor(tools), system_prompt=self.args.system)
+
+    async def _turn(self, runner: Any, text: str) -> bool:
+        """Run one turn and show it; True when the conversation has ended."""
+        screen = self.screen
+        ended = False
+        self.turn = controller = AbortController()
+        screen.thinking()
+        try:
+            async for event in runner.run_turn(text, abort_signal=controller.signal):
+                if isinstance(event, TextDelta):
+                    screen.text(event.text)
+                elif isinstance(event, ToolCallStarted):
+                    arguments = event.call.arguments
+                    shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                    screen.line(f"  -> {event.call.name}({shown})")
+                elif isinstance(event, ToolCallFinished):
+                    result = event.result
+                    outcome = result.to_content() if result.success else result.error
+                    screen.line(
+                        f"  <- {result.tool_name} {result.status} "
+                        f"{result.duration_ms:.0f} ms: {outcome}"
+                    )
+                    screen.thinking()
+                elif isinstance(event, StageChanged):
+                    screen.line(
+                        f"  [stage {event.from_stage} -> {event.to_stage} ({event.transition_id})]"
+                    )
+                    ended = ended or event.conversation_ended
+                    screen.thinking()
+                elif isinstance(event, TurnError):
+                    screen.error(f"  [error: {event.message}]")
+                elif isinstance(event, TurnCompleted):
+                    if event.stop_reason == "aborted":
+                        screen.line("  [stopped]")
+                    screen.end_turn()
+        except LLMError as exc:
+            # A model or server failure ends this turn only (the history stays valid).
+            screen.error(f"  [error: {exc}]")
+        except Exception as exc:
+            # The openai client's own errors, should a provider let one through.
+            if not _is_api_error(exc):
+                raise
+            screen.error(f"  [error: {type(exc).__name__}: {exc}]")
+        finally:
+            self.turn = None
+            screen.end_turn()
+        return ended
+
+
+def _is_api_error(exc: BaseException) -> bool:
+    import openai
+
+    return isinstance(exc, openai.APIError)
+
+
+@contextlib.contextmanager
+def _sigint_receiver() -> Iterator[AsyncIterator[int] | None]:
+    try:
+        receiver = anyio.open_signal_receiver(signal.SIGINT)
+        signals = receiver.__enter__()
+    except (NotImplementedError, ValueError, RuntimeError):  # no signals here (Windows, thread)
+        yield None
+        return
+    try:
+        yield signals
+    finally:
+        receiver.__exit__(None, None, None)
+
+
+async def _unreachable(llm: Any) -> str | None:
+    """Why the model API cannot be reached (one line: what, where, what to do), or None.
+
+    Only a TCP connect to the API's host: it costs no tokens and consumes no request, and
+    turns "nothing answers there" into one clear line before the first prompt. The offline
+    model (in this process) and APIs behind a proxy are not probed.
+    """
+    if not isinstance(llm, OpenAIProvider) or llm.provider_name == "llmrtc.local":
+        return None
+    if not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
+        return None
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    url = str(llm.client.base_url)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with anyio.fail_after(10):
+            stream = await anyio.connect_tcp(host, port)
+        await stream.aclose()
+    except (OSError, TimeoutError) as exc:
+        # anyio sums up failed attempts as "All connection attempts failed"; the first
+        # attempt's own error ("Connection refused", a DNS failure) says more.
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        reason = cause.strerror or str(cause)  # a DNS failure: "Name or service not known"
+        if cause.errno and cause.errno > 0:  # asyncio's text only repeats the address
+            reason = os.strerror(cause.errno)
+        if isinstance(exc, TimeoutError):
+            reason = "no answer in 10 s"
+        return (
+            f"cannot reach the model API at {url.rstrip('/')} ({reason}): start the server, "
+            "or fix OPENAI_BASE_URL (unset it and OPENAI_API_KEY to use the offline model)"
+        )
+    return None
+
+
+async def run_chat(
+    args: argparse.Namespace, registry: ToolRegistry | None, playbook: Playbook | None
+) -> int:
+    """Run `llmrtc chat` until the user leaves; returns the exit status."""
+    chat = _Chat(args, registry, playbook)
+    # The handler is in place before the model is opened: Ctrl-C while it loads quits cleanly.
+    with _sigint_receiver() as signals:
+        async with anyio.create_task_group() as group:
+            if signals is not None:
+                group.start_soon(chat.watch_interrupts, signals)
+            if chat.screen.tty:
+                group.start_soon(chat.screen.animate)
+            with chat.scope:
+                await chat.converse()
+            group.cancel_scope.cancel()
+    return chat.exit_status
