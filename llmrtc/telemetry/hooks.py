@@ -1,8 +1,7 @@
-"""One `Hooks` protocol for every layer: tools, turns, models, playbooks, voice and sessions.
+"""The `Hooks` protocol every layer calls, and the machinery that calls it.
 
-Each hook method receives one small frozen event carrying the ids that tie it to its place
-(`session_id`, `turn_id`, `call_id`, `stage_id`). Events carry plain data only, so this module
-imports nothing of ours and every floor may import it.
+The events themselves live in `llmrtc.telemetry.events` (re-exported here, so
+`from llmrtc.telemetry.hooks import ToolEndEvent` keeps working).
 
 How hooks are called (by `emit`, which every layer uses):
 - In the caller's task and contextvars context, so a hook sees the caller's current span.
@@ -10,33 +9,67 @@ How hooks are called (by `emit`, which every layer uses):
 - An async hook is awaited at once (never deferred), shielded from the caller's cancellation and
   bounded by its object's `hook_timeout`: past it the hook is cancelled and a warning is logged.
 - A hook that raises is logged with its name and never changes what the library does.
+
+`Hooks.tool_call_context` is not an event but a context each hook may wrap around a tool's
+handler; `combined_tool_call_context` enters those of several hooks with the same isolation.
+Floor 0: this module imports nothing of ours but the events.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import anyio
 
+from llmrtc.telemetry.events import (
+    BargeInEvent,
+    ErrorEvent,
+    HookEvent,
+    LLMEndEvent,
+    LLMFirstTokenEvent,
+    LLMStartEvent,
+    SessionEndEvent,
+    SessionStartEvent,
+    SpeechEndEvent,
+    SpeechStartEvent,
+    StageEnterEvent,
+    StageExitEvent,
+    STTEndEvent,
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolStartEvent,
+    TransitionEvent,
+    TTSEndEvent,
+    TTSStartEvent,
+    TurnEndEvent,
+    TurnStartEvent,
+)
+
 __all__ = [
     "HOOK_NAMES",
-    "BargeInEvent",
     "CompositeHooks",
-    "ErrorEvent",
     "Hooks",
+    "combined_tool_call_context",
+    "emit",
+    "error_type_name",
+    "hooks_for",
+    # Re-exported from llmrtc.telemetry.events, where they live:
+    "BargeInEvent",
+    "ErrorEvent",
+    "HookEvent",
     "LLMEndEvent",
     "LLMFirstTokenEvent",
     "LLMStartEvent",
+    "STTEndEvent",
     "SessionEndEvent",
     "SessionStartEvent",
     "SpeechEndEvent",
     "SpeechStartEvent",
-    "STTEndEvent",
     "StageEnterEvent",
     "StageExitEvent",
     "TTSEndEvent",
@@ -47,299 +80,9 @@ __all__ = [
     "TransitionEvent",
     "TurnEndEvent",
     "TurnStartEvent",
-    "emit",
-    "error_type_name",
-    "hooks_for",
 ]
 
 logger = logging.getLogger(__name__)
-
-_EMPTY: Mapping[str, Any] = {}
-
-# Events ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolStartEvent:
-    """A tool handler is about to run (its concurrency slot is taken)."""
-
-    execution_id: str
-    """Unique per call execution: pairs start and end (call ids repeat across batches)."""
-    call_id: str
-    tool_name: str
-    tool_description: str = ""
-    arguments: Any = None
-    """The arguments as the model gave them (a dict or the raw JSON string). Content: record
-    only with consent, and mask `sensitive_fields`."""
-    sensitive_fields: Sequence[str] = ()
-    """Argument/result keys that must always be masked when content is recorded."""
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-    context: Any = None
-    """The `ToolContext` the handler receives (its abort signal, metadata)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolEndEvent:
-    """A tool call finished, whatever its status. Fires exactly once per call, also for calls
-    that never ran (`not_found`, `invalid_arguments`, aborted while queued)."""
-
-    execution_id: str
-    call_id: str
-    tool_name: str
-    status: str
-    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
-    tool_description: str = ""
-    arguments: Any = None
-    sensitive_fields: Sequence[str] = ()
-    error: str | None = None
-    """The error message sent to the model (may quote argument values: it is content)."""
-    error_type: str | None = None
-    """The status word, or the exception's fully qualified class name when the handler raised."""
-    exception: BaseException | None = None
-    """What the handler raised, with its full text (for logs and spans, never for the model,
-    which gets a short generic message unless the handler raised `ToolError`); None when the
-    handler did not raise."""
-    duration_s: float = 0.0
-    """How long the handler ran (0 if it never ran)."""
-    queued_s: float = 0.0
-    """How long the call waited for a concurrency slot."""
-    started: bool = False
-    """Whether the handler ran (a start event was sent for this execution)."""
-    result: Any = None
-    """The handler's return value (status `ok` only)."""
-    result_content: str | None = None
-    """The JSON content sent back to the model (content: record only with consent)."""
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolErrorEvent:
-    """A tool call ended with a status other than `ok`; sent just before its `ToolEndEvent`."""
-
-    execution_id: str
-    call_id: str
-    tool_name: str
-    status: str
-    error: BaseException
-    """What the handler raised, or an exception describing the status (`ToolTimeoutError`, …)."""
-    arguments: Any = None
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnStartEvent:
-    """A conversational turn starts (user text in, or a timer-driven turn with none)."""
-
-    turn_id: str
-    session_id: str | None = None
-    stage_id: str | None = None
-    user_text: str | None = None
-    """Content: record only with consent."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnEndEvent:
-    """A turn finished: answered, aborted (barge-in), or failed."""
-
-    turn_id: str
-    stop_reason: str
-    """`stop`, `length`, `max_tool_rounds`, `aborted` or `error`."""
-    session_id: str | None = None
-    stage_id: str | None = None
-    text: str = ""
-    """The assistant text of the turn. Content: record only with consent."""
-    duration_s: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    tool_calls: int = 0
-    error_type: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LLMStartEvent:
-    """A model request is sent."""
-
-    request_id: str
-    model: str
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-    provider: str = "openai"
-    """`gen_ai.provider.name`, e.g. `openai`, `llmrtc.local`, `llmrtc.scripted`."""
-    messages: Sequence[Any] = ()
-    """The request messages. Content: record only with consent."""
-    tool_names: tuple[str, ...] = ()
-    temperature: float | None = None
-    max_tokens: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LLMFirstTokenEvent:
-    """The first text or tool-call delta of a model response arrived."""
-
-    request_id: str
-    model: str
-    latency_s: float
-    session_id: str | None = None
-    turn_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LLMEndEvent:
-    """A model response ended (or failed)."""
-
-    request_id: str
-    model: str
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-    provider: str = "openai"
-    response_model: str | None = None
-    stop_reason: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    duration_s: float = 0.0
-    output_text: str = ""
-    """Content: record only with consent."""
-    error_type: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageEnterEvent:
-    """A playbook stage is entered (the initial stage too)."""
-
-    stage_id: str
-    from_stage: str | None = None
-    session_id: str | None = None
-    turn_id: str | None = None
-    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageExitEvent:
-    """A playbook stage is left."""
-
-    stage_id: str
-    to_stage: str
-    session_id: str | None = None
-    turn_id: str | None = None
-    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransitionEvent:
-    """A playbook transition fired."""
-
-    from_stage: str
-    to_stage: str
-    transition_id: str
-    session_id: str | None = None
-    turn_id: str | None = None
-    condition: str | None = None
-    """The condition type that fired (`tool_call`, `keyword`, `llm_decision`, `timeout`, …)."""
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeechStartEvent:
-    """Voice activity detection heard the user start speaking."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SpeechEndEvent:
-    """The user stopped speaking."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-    duration_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class STTEndEvent:
-    """Speech-to-text finished an utterance."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-    text: str = ""
-    """Content: record only with consent."""
-    duration_s: float = 0.0
-    """Transcription time."""
-    audio_duration_s: float = 0.0
-    model: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TTSStartEvent:
-    """Text-to-speech starts speaking a chunk of text."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-    text: str = ""
-    """Content: record only with consent."""
-    voice: str | None = None
-    time_to_first_audio_s: float | None = None
-    """For the first audio of a turn: end of user speech to first audio out."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TTSEndEvent:
-    """Text-to-speech finished (or was interrupted)."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-    duration_s: float = 0.0
-    audio_duration_s: float = 0.0
-    interrupted: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BargeInEvent:
-    """The user spoke over the agent; its speech and running work are aborted."""
-
-    session_id: str | None = None
-    turn_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionStartEvent:
-    """A session (one connected user) starts."""
-
-    session_id: str
-    transport: str | None = None
-    """`webrtc`, `text`, …"""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionEndEvent:
-    """A session ends."""
-
-    session_id: str
-    duration_s: float = 0.0
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorEvent:
-    """Something failed that the library recovered from (reported, never raised to the user)."""
-
-    error: BaseException
-    where: str
-    """The component that failed, e.g. `stage.on_enter`, `tts`, `signalling`."""
-    session_id: str | None = None
-    turn_id: str | None = None
-    stage_id: str | None = None
-
-
-# The protocol ---------------------------------------------------------------------------------
 
 
 class Hooks:
@@ -431,7 +174,7 @@ class Hooks:
 HOOK_NAMES: tuple[str, ...] = tuple(
     name for name in vars(Hooks) if name.startswith("on_") and callable(getattr(Hooks, name))
 )
-"""Every hook method name, in declaration order."""
+"""Every event hook method name (`on_*`), in declaration order; `tool_call_context` is not one."""
 
 
 class CompositeHooks(Hooks):
@@ -440,15 +183,22 @@ class CompositeHooks(Hooks):
 
     Nested composites are flattened (the library calls the leaves directly); the same object
     listed twice is called once. Calling a method on the composite yourself also fans out:
-    `await composite.on_barge_in(event)`.
+    `await composite.on_barge_in(event)`, and `composite.tool_call_context(event)` is a context
+    entering the contexts of every combined hook that offers one (None when none does).
     """
 
     def __init__(self, hooks: Iterable[Hooks]) -> None:
         """Combine `hooks` (called in the order given)."""
         self.hooks: tuple[Hooks, ...] = _flatten(hooks)
+        self._context_hooks = hooks_for(self.hooks, "tool_call_context")
 
     def __repr__(self) -> str:
         return f"CompositeHooks({list(self.hooks)!r})"
+
+    def tool_call_context(self, event: ToolStartEvent) -> AbstractContextManager[object] | None:
+        """The combined contexts of the hooks that offer one, entered in order and left in
+        reverse order; None when no combined hook overrides `tool_call_context`."""
+        return combined_tool_call_context(self._context_hooks, event)
 
 
 def _fan_out(name: str) -> Any:
@@ -488,7 +238,10 @@ def error_type_name(error: BaseException) -> str:
 
 
 def hooks_for(hooks: Iterable[Hooks | None], name: str) -> tuple[Hooks, ...]:
-    """The leaves of `hooks` that override hook `name` (so no-op base methods cost nothing)."""
+    """The leaves of `hooks` that override hook `name` (so no-op base methods cost nothing).
+
+    `name` is an `on_*` event hook or `"tool_call_context"`.
+    """
     base = getattr(Hooks, name)
     chosen = []
     for hook in _flatten(hooks):
@@ -514,6 +267,8 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
     for hook in hooks:
         try:
             outcome = getattr(hook, name)(event)
+            if outcome is None:  # a sync hook (the common case): nothing to await
+                continue
             if inspect.isawaitable(outcome):
                 # Bounded so a slow hook cannot stall a turn or the audio path.
                 with anyio.CancelScope(shield=shield):
@@ -534,3 +289,68 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
             # Inside a shield only the hook itself can have raised this (it awaited something
             # cancelled elsewhere): it must not cancel the library's work.
             logger.warning("hook %s.%s raised a cancellation; ignored", type(hook).__name__, name)
+
+
+def combined_tool_call_context(
+    hooks: Sequence[Hooks], event: ToolStartEvent
+) -> AbstractContextManager[object] | None:
+    """One context wrapping a tool's handler in the `tool_call_context` of each of `hooks`.
+
+    Contexts are entered in order and left in reverse order, in the task that enters the
+    result. A hook that raises (asking for its context, entering or leaving it) is logged and
+    skipped; no hook's context can swallow or replace what the handler raised.
+
+    Args:
+        hooks: The hooks to ask, e.g. `hooks_for(leaves, "tool_call_context")`.
+        event: The call's start event (as given to `on_tool_start`).
+
+    Returns:
+        A context manager, or None when no hook offers a context (nothing to enter).
+    """
+    entries: list[tuple[Hooks, AbstractContextManager[object]]] = []
+    for hook in hooks:
+        try:
+            context = hook.tool_call_context(event)
+        except Exception:
+            logger.exception("hook %s.tool_call_context raised; ignored", type(hook).__name__)
+            continue
+        if context is not None:
+            entries.append((hook, context))
+    return _ToolCallContexts(entries) if entries else None
+
+
+class _ToolCallContexts:
+    """The hooks' contexts around one handler run, each isolated from the others."""
+
+    __slots__ = ("_entered", "_entries")
+
+    def __init__(self, entries: list[tuple[Hooks, AbstractContextManager[object]]]) -> None:
+        self._entries = entries
+        self._entered: list[tuple[Hooks, AbstractContextManager[object]]] = []
+
+    def __enter__(self) -> None:
+        for hook, context in self._entries:
+            try:
+                context.__enter__()
+            except Exception:
+                logger.exception(
+                    "hook %s.tool_call_context raised on enter; ignored", type(hook).__name__
+                )
+            else:
+                self._entered.append((hook, context))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Returning None always: a hook observes the handler's outcome, it never changes it.
+        while self._entered:
+            hook, context = self._entered.pop()
+            try:
+                context.__exit__(exc_type, exc, traceback)
+            except Exception:
+                logger.exception(
+                    "hook %s.tool_call_context raised on exit; ignored", type(hook).__name__
+                )

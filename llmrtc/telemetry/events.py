@@ -1,0 +1,359 @@
+"""The events every layer reports through `Hooks`: small frozen dataclasses of plain data.
+
+Each event carries the ids that tie it to its place (`session_id`, `turn_id`, `call_id`,
+`stage_id`), so a hook can correlate without looking anything up. Fields documented as
+*content* (arguments, results, transcripts, messages, error texts that may quote values) may
+hold personal data: record them only with the user's consent, and mask a tool's
+`sensitive_fields`. Floor 0: this module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+__all__ = [
+    "BargeInEvent",
+    "ErrorEvent",
+    "HookEvent",
+    "LLMEndEvent",
+    "LLMFirstTokenEvent",
+    "LLMStartEvent",
+    "STTEndEvent",
+    "SessionEndEvent",
+    "SessionStartEvent",
+    "SpeechEndEvent",
+    "SpeechStartEvent",
+    "StageEnterEvent",
+    "StageExitEvent",
+    "TTSEndEvent",
+    "TTSStartEvent",
+    "ToolEndEvent",
+    "ToolErrorEvent",
+    "ToolStartEvent",
+    "TransitionEvent",
+    "TurnEndEvent",
+    "TurnStartEvent",
+]
+
+_EMPTY: Mapping[str, Any] = {}
+
+# Tools ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStartEvent:
+    """A tool handler is about to run (its concurrency slot is taken)."""
+
+    execution_id: str
+    """Unique per call execution: pairs start and end (call ids repeat across batches)."""
+    call_id: str
+    tool_name: str
+    tool_description: str = ""
+    arguments: Any = None
+    """The arguments as the model gave them (a dict or the raw JSON string). Content: record
+    only with consent, and mask `sensitive_fields`."""
+    sensitive_fields: Sequence[str] = ()
+    """Argument/result keys that must always be masked when content is recorded."""
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+    context: Any = None
+    """The `ToolContext` the handler receives (its abort signal, metadata)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolEndEvent:
+    """A tool call finished, whatever its status. Fires exactly once per call, also for calls
+    that never ran (`not_found`, `invalid_arguments`, aborted while queued)."""
+
+    execution_id: str
+    call_id: str
+    tool_name: str
+    status: str
+    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
+    tool_description: str = ""
+    arguments: Any = None
+    sensitive_fields: Sequence[str] = ()
+    error: str | None = None
+    """The error message sent to the model (may quote argument values: it is content)."""
+    error_type: str | None = None
+    """The status word, or the exception's fully qualified class name when the handler raised."""
+    exception: BaseException | None = None
+    """What the handler raised, with its full text (for logs and spans, never for the model,
+    which gets a short generic message unless the handler raised `ToolError`); None when the
+    handler did not raise."""
+    duration_s: float = 0.0
+    """How long the handler ran (0 if it never ran)."""
+    queued_s: float = 0.0
+    """How long the call waited for a concurrency slot."""
+    started: bool = False
+    """Whether the handler ran (a start event was sent for this execution)."""
+    result: Any = None
+    """The handler's return value (status `ok` only)."""
+    result_content: str | None = None
+    """The JSON content sent back to the model (content: record only with consent)."""
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolErrorEvent:
+    """A tool call ended with a status other than `ok`; sent just before its `ToolEndEvent`."""
+
+    execution_id: str
+    call_id: str
+    tool_name: str
+    status: str
+    error: BaseException
+    """What the handler raised, or an exception describing the status (`ToolTimeoutError`, …)."""
+    arguments: Any = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+
+
+# Turns and model calls --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStartEvent:
+    """A conversational turn starts (user text in, or a timer-driven turn with none)."""
+
+    turn_id: str
+    session_id: str | None = None
+    stage_id: str | None = None
+    user_text: str | None = None
+    """Content: record only with consent."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEndEvent:
+    """A turn finished: answered, aborted (barge-in), or failed."""
+
+    turn_id: str
+    stop_reason: str
+    """`stop`, `length`, `max_tool_rounds`, `aborted` or `error`."""
+    session_id: str | None = None
+    stage_id: str | None = None
+    text: str = ""
+    """The assistant text of the turn. Content: record only with consent."""
+    duration_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    error_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMStartEvent:
+    """A model request is sent."""
+
+    request_id: str
+    model: str
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+    provider: str = "openai"
+    """`gen_ai.provider.name`, e.g. `openai`, `llmrtc.local`, `llmrtc.scripted`."""
+    messages: Sequence[Any] = ()
+    """The request messages. Content: record only with consent."""
+    tool_names: tuple[str, ...] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMFirstTokenEvent:
+    """The first text or tool-call delta of a model response arrived."""
+
+    request_id: str
+    model: str
+    latency_s: float
+    session_id: str | None = None
+    turn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMEndEvent:
+    """A model response ended (or failed)."""
+
+    request_id: str
+    model: str
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+    provider: str = "openai"
+    response_model: str | None = None
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    duration_s: float = 0.0
+    output_text: str = ""
+    """Content: record only with consent."""
+    error_type: str | None = None
+
+
+# Playbooks --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageEnterEvent:
+    """A playbook stage is entered (the initial stage too)."""
+
+    stage_id: str
+    from_stage: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageExitEvent:
+    """A playbook stage is left."""
+
+    stage_id: str
+    to_stage: str
+    session_id: str | None = None
+    turn_id: str | None = None
+    data: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionEvent:
+    """A playbook transition fired."""
+
+    from_stage: str
+    to_stage: str
+    transition_id: str
+    session_id: str | None = None
+    turn_id: str | None = None
+    condition: str | None = None
+    """The condition type that fired (`tool_call`, `keyword`, `llm_decision`, `timeout`, …)."""
+    reason: str | None = None
+
+
+# Voice ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeechStartEvent:
+    """Voice activity detection heard the user start speaking."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeechEndEvent:
+    """The user stopped speaking."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class STTEndEvent:
+    """Speech-to-text finished an utterance."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+    text: str = ""
+    """Content: record only with consent."""
+    duration_s: float = 0.0
+    """Transcription time."""
+    audio_duration_s: float = 0.0
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TTSStartEvent:
+    """Text-to-speech starts speaking a chunk of text."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+    text: str = ""
+    """Content: record only with consent."""
+    voice: str | None = None
+    time_to_first_audio_s: float | None = None
+    """For the first audio of a turn: end of user speech to first audio out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TTSEndEvent:
+    """Text-to-speech finished (or was interrupted)."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+    duration_s: float = 0.0
+    audio_duration_s: float = 0.0
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BargeInEvent:
+    """The user spoke over the agent; its speech and running work are aborted."""
+
+    session_id: str | None = None
+    turn_id: str | None = None
+
+
+# Sessions and recovered errors ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStartEvent:
+    """A session (one connected user) starts."""
+
+    session_id: str
+    transport: str | None = None
+    """`webrtc`, `text`, …"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEndEvent:
+    """A session ends."""
+
+    session_id: str
+    duration_s: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent:
+    """Something failed that the library recovered from (reported, never raised to the user)."""
+
+    error: BaseException
+    where: str
+    """The component that failed, e.g. `stage.on_enter`, `tts`, `signalling`."""
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+
+
+HookEvent: TypeAlias = (
+    ToolStartEvent
+    | ToolEndEvent
+    | ToolErrorEvent
+    | TurnStartEvent
+    | TurnEndEvent
+    | LLMStartEvent
+    | LLMFirstTokenEvent
+    | LLMEndEvent
+    | StageEnterEvent
+    | StageExitEvent
+    | TransitionEvent
+    | SpeechStartEvent
+    | SpeechEndEvent
+    | STTEndEvent
+    | TTSStartEvent
+    | TTSEndEvent
+    | BargeInEvent
+    | SessionStartEvent
+    | SessionEndEvent
+    | ErrorEvent
+)
+"""Any event a `Hooks` method receives."""
