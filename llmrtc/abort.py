@@ -1,21 +1,30 @@
 """Abort signals: how a barge-in, a disconnect or a timeout tells running work to stop.
 
 `AbortController` owns the right to abort; the `AbortSignal` it hands out is what work observes.
+Controllers form a tree (session → turn → tool call): a child's signal counts as aborted as soon
+as its parent's is, never the other way round. A controller may also carry a deadline
+(`time.monotonic()` seconds), after which its signal counts as aborted with reason `"timeout"`.
+
 Both can be created before any event loop runs, and `abort()` may be called from any thread (a VAD
 or audio thread will): listeners registered from inside an event loop always run *in that loop's
 thread*, so they may touch loop-bound objects such as cancel scopes.
 
+Work observes a signal by polling (`aborted`, `raise_if_aborted()`: a sync tool in a worker
+thread), by waiting (`await wait()`, `await sleep(seconds)`), or by running inside
+`cancel_scope()`, which cancels the code in it when the signal aborts or its deadline passes.
+
 This module sits on floor 0 (it imports nothing of ours) because every floor needs it: tools see
-it in their `ToolContext`, the executor cancels batches with it, and model providers stop
-streams with it.
+it in their `ToolContext`, the executor cancels batches with it, and model providers, STT, TTS and
+playout stop with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -37,48 +46,60 @@ class AbortedError(Exception):
 class _LoopListener:
     """A callback bound to the event loop (and thread) it was registered from."""
 
-    __slots__ = ("callback", "thread_id", "token")
+    __slots__ = ("callback", "native_token", "thread_id")
 
     def __init__(self, callback: _Listener) -> None:
         self.callback = callback
         self.thread_id = threading.get_ident()
-        self.token = anyio.lowlevel.current_token()
+        # The backend's own loop handle: an asyncio event loop or a `trio.lowlevel.TrioToken`.
+        # Hopping through it directly works on every anyio >= 4.11 (anyio's own
+        # `backend_class.run_sync_soon` appeared only in 4.16).
+        self.native_token: Any = anyio.lowlevel.current_token().native_token
 
     def fire(self) -> None:
         if threading.get_ident() == self.thread_id:
             self.callback()
             return
         # Another thread aborted: hop into the listener's loop without blocking the caller.
-        # anyio's own from_thread portal uses this backend primitive for the same purpose.
-        # (If that loop is gone, nothing is left there to notify.)
-        with contextlib.suppress(anyio.RunFinishedError, RuntimeError):
-            self.token.backend_class.run_sync_soon(self.callback, (), self.token.native_token)
+        # A loop that is gone has nothing left to notify (asyncio raises RuntimeError for a
+        # closed loop, trio its RunFinishedError, a RuntimeError too).
+        native = self.native_token
+        with contextlib.suppress(RuntimeError):
+            if hasattr(native, "call_soon_threadsafe"):
+                native.call_soon_threadsafe(self.callback)
+            else:
+                native.run_sync_soon(self.callback)
 
 
 class AbortSignal:
-    """Read-only view of an abort: check `aborted`, read `reason`, or `await wait()`.
+    """Read-only view of an abort: check `aborted`, read `reason`, `await wait()`, `await
+    sleep(seconds)`, or run code inside `cancel_scope()`.
 
     Obtain one from `AbortController().signal`. A signal may have a parent: it then counts as
     aborted as soon as either it or its parent is (the executor gives each tool call such a child
     of the batch signal, so a timeout of one call never aborts its siblings).
+
+    Example:
+        async def speak(text: str, signal: AbortSignal) -> None:
+            with signal.cancel_scope():  # a barge-in stops playout at once
+                async for frame in tts.stream(text):
+                    await playout.put(frame)
     """
 
-    __slots__ = ("_aborted", "_deadline", "_listeners", "_lock", "_parent", "_reason")
+    __slots__ = ("_aborted", "_deadline", "_listeners", "_lock", "_parent", "_reason", "_watchers")
 
     def __init__(self, _parent: AbortSignal | None = None) -> None:
         self._aborted = False
         self._reason: object = None
         self._listeners: list[_LoopListener] = []
+        self._watchers: list[_LoopListener] = []  # told when this signal's deadline changes
         self._lock = threading.Lock()
         self._parent = _parent
-        # time.monotonic() after which the signal counts as aborted with reason "timeout": the
-        # executor sets it when a handler starts, so code polling the signal (a thread, a
-        # `finally` block) sees the timeout the moment it happens, before any cancellation.
         self._deadline: float | None = None
 
     @property
     def aborted(self) -> bool:
-        """True once this signal (or its parent) has been aborted, or its deadline passed."""
+        """True once this signal (or its parent) has been aborted, or a deadline passed."""
         return (
             self._aborted
             or (self._deadline is not None and time.monotonic() >= self._deadline)
@@ -97,31 +118,87 @@ class AbortSignal:
             return self._parent.reason
         return None
 
+    @property
+    def deadline(self) -> float | None:
+        """This signal's own deadline in `time.monotonic()` seconds, or None (a parent's
+        deadline applies too, but is not shown here). Set it through the controller."""
+        return self._deadline
+
     def raise_if_aborted(self) -> None:
         """Raise `AbortedError` if the signal is aborted; handy in cooperative loops."""
         if self.aborted:
             raise AbortedError(self.reason)
 
-    async def wait(self) -> None:
-        """Return once the signal is aborted (at once if it already is)."""
-        if self.aborted:
-            return
-        event = anyio.Event()
-        unsubscribe = self.subscribe(event.set)
+    @contextlib.contextmanager
+    def cancel_scope(self) -> Iterator[anyio.CancelScope]:
+        """Run a block that is cancelled when this signal aborts or its deadline passes.
+
+        Yields an anyio `CancelScope` that swallows its own cancellation, as `move_on_after`
+        does: check `scope.cancelled_caught` after the block to know whether it was cut short.
+        Works in any anyio task (asyncio or trio), also when `abort()` is called from a plain
+        thread; a deadline changed through the controller while the block runs applies at once.
+        If the signal is already aborted, the block is cancelled at its first checkpoint.
+
+        Example:
+            with signal.cancel_scope() as scope:
+                async for chunk in stt.stream(audio):
+                    ...
+            if scope.cancelled_caught:
+                ...  # barge-in or timeout
+        """
+        scope = anyio.CancelScope()
+        # The loop's clock may differ from time.monotonic() (trio's has an offset). Taken here,
+        # in the task: a deadline update may run as a bare loop callback, where anyio cannot
+        # tell which backend it is on.
+        offset = anyio.current_time() - time.monotonic()
+
+        def follow_deadline() -> None:
+            deadline = self._earliest_deadline()
+            scope.deadline = math.inf if deadline is None else deadline + offset
+
+        unwatch = self._watch_deadlines(follow_deadline)
+        unsubscribe = self.subscribe(scope.cancel)
         try:
-            if self._deadline is None:
-                await event.wait()
-            else:
-                with anyio.move_on_after(max(0.0, self._deadline - time.monotonic())):
-                    await event.wait()
+            follow_deadline()
+            with scope:
+                yield scope
         finally:
             unsubscribe()
+            unwatch()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep `seconds` unless the signal aborts first.
+
+        Returns:
+            True when the full time passed, False when the signal aborted (or its deadline
+            passed) first. Cancelling the caller still raises as usual.
+
+        Example:
+            while await signal.sleep(0.02):  # one 20 ms audio frame at a time, until barge-in
+                send(next_frame())
+        """
+        if self.aborted:
+            return False
+        with self.cancel_scope():
+            await anyio.sleep(seconds)
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Return once the signal is aborted or its deadline passed (at once if it already is)."""
+        if self.aborted:
+            return
+        with self.cancel_scope():
+            await anyio.sleep_forever()
 
     def subscribe(self, callback: _Listener) -> Callable[[], None]:
-        """Call `callback()` once when the signal aborts, in the current event loop's thread.
+        """Call `callback()` once when the signal (or a parent) is aborted, in the current event
+        loop's thread.
 
         Must be called from inside a running event loop. If the signal is already aborted the
-        callback runs at once. Returns a function that removes the subscription.
+        callback runs at once. A deadline passing is not an abort by itself (nothing runs at
+        that moment): `cancel_scope()`, `wait()` and `sleep()` watch deadlines. Returns a
+        function that removes the subscription.
         """
         fired = False
 
@@ -150,6 +227,43 @@ class AbortSignal:
 
         return unsubscribe
 
+    def _earliest_deadline(self) -> float | None:
+        """The earliest deadline of this signal and its ancestors."""
+        earliest = self._deadline
+        parent = self._parent
+        while parent is not None:
+            if parent._deadline is not None and (earliest is None or parent._deadline < earliest):
+                earliest = parent._deadline
+            parent = parent._parent
+        return earliest
+
+    def _watch_deadlines(self, callback: _Listener) -> Callable[[], None]:
+        """Call `callback()` (in this loop's thread) whenever this signal's or an ancestor's
+        deadline changes; returns a function that stops it."""
+        listener = _LoopListener(callback)
+        watched: list[AbortSignal] = []
+        signal: AbortSignal | None = self
+        while signal is not None:
+            with signal._lock:
+                signal._watchers.append(listener)
+            watched.append(signal)
+            signal = signal._parent
+
+        def unwatch() -> None:
+            for each in watched:
+                with each._lock:
+                    each._watchers.remove(listener)
+
+        return unwatch
+
+    def _set_deadline(self, deadline: float | None) -> None:
+        self._deadline = deadline
+        if self._watchers:  # only blocks inside cancel_scope()/wait()/sleep() need telling
+            with self._lock:
+                watchers = list(self._watchers)
+            for watcher in watchers:
+                watcher.fire()
+
     def _abort(self, reason: object) -> bool:
         with self._lock:
             if self._aborted:
@@ -174,18 +288,40 @@ class AbortController:
         results = await executor.execute(calls, abort_signal=controller.signal)
         # elsewhere, e.g. from the VAD thread when the user barges in:
         controller.abort("barge-in")
+
+        # A child with a time limit: aborted by its parent, or after 5 s with reason "timeout".
+        reply = AbortController(parent=controller.signal, deadline=time.monotonic() + 5)
     """
 
     __slots__ = ("signal",)
 
-    def __init__(self, *, parent: AbortSignal | None = None) -> None:
+    def __init__(self, *, parent: AbortSignal | None = None, deadline: float | None = None) -> None:
         """Create a controller.
 
         Args:
             parent: Optional signal this controller's signal follows: aborting the parent aborts
                 this signal too, while aborting this one leaves the parent untouched.
+            deadline: Optional `time.monotonic()` time after which the signal counts as aborted
+                with reason `"timeout"` (see `deadline`).
         """
         self.signal = AbortSignal(parent)
+        if deadline is not None:
+            self.signal._deadline = float(deadline)
+
+    @property
+    def deadline(self) -> float | None:
+        """The signal's own deadline in `time.monotonic()` seconds; None means none.
+
+        Settable at any time, from any thread; None clears it. Past it the signal counts as
+        aborted with reason `"timeout"` (`aborted` and `reason` say so at once, and blocks in
+        `cancel_scope()`, `wait()` or `sleep()` are cancelled), but listeners registered with
+        `subscribe` are only called by `abort()`.
+        """
+        return self.signal._deadline
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        self.signal._set_deadline(None if value is None else float(value))
 
     def abort(self, reason: Any = None) -> bool:
         """Abort the signal. Idempotent and thread-safe; returns True only for the first call."""
