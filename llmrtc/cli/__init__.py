@@ -73,11 +73,14 @@ def _error(message: str) -> int:
 
 def _load_tools(load: Callable[[Any], ToolRegistry], source: Any) -> ToolRegistry:
     """Call a tools loader; anything the tools file raises becomes `_ToolsFileError`."""
+    from llmrtc.tools.loader import IMPORT_NOTE
+
     try:
         return load(source)
-    except (FileNotFoundError, ValueError):
-        raise
     except Exception as exc:
+        notes = getattr(exc, "__notes__", ())
+        if not any(str(note).startswith(IMPORT_NOTE) for note in notes):
+            raise  # the loader's own errors (missing file, no tools) are one line already
         detail = describe_tools_file_error(exc).replace("\n", "\n  ")
         raise _ToolsFileError(f"  {detail}") from exc
 

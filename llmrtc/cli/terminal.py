@@ -58,8 +58,8 @@ class Screen:
 
     def thinking(self) -> None:
         """The model is working: on a terminal, show `bot> ` and a spinner."""
-        if not self.tty or self._thinking:
-            return
+        if not self.tty or self._thinking or self._line_open:
+            return  # no mark in the middle of an answer: its text shows the model is working
         self._open_line()
         self.write(self._frames[self._frame])
         self._thinking = True

@@ -9,7 +9,10 @@ from pathlib import Path
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
 
-__all__ = ["load_tools_file"]
+__all__ = ["IMPORT_NOTE", "load_tools_file"]
+
+IMPORT_NOTE = "while importing tools file"
+"""The start of the note added to anything a tools file raises while it is imported."""
 
 
 def load_tools_file(path: str | Path) -> ToolRegistry:
@@ -35,7 +38,7 @@ def load_tools_file(path: str | Path) -> ToolRegistry:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        exc.add_note(f"while importing tools file {file}")
+        exc.add_note(f"{IMPORT_NOTE} {file}")
         raise
     explicit = getattr(module, "registry", None)
     if isinstance(explicit, ToolRegistry):
