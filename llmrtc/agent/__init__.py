@@ -11,6 +11,7 @@ from llmrtc.agent.events import (
     TurnEvent,
     TurnStopReason,
 )
+from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.agent.settings import TurnSettings
@@ -25,6 +26,7 @@ __all__ = [
     "TurnCompleted",
     "TurnError",
     "TurnEvent",
+    "TurnHandler",
     "TurnRunner",
     "TurnSettings",
     "TurnStopReason",

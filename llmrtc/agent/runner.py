@@ -2,45 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
+from llmrtc.agent._round import TurnState, stream_model_round
 from llmrtc.agent.events import (
-    TextDelta,
+    AgentEvent,
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnEvent,
-    TurnStopReason,
+    TurnError,
 )
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import TurnSettings
-from llmrtc.execution._callbacks import result_from_end_event
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
-from llmrtc.llm.provider import LLMProvider
+from llmrtc.llm.provider import LLMError, LLMProvider
 from llmrtc.llm.settings import ModelSettings
-from llmrtc.llm.types import (
-    LLMDone,
-    LLMRequest,
-    LLMTextDelta,
-    LLMToolCall,
-    ToolChoice,
-    Usage,
-)
+from llmrtc.llm.types import LLMRequest, ToolChoice
 from llmrtc.telemetry.correlation import current_turn_id
 from llmrtc.telemetry.hooks import (
-    CompositeHooks,
+    ErrorEvent,
     Hooks,
-    LLMEndEvent,
-    LLMFirstTokenEvent,
-    LLMStartEvent,
-    ToolEndEvent,
     TurnEndEvent,
     TurnStartEvent,
     emit,
@@ -48,15 +36,18 @@ from llmrtc.telemetry.hooks import (
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.registry import ToolRegistry
 
 __all__ = ["AfterAnswer", "AfterBatch", "BatchDecision", "TurnRunner"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class BatchDecision:
     """What an `after_batch` callback decides after a tool batch."""
 
-    events: tuple[Any, ...] = ()
+    events: tuple[AgentEvent, ...] = ()
     """Extra events to yield right after the batch's `ToolCallFinished` events."""
     final: bool = False
     """Make the next model request the turn's last, without tool use (a two-phase answer)."""
@@ -65,26 +56,28 @@ class BatchDecision:
 AfterBatch = Callable[[list[ToolCall], list[ToolCallResult]], Awaitable[BatchDecision]]
 """`after_batch(calls, results)`, awaited after each tool batch of a turn."""
 
-AfterAnswer = Callable[[str], Awaitable[Sequence[Any]]]
-"""`after_answer(turn_text)`, awaited when a turn was answered (not aborted), still inside the
-turn (before `on_turn_end`); returns events to yield just before `TurnCompleted`."""
-
-
-class _BatchRecorder(Hooks):
-    """Collects a batch's results as each call finishes: their order is the order things
-    happened (for `ToolCallFinished`), and they survive the caller being cancelled (the
-    executor reports every call to its hooks before the cancellation propagates)."""
-
-    def __init__(self) -> None:
-        self.results: list[ToolCallResult] = []
-
-    def on_tool_end(self, event: ToolEndEvent) -> None:
-        self.results.append(result_from_end_event(event))
+AfterAnswer = Callable[[str], Awaitable[Sequence[AgentEvent]]]
+"""`after_answer(turn_text)`, awaited when a turn was answered (not aborted, no model failure),
+still inside the turn (before `on_turn_end`); returns events to yield just before
+`TurnCompleted`."""
 
 
 class TurnRunner:
     """Runs turns: the model answers, its tool calls run as batches on the executor, their
     results go back to the model, until it answers without tools or the round limit is hit.
+
+    A `TurnHandler`. What the model is offered is exactly what may run: one
+    `registry.scoped(...)` view, built from `settings`, gives the request's tool definitions
+    and is the only set of tools each batch may run (any other call gets a refusal result).
+
+    A turn always ends with something said:
+      - a model or server failure (`LLMError`, after the provider's own retries) yields
+        `TurnError`, then `settings.error_reply` as text, and ends with
+        `TurnCompleted(stop_reason="error")`; the history stays valid (what was said before the
+        failure is kept, marked interrupted, then the apology) and the next turn works;
+      - a response that would end the turn with nothing said in it at all (no text in the
+        turn, no tool call to run) is asked again once without tools; if that is empty too,
+        `settings.empty_reply` is said (None: the turn ends silently).
 
     Example:
         runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="You are a helpful agent.")
@@ -125,7 +118,8 @@ class TurnRunner:
             max_tool_rounds: Tool batches per turn; after the last, one more request without
                 tool use ends the turn.
             model_settings: Model name and sampling options for every request.
-            settings: All of the above in one `TurnSettings` (instead of those arguments).
+            settings: All of the above in one `TurnSettings` (instead of those arguments),
+                with its extra tools and fallback lines.
             hooks: Observers of turns, model requests and (for this runner's batches) tools.
             history: The conversation so far (a new empty one by default).
             session_id: Passed to tools and hooks.
@@ -162,13 +156,14 @@ class TurnRunner:
         self.hooks = hooks
         self.history = history if history is not None else ConversationHistory()
         self.session_id = session_id
-        self.stage_id: str | None = None
-        """The playbook stage the turn runs in, for hooks (set by the orchestrator)."""
+        self._stage_id: str | None = None
         self.tool_metadata = tool_metadata
         self.current_turn_id: str | None = None
         """The id of the turn running now (None between turns)."""
         self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
         self.settings = settings
+
+    # Settings ------------------------------------------------------------------------------
 
     @property
     def settings(self) -> TurnSettings:
@@ -177,21 +172,33 @@ class TurnRunner:
 
     @settings.setter
     def settings(self, settings: TurnSettings) -> None:
-        if settings.tools is not None:
-            unknown = [name for name in settings.tools if not self.executor.registry.has(name)]
-            if unknown:
-                raise ValueError(
-                    f"unknown tools {unknown}; the executor's registry has "
-                    f"{self.executor.registry.names()}"
-                )
-        previous = getattr(self, "_settings", None)
+        view = self._view_for(settings)
+        self._request_for(settings, view, 0)  # validates tool_choice against the offered tools
         self._settings = settings
-        try:
-            self._request(0)  # validates tool_choice against the offered tools now
-        except BaseException:
-            if previous is not None:
-                self._settings = previous
-            raise
+        self._view = view
+
+    def _view_for(self, settings: TurnSettings) -> ToolRegistry:
+        """The one set of tools these settings offer, and the only ones a batch may run."""
+        registry = self.executor.registry
+        names = registry.names() if settings.tools is None else settings.tools
+        unknown = [name for name in names if not registry.has(name)]
+        if unknown:
+            raise ValueError(
+                f"unknown tools {unknown}; the executor's registry has {registry.names()}"
+            )
+        scope = f"stage {self.stage_id!r}" if self.stage_id is not None else None
+        return registry.scoped(names, extra_tools=settings.extra_tools, scope=scope)
+
+    @property
+    def stage_id(self) -> str | None:
+        """The playbook stage turns run in (set by the orchestrator): named in hook events and
+        in the refusal of a tool the stage does not offer."""
+        return self._stage_id
+
+    @stage_id.setter
+    def stage_id(self, stage_id: str | None) -> None:
+        self._stage_id = stage_id
+        self._view = self._view_for(self._settings)  # its refusals name the stage
 
     @property
     def system_prompt(self) -> str:
@@ -203,20 +210,39 @@ class TurnRunner:
         """The offered tool names of `settings` (None: every registered tool)."""
         return self._settings.tools
 
+    @property
+    def offered_tools(self) -> ToolRegistry:
+        """The view of the tools offered now: exactly the ones a batch may run."""
+        return self._view
+
     def tool_definitions(self) -> list[ToolDefinition]:
         """The tools offered to the model, in a stable order (stable prompts cache better)."""
-        return self.executor.registry.definitions(self._settings.tools)
+        return self._view.definitions()
 
-    def _request(self, round_index: int, *, final: bool = False) -> LLMRequest:
-        settings = self._settings
+    def _request(
+        self, round_index: int, *, final: bool = False, without_tools: bool = False
+    ) -> LLMRequest:
+        return self._request_for(
+            self._settings, self._view, round_index, final=final, without_tools=without_tools
+        )
+
+    def _request_for(
+        self,
+        settings: TurnSettings,
+        view: ToolRegistry,
+        round_index: int,
+        *,
+        final: bool = False,
+        without_tools: bool = False,
+    ) -> LLMRequest:
         choice: ToolChoice = settings.tool_choice
-        if final:
+        if final or without_tools:
             choice = "none"
         elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
             choice = "auto"  # forcing applies to the first round only
         return LLMRequest(
             messages=self.history.for_request(settings.system_prompt),
-            tools=self.tool_definitions(),
+            tools=[] if without_tools else view.definitions(),
             tool_choice=choice,
             settings=settings.model,
         )
@@ -233,6 +259,21 @@ class TurnRunner:
         )
         await self.llm.complete(warm_request)
 
+    # The TurnHandler protocol ----------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """Always None: a plain runner has no timer (a playbook stage's timeout does)."""
+        return None
+
+    async def run_timeout_turn(
+        self, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Yields nothing: a plain runner has no deadline (`next_deadline()` is None)."""
+        return
+        yield  # an async generator that is empty
+
+    # Turns -----------------------------------------------------------------------------------
+
     async def run_turn(
         self,
         user_text: str | None,
@@ -240,7 +281,7 @@ class TurnRunner:
         abort_signal: AbortSignal | None = None,
         after_batch: AfterBatch | None = None,
         after_answer: AfterAnswer | None = None,
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
 
         Args:
@@ -254,14 +295,17 @@ class TurnRunner:
                 transitions here); its `BatchDecision` may add events and end tool use.
             after_answer: Called once the turn is answered, inside the turn (its events come
                 just before `TurnCompleted`); the orchestrator checks after-answer
-                transitions here.
+                transitions here. Not called for an aborted or failed turn.
 
-        Raises:
-            LLMError: when the provider fails for good (the history stays valid).
+        A model failure (`LLMError`) does not raise: see the class docstring. Anything else
+        raised (a bug, a callback's error) propagates, after the history was left valid.
         """
+        if self._settings.tools is None:
+            # "Every registered tool" means the ones registered now, not at construction.
+            self._view = self._view_for(self._settings)
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
-        turn = _Turn(f"turn_{uuid.uuid4().hex[:12]}")
+        turn = TurnState()
         self.current_turn_id = turn.id
         if user_text is not None:
             self.history.append(UserMessage(user_text))
@@ -277,51 +321,10 @@ class TurnRunner:
         )
         error: BaseException | None = None
         try:
-            round_index = 0
-            forced_final = False
-            while True:
-                if signal.aborted:
-                    turn.stop_reason = "aborted"
-                    break
-                at_limit = round_index >= self._settings.max_tool_rounds
-                final = at_limit or forced_final
-                request = self._request(round_index, final=final)
-                # aclosing: if the consumer leaves mid-response, the model stream is closed now,
-                # in this task, not later by the garbage collector in another one.
-                async with aclosing(self._model_round(turn, request, signal)) as events:
-                    async for event in events:
-                        yield event
-                if turn.response is None:  # aborted mid-response: its text is already stored
-                    turn.stop_reason = "aborted"
-                    break
-                done, calls = turn.response
-                dropped = final and bool(calls)
-                if final:
-                    calls = []  # the round limit: these are neither run nor stored
-                text = "".join(turn.partial)
-                turn.partial = []
-                if text or calls:
-                    self.history.append(AssistantMessage(text, tuple(calls)))
-                if not calls:
-                    if done.stop_reason == "length":
-                        turn.stop_reason = "length"
-                    elif at_limit and (dropped or round_index > 0):
-                        turn.stop_reason = "max_tool_rounds"  # the limit cut the tool use short
-                    else:
-                        turn.stop_reason = "stop"
-                    break
-                turn.pending = list(calls)
-                for call in calls:
-                    yield ToolCallStarted(call)
-                for result in await self._run_batch(turn, signal):
-                    yield ToolCallFinished(result)
-                if after_batch is not None:  # also after an abort: what ran has happened
-                    decision = await after_batch(calls, turn.results[-len(calls) :])
-                    for extra in decision.events:
-                        yield extra
-                    forced_final = forced_final or decision.final
-                round_index += 1
-            if after_answer is not None and turn.stop_reason != "aborted":
+            async with aclosing(self._rounds(turn, signal, after_batch)) as events:
+                async for event in events:
+                    yield event
+            if after_answer is not None and turn.stop_reason not in ("aborted", "error"):
                 for extra in await after_answer("".join(turn.texts)):
                     yield extra
         except GeneratorExit:
@@ -341,100 +344,112 @@ class TurnRunner:
             stop_reason=turn.stop_reason,
         )
 
-    async def _model_round(
-        self, turn: _Turn, request: LLMRequest, signal: AbortSignal
-    ) -> AsyncGenerator[TurnEvent, None]:
-        """Stream one model response; leaves `(done, calls)` in `turn.response`, or None when
-        it was aborted (its partial text is then stored, marked interrupted)."""
-        request_id = f"req_{uuid.uuid4().hex[:12]}"
-        model = request.settings.model or self.llm.model
-        hooks = [self.hooks]
+    async def _rounds(
+        self, turn: TurnState, signal: AbortSignal, after_batch: AfterBatch | None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """The model ⇄ tools rounds of a turn; leaves `turn.stop_reason` set."""
+        round_index = 0
+        forced_final = False
+        retried_empty = False
+        while True:
+            if signal.aborted:
+                turn.stop_reason = "aborted"
+                return
+            at_limit = round_index >= self._settings.max_tool_rounds
+            final = at_limit or forced_final
+            request = self._request(round_index, final=final, without_tools=retried_empty)
+            try:
+                # aclosing: if the consumer leaves mid-response, the model stream is closed
+                # now, in this task, not later by the garbage collector in another one.
+                async with aclosing(
+                    stream_model_round(
+                        self.llm,
+                        request,
+                        turn,
+                        signal,
+                        hooks=self.hooks,
+                        session_id=self.session_id,
+                        stage_id=self.stage_id,
+                    )
+                ) as deltas:
+                    async for delta in deltas:
+                        yield delta
+            except LLMError as exc:
+                async for event in self._recover(turn, exc):
+                    yield event
+                return
+            if turn.response is None:  # aborted mid-response: its text is stored by _settle
+                turn.stop_reason = "aborted"
+                return
+            done, calls = turn.response
+            dropped = final and bool(calls)
+            if final:
+                calls = []  # the round limit: these are neither run nor stored
+            text = "".join(turn.partial)
+            turn.partial = []
+            said = "".join(turn.texts).strip()
+            if not said and not calls and not retried_empty:
+                # Nothing said yet and nothing to run (e.g. a small model wrote its answer as a
+                # call to an undeclared tool, which the provider dropped): ask once more,
+                # without tools, so the turn ends with something to say.
+                logger.info("the model's answer was empty; asking once more without tools")
+                retried_empty = True
+                continue
+            if text or calls:
+                self.history.append(AssistantMessage(text, tuple(calls)))
+            if not calls:
+                if done.stop_reason == "length":
+                    turn.stop_reason = "length"
+                elif at_limit and (dropped or round_index > 0):
+                    turn.stop_reason = "max_tool_rounds"  # the limit cut the tool use short
+                else:
+                    turn.stop_reason = "stop"
+                if not said and self._settings.empty_reply is not None:
+                    for delta in turn.say(self._settings.empty_reply):
+                        yield delta
+                    self.history.append(AssistantMessage(self._settings.empty_reply))
+                return
+            turn.pending = list(calls)
+            for call in calls:
+                yield ToolCallStarted(call)
+            for result in await self._run_batch(turn, signal):
+                yield ToolCallFinished(result)
+            if after_batch is not None:  # also after an abort: what ran has happened
+                decision = await after_batch(calls, turn.results[-len(calls) :])
+                for extra in decision.events:
+                    yield extra
+                forced_final = forced_final or decision.final
+            round_index += 1
+
+    async def _recover(self, turn: TurnState, exc: LLMError) -> AsyncGenerator[AgentEvent, None]:
+        """End a turn whose model request failed for good: report it, apologise, and leave a
+        valid history (what was said before the failure, marked interrupted, then the apology).
+        """
+        logger.warning("turn %s: the model failed, the agent apologised: %s", turn.id, exc)
+        turn.failure = exc
+        turn.stop_reason = "error"
+        self._store_partial(turn)
+        yield TurnError(str(exc), type(exc).__name__)
+        reply = self._settings.error_reply
+        for delta in turn.say(reply):
+            yield delta
+        self.history.append(AssistantMessage(reply))
         await emit(
-            hooks_for(hooks, "on_llm_start"),
-            "on_llm_start",
-            LLMStartEvent(
-                request_id=request_id,
-                model=model,
+            hooks_for([self.hooks], "on_error"),
+            "on_error",
+            ErrorEvent(
+                error=exc,
+                where="llm",
                 session_id=self.session_id,
                 turn_id=turn.id,
                 stage_id=self.stage_id,
-                provider=self.llm.provider_name,
-                messages=request.messages,
-                tool_names=tuple(t.name for t in request.tools),
-                temperature=request.settings.temperature,
-                max_tokens=request.settings.max_tokens,
             ),
         )
-        started = time.perf_counter()
-        first = True
-        calls: list[ToolCall] = []
-        done = LLMDone("stop")
-        turn.response = None
-        error_type: str | None = None
-        try:
-            events = self.llm.stream(request, abort_signal=signal)
-            async with aclosing(events) as stream:  # type: ignore[type-var]  # providers return generators
-                async for event in stream:
-                    if first and not isinstance(event, LLMDone):
-                        first = False
-                        await emit(
-                            hooks_for(hooks, "on_llm_first_token"),
-                            "on_llm_first_token",
-                            LLMFirstTokenEvent(
-                                request_id=request_id,
-                                model=model,
-                                latency_s=time.perf_counter() - started,
-                                session_id=self.session_id,
-                                turn_id=turn.id,
-                            ),
-                        )
-                    if isinstance(event, LLMTextDelta):
-                        if not turn.partial and _needs_space(turn.texts, event.text):
-                            # A new response after earlier text: keep the words apart (for
-                            # speech, and for keyword conditions on the turn's text).
-                            turn.texts.append(" ")
-                            yield TextDelta(" ")
-                        turn.partial.append(event.text)
-                        turn.texts.append(event.text)
-                        yield TextDelta(event.text)
-                    elif isinstance(event, LLMToolCall):
-                        calls.append(event.call)
-                    else:
-                        done = event
-        except BaseException as exc:
-            error_type = type(exc).__qualname__
-            raise
-        finally:
-            await emit(
-                hooks_for(hooks, "on_llm_end"),
-                "on_llm_end",
-                LLMEndEvent(
-                    request_id=request_id,
-                    model=model,
-                    session_id=self.session_id,
-                    turn_id=turn.id,
-                    stage_id=self.stage_id,
-                    provider=self.llm.provider_name,
-                    response_model=done.model,
-                    stop_reason=done.stop_reason,
-                    input_tokens=done.usage.input_tokens,
-                    output_tokens=done.usage.output_tokens,
-                    duration_s=time.perf_counter() - started,
-                    output_text="".join(turn.partial),
-                    error_type=error_type,
-                ),
-            )
-        turn.usage = turn.usage + done.usage
-        if done.stop_reason != "aborted" and not signal.aborted:
-            turn.response = (done, calls)
-        else:
-            self._store_partial(turn)  # calls of an unfinished response are dropped
 
-    async def _run_batch(self, turn: _Turn, signal: AbortSignal) -> list[ToolCallResult]:
-        """Run the pending calls as one batch; their tool messages go into the history.
-        Returns the results in the order the calls finished."""
-        recorder = _BatchRecorder()
-        hooks = CompositeHooks([h for h in (self.hooks, recorder) if h is not None])
+    async def _run_batch(self, turn: TurnState, signal: AbortSignal) -> list[ToolCallResult]:
+        """Run the pending calls as one batch on the offered tools; their tool messages go into
+        the history. Returns the results in the order the calls finished."""
+        finished: list[ToolCallResult] = []  # in finish order; complete even if we are cancelled
         token = current_turn_id.set(turn.id)
         results: list[ToolCallResult] | None = None
         try:
@@ -444,25 +459,27 @@ class TurnRunner:
                 turn_id=turn.id,
                 stage_id=self.stage_id,
                 abort_signal=signal,
-                hooks=hooks,
+                hooks=self.hooks,
                 metadata=self.tool_metadata,
+                tools=self._view,
+                on_result=finished.append,
             )
         finally:
             current_turn_id.reset(token)
-            if results is None and len(recorder.results) == len(turn.pending):
+            if results is None and len(finished) == len(turn.pending):
                 # The caller was cancelled mid-batch: keep the real results (a call that
                 # finished stays finished) instead of settling them again as aborted.
-                self._record_results(turn, _in_request_order(turn.pending, recorder.results))
+                self._record_results(turn, _in_request_order(turn.pending, finished))
         self._record_results(turn, results)
-        return recorder.results if len(recorder.results) == len(results) else results
+        return finished if len(finished) == len(results) else results
 
-    def _record_results(self, turn: _Turn, results: list[ToolCallResult]) -> None:
+    def _record_results(self, turn: TurnState, results: list[ToolCallResult]) -> None:
         for result in results:
             self.history.append(ToolMessage(result.call_id, result.to_content()))
         turn.results.extend(results)
         turn.pending = []
 
-    def _store_partial(self, turn: _Turn) -> None:
+    def _store_partial(self, turn: TurnState) -> None:
         """Keep what the model actually said before it was cut off, marked interrupted."""
         text = "".join(turn.partial)
         turn.partial = []
@@ -470,7 +487,7 @@ class TurnRunner:
             self.history.append(AssistantMessage(text, (), True))
 
     async def _settle(
-        self, turn: _Turn, controller: AbortController, error: BaseException | None
+        self, turn: TurnState, controller: AbortController, error: BaseException | None
     ) -> None:
         """Leave a valid history whatever happened, and report the turn's end."""
         self._store_partial(turn)
@@ -486,14 +503,16 @@ class TurnRunner:
                 stage_id=self.stage_id,
                 abort_signal=aborted.signal,
                 hooks=self.hooks,
+                tools=self._view,
             )
             self._record_results(turn, results)
+        failure = error if error is not None else turn.failure
         await emit(
             self._turn_hooks[1],
             "on_turn_end",
             TurnEndEvent(
                 turn_id=turn.id,
-                stop_reason="error" if error is not None else turn.stop_reason,
+                stop_reason="error" if failure is not None else turn.stop_reason,
                 session_id=self.session_id,
                 stage_id=self.stage_id,
                 text="".join(turn.texts),
@@ -501,13 +520,9 @@ class TurnRunner:
                 input_tokens=turn.usage.input_tokens,
                 output_tokens=turn.usage.output_tokens,
                 tool_calls=len(turn.results),
-                error_type=type(error).__qualname__ if error is not None else None,
+                error_type=type(failure).__qualname__ if failure is not None else None,
             ),
         )
-
-
-def _needs_space(texts: Sequence[str], text: str) -> bool:
-    return bool(texts) and not texts[-1][-1:].isspace() and not text[:1].isspace()
 
 
 def _in_request_order(
@@ -520,21 +535,3 @@ def _in_request_order(
         remaining.remove(match)
         ordered.append(match)
     return ordered
-
-
-class _Turn:
-    """The running state of one turn."""
-
-    def __init__(self, turn_id: str) -> None:
-        self.id = turn_id
-        self.started = time.perf_counter()
-        self.texts: list[str] = []  # everything yielded as text, in order
-        self.partial: list[str] = []  # text of the response being streamed, not yet stored
-        self.pending: list[ToolCall] = []  # calls in the history that have no result yet
-        self.results: list[ToolCallResult] = []
-        self.usage = Usage()
-        self.stop_reason: TurnStopReason = "stop"
-        self.response: tuple[LLMDone, list[ToolCall]] | None = None
-
-    def __repr__(self) -> str:
-        return f"<turn {self.id} {self.stop_reason}>"

@@ -7,16 +7,23 @@ from dataclasses import dataclass, field
 
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import ToolChoice
+from llmrtc.tools.tool import Tool
 
-__all__ = ["TurnSettings"]
+__all__ = ["DEFAULT_EMPTY_REPLY", "DEFAULT_ERROR_REPLY", "TurnSettings"]
+
+DEFAULT_ERROR_REPLY = "Sorry, I had a problem answering that. Could you say it again?"
+"""What the agent says when the model or its server failed for good during a turn."""
+
+DEFAULT_EMPTY_REPLY = "Sorry, I don't have an answer to that. Could you put it another way?"
+"""What the agent says when the model had nothing to say, even when asked again without tools."""
 
 
 @dataclass(frozen=True)
 class TurnSettings:
-    """How a `TurnRunner` runs its turns: prompt, offered tools, tool choice, round limit and
-    model settings. Frozen: change a runner's configuration by assigning a new one
-    (`runner.settings = replace(runner.settings, tools=("lookup",))`), which is checked against
-    the executor's registry at once.
+    """How a `TurnRunner` runs its turns: prompt, offered tools, tool choice, round limit,
+    model settings and the agent's own fallback lines. Frozen: change a runner's configuration
+    by assigning a new one (`runner.settings = replace(runner.settings, tools=("lookup",))`),
+    which is checked against the executor's registry at once.
     """
 
     system_prompt: str
@@ -24,6 +31,9 @@ class TurnSettings:
     tools: tuple[str, ...] | None = None
     """Names of the registry's tools offered to the model (and the only ones that may run);
     None offers every registered tool."""
+    extra_tools: tuple[Tool, ...] = ()
+    """Tools that exist only for these settings (not in the executor's registry), offered and
+    runnable besides `tools`; e.g. a playbook stage's `playbook_transition`."""
     tool_choice: ToolChoice = "auto"
     """`"auto"`, `"required"`, `"none"` or `{"name": ...}`; a forcing choice applies to the
     first model request of a turn only."""
@@ -31,6 +41,11 @@ class TurnSettings:
     """Tool batches per turn; after the last, one more request without tool use ends it."""
     model: ModelSettings = field(default_factory=ModelSettings)
     """Model name and sampling options for every request (None fields: provider defaults)."""
+    error_reply: str = DEFAULT_ERROR_REPLY
+    """Said (as `TextDelta`) after a `TurnError`: the model or its server failed for good."""
+    empty_reply: str | None = DEFAULT_EMPTY_REPLY
+    """Said when a turn would end with nothing said, even after one retry without tools;
+    None ends such a turn silently."""
 
     def __post_init__(self) -> None:
         if isinstance(self.tools, str) or (
@@ -39,7 +54,18 @@ class TurnSettings:
             if isinstance(self.tools, str) or not isinstance(self.tools, Sequence):
                 raise TypeError(f"tools must be a sequence of names or None, got {self.tools!r}")
             object.__setattr__(self, "tools", tuple(self.tools))
+        if not isinstance(self.extra_tools, tuple):
+            object.__setattr__(self, "extra_tools", tuple(self.extra_tools))
+        for extra in self.extra_tools:
+            if not isinstance(extra, Tool):
+                raise TypeError(
+                    f"extra_tools takes Tool objects (from define_tool or @tool), got {extra!r}"
+                )
         if isinstance(self.max_tool_rounds, bool) or not isinstance(self.max_tool_rounds, int):
             raise TypeError(f"max_tool_rounds must be an integer, got {self.max_tool_rounds!r}")
         if self.max_tool_rounds < 0:
             raise ValueError(f"max_tool_rounds must be >= 0, got {self.max_tool_rounds}")
+        if not self.error_reply.strip():
+            raise ValueError("error_reply must say something (the user hears it)")
+        if self.empty_reply is not None and not self.empty_reply.strip():
+            raise ValueError("empty_reply must say something, or be None to stay silent")

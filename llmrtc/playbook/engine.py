@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from llmrtc.playbook.callables import import_callable
 from llmrtc.playbook.models import (
     CustomCondition,
     IntentCondition,
@@ -27,12 +28,7 @@ from llmrtc.playbook.models import (
     ToolCallCondition,
     Transition,
 )
-from llmrtc.playbook.validation import (
-    PlaybookError,
-    candidates_for,
-    import_callable,
-    validate_playbook,
-)
+from llmrtc.playbook.validation import PlaybookError, validate_playbook
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 
 __all__ = ["PlaybookControl", "PlaybookEngine", "StageChange", "StageHookEvent", "TurnFacts"]
@@ -180,7 +176,7 @@ class PlaybookEngine:
         """Transitions that may fire now (none in a terminal stage), in the order checked."""
         if self.completed:
             return []
-        return candidates_for(self.playbook, self._stage.id)
+        return self.playbook.transitions_from(self._stage.id)
 
     def llm_decision_transition(self, target_stage: str) -> Transition | None:
         """The `llm_decision` transition to `target_stage` from here, if there is one."""

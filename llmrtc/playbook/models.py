@@ -1,5 +1,6 @@
-"""Playbook models: stages, transitions, conditions. Shapes and types only; references between
-them (stage and tool names) are checked by `validate_playbook`."""
+"""Playbook models: stages, transitions, conditions, and the playbook's runtime queries (which
+transitions may fire from a stage). References between them (stage and tool names) are
+checked by `validate_playbook`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmrtc.llm.settings import ModelSettings
+
 __all__ = [
+    "TRANSITION_TOOL",
     "Condition",
     "CustomCondition",
     "IntentCondition",
@@ -25,6 +29,10 @@ __all__ = [
 ]
 
 
+TRANSITION_TOOL = "playbook_transition"
+"""The built-in tool the model moves to another stage with (never listed in a playbook)."""
+
+
 class _Model(BaseModel):
     # Unknown keys are mistakes in a hand-written file: say so instead of ignoring them.
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
@@ -37,6 +45,15 @@ class LLMConfig(_Model):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
+
+    def to_settings(self) -> ModelSettings:
+        """The same settings as the library's `ModelSettings` (merge them with `merged`)."""
+        return ModelSettings(
+            model=self.model,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_p=self.top_p,
+        )
 
 
 class ToolCallCondition(_Model):
@@ -196,3 +213,30 @@ class Playbook(_Model):
             if stage.id == stage_id:
                 return stage
         raise KeyError(f"no stage {stage_id!r}; stages: {[s.id for s in self.stages]}")
+
+    # Runtime queries: which transitions may fire from a stage ------------------------------
+
+    def transitions_from(self, stage_id: str) -> list[Transition]:
+        """Transitions that may fire from `stage_id`: its own and `"*"` ones, by descending
+        priority, ties in file order (whether the stage is terminal is not considered)."""
+        own = [t for t in self.transitions if t.from_stage in (stage_id, "*")]
+        return sorted(own, key=lambda t: -t.priority)  # sorted() is stable: file order on ties
+
+    def llm_decision_targets(self, stage_id: str) -> list[Transition]:
+        """The `llm_decision` transitions the model may take from `stage_id`, one per target
+        (the highest-priority one), in the order checked."""
+        seen: set[str] = set()
+        out: list[Transition] = []
+        for transition in self.transitions_from(stage_id):
+            target = transition.action.target_stage
+            if isinstance(transition.condition, LLMDecisionCondition) and target not in seen:
+                seen.add(target)
+                out.append(transition)
+        return out
+
+    def timeout_transition(self, stage_id: str) -> Transition | None:
+        """The highest-priority `timeout` transition from `stage_id`, if any."""
+        for transition in self.transitions_from(stage_id):
+            if isinstance(transition.condition, TimeoutCondition):
+                return transition
+        return None

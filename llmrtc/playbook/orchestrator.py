@@ -15,22 +15,24 @@ from dataclasses import replace
 from typing import Any
 
 from llmrtc.abort import AbortSignal
-from llmrtc.agent.events import StageChanged
+from llmrtc.agent.events import AgentEvent, StageChanged
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
+from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import SystemMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
 from llmrtc.llm.settings import ModelSettings
+from llmrtc.llm.types import AnyMessage
 from llmrtc.playbook.engine import PlaybookEngine, StageChange
-from llmrtc.playbook.models import LLMConfig, LLMDecisionCondition, Playbook, Transition
-from llmrtc.playbook.validation import (
+from llmrtc.playbook.models import (
     TRANSITION_TOOL,
-    PlaybookError,
-    llm_decision_targets,
-    timeout_transition,
-    validate_playbook,
+    LLMDecisionCondition,
+    Playbook,
+    Stage,
+    Transition,
 )
+from llmrtc.playbook.validation import PlaybookError, validate_playbook
 from llmrtc.telemetry.hooks import (
     ErrorEvent,
     Hooks,
@@ -43,29 +45,11 @@ from llmrtc.telemetry.hooks import (
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool, define_tool
 
 __all__ = ["PlaybookOrchestrator", "StageChanged"]
-
-
-class _StageTools(ToolRegistry):
-    """The tools of one stage: what is offered is exactly what may run. A registered tool the
-    stage does not offer is refused with a message that says so."""
-
-    def __init__(self, tools: Sequence[Tool], *, stage_id: str, everything: ToolRegistry) -> None:
-        super().__init__(tools)
-        self.stage_id = stage_id
-        self._everything = everything
-
-    def missing_tool_message(self, name: str) -> str:
-        if self._everything.has(name):
-            available = ", ".join(self.names()) or "none"
-            return (
-                f"tool {name!r} is not available in stage {self.stage_id!r}; "
-                f"tools available here: {available}."
-            )
-        return super().missing_tool_message(name)
 
 
 class _TurnState:
@@ -85,8 +69,16 @@ class PlaybookOrchestrator:
         async for event in orchestrator.run_turn("Hi, I was charged twice"):
             ...  # everything TurnRunner yields, plus StageChanged
 
-    The registry given is never modified (one registry may serve every session): each stage
-    gets a view of it, plus this orchestrator's own `playbook_transition` tool.
+    A `TurnHandler`. The registry given is never modified (one registry may serve every
+    session): each stage offers a view of it (the global and the stage's tools, plus this
+    orchestrator's own `playbook_transition` where the model may choose the next stage), and
+    only what a stage offers may run in it; a call to another stage's tool is refused with a
+    result saying it is not available in this stage.
+
+    A terminal stage ends the conversation: the `StageChanged` into it says
+    `conversation_ended=True` (and so does `conversation_ended` afterwards). Turns after that
+    are still answered, by the terminal stage's prompt (its tools, no transitions), so a user
+    who goes on talking gets a polite answer; a front end may also choose to stop there.
     """
 
     def __init__(
@@ -134,14 +126,13 @@ class PlaybookOrchestrator:
         self.session_id = session_id
         self._announce_initial = engine is None  # a restored engine entered its stage long ago
         self.engine = engine if engine is not None else PlaybookEngine(playbook)
-        self.executor = ToolExecutor(ToolRegistry(), hooks=hooks, **executor_options)
+        self.executor = ToolExecutor(registry, hooks=hooks, **executor_options)
         self.runner = TurnRunner(
             llm,
             self.executor,
-            system_prompt="",
+            settings=TurnSettings(system_prompt="", tools=(), max_tool_rounds=max_tool_rounds),
             history=history,
             hooks=hooks,
-            max_tool_rounds=max_tool_rounds,
             session_id=session_id,
             tool_metadata={"playbook": self.engine.control},
         )
@@ -154,27 +145,36 @@ class PlaybookOrchestrator:
         """The conversation history (shared with the turn runner)."""
         return self.runner.history
 
+    @property
+    def conversation_ended(self) -> bool:
+        """True once a terminal stage was reached (turns are still answered, in that stage)."""
+        return self.engine.completed
+
     # Stage configuration -----------------------------------------------------------------
 
     def _configure_stage(self) -> None:
+        """Give the runner the current stage: prompt, offered tools (which are exactly the
+        runnable ones), tool choice and model settings, in one settings assignment."""
         stage = self.engine.current_stage
-        names = list(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
-        tools: list[Tool] = [self.registry.get(name) for name in names]  # type: ignore[misc]
-        targets = [] if self.engine.completed else llm_decision_targets(self.playbook, stage.id)
-        if targets:
-            tools.append(self._transition_tool(targets))
-        self.executor.registry = _StageTools(tools, stage_id=stage.id, everything=self.registry)
+        names = tuple(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
+        targets = [] if self.engine.completed else self.playbook.llm_decision_targets(stage.id)
         prompts = [self.playbook.global_system_prompt, stage.system_prompt]
-        config = _merged(self.playbook.default_llm_config, stage.llm_config)
         runner = self.runner
+        runner.stage_id = stage.id  # first: refusals of tools the stage lacks name it
         runner.settings = replace(
             runner.settings,
             system_prompt="\n\n".join(p.strip() for p in prompts if p.strip()),
-            tools=None,  # every tool of the stage view
+            tools=names,
+            extra_tools=(self._transition_tool(targets),) if targets else (),
             tool_choice=stage.tool_choice,
-            model=ModelSettings(**config.model_dump()),
+            model=self._model_settings(stage),
         )
-        runner.stage_id = stage.id
+
+    def _model_settings(self, stage: Stage) -> ModelSettings:
+        """The playbook's default model settings with the stage's on top."""
+        default, own = self.playbook.default_llm_config, stage.llm_config
+        base = default.to_settings() if default is not None else ModelSettings()
+        return base.merged(own.to_settings() if own is not None else None)
 
     def _transition_tool(self, targets: list[Transition]) -> Tool:
         """`playbook_transition`, offering exactly the legal targets of this stage (an inline
@@ -216,7 +216,7 @@ class PlaybookOrchestrator:
         state = self._turn
         if state.transitioned or state.requested is not None:
             already = state.requested[0] if state.requested else self.engine.current_stage.id
-            raise RuntimeError(
+            raise ToolError(
                 f"a stage transition was already made in this turn (to {already!r}); only one "
                 "transition per turn"
             )
@@ -225,21 +225,22 @@ class PlaybookOrchestrator:
             # Only reachable with validate_arguments=False (the schema's enum says the same).
             legal = [
                 t.action.target_stage
-                for t in llm_decision_targets(self.playbook, self.engine.current_stage.id)
+                for t in self.playbook.llm_decision_targets(self.engine.current_stage.id)
             ]
-            raise ValueError(f"target_stage {target!r} is not one of {legal}")
+            raise ToolError(f"target_stage {target!r} is not one of {legal}")
         state.requested = (target, args.get("reason"))
         return {"status": "transition scheduled", "target_stage": args["target_stage"]}
 
     # Turns ---------------------------------------------------------------------------------
 
     async def run_turn(
-        self, user_text: str, *, abort_signal: AbortSignal | None = None
-    ) -> AsyncGenerator[Any, None]:
+        self, user_text: str | None, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn in the current stage; yields `TurnRunner`'s events plus `StageChanged`.
 
         `TurnCompleted` comes last, with the text of both phases; a `StageChanged` decided after
-        the answer comes just before it.
+        the answer comes just before it. A model failure ends the turn as `TurnRunner`
+        describes (an apology, no stage change); the next turn runs in the same stage.
         """
         async with aclosing(self._run(user_text, abort_signal)) as events:
             async for event in events:
@@ -250,24 +251,23 @@ class PlaybookOrchestrator:
         or None. The timer restarts with every turn: it measures the user's silence."""
         if self.engine.completed:
             return None
-        transition = timeout_transition(self.playbook, self.engine.current_stage.id)
+        transition = self.playbook.timeout_transition(self.engine.current_stage.id)
         if transition is None:
             return None
         return self._last_activity + transition.condition.seconds  # type: ignore[union-attr]
 
     async def run_timeout_turn(
         self, *, abort_signal: AbortSignal | None = None
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Apply the stage's `timeout` transition and run a turn without a user message in the
-        new stage (the agent speaks up). Yields `StageChanged`, then the turn's events.
-
-        Raises:
-            RuntimeError: if the current stage has no timeout transition (or is terminal).
+        new stage (the agent speaks up). Yields `StageChanged`, then the turn's events; yields
+        nothing when the current stage has no timeout transition (`next_deadline()` is None),
+        e.g. because the turn before it moved to another stage.
         """
         stage_id = self.engine.current_stage.id
-        transition = None if self.engine.completed else timeout_transition(self.playbook, stage_id)
+        transition = None if self.engine.completed else self.playbook.timeout_transition(stage_id)
         if transition is None:
-            raise RuntimeError(f"stage {stage_id!r} has no timeout transition")
+            return
         await self._announce()
         self._turn = _TurnState()
         yield await self._apply(transition, reason="timeout", user_text=None)
@@ -278,7 +278,7 @@ class PlaybookOrchestrator:
 
     async def _run(
         self, user_text: str | None, abort_signal: AbortSignal | None, *, fresh: bool = True
-    ) -> AsyncGenerator[Any, None]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         await self._announce()
         if fresh:
             self._turn = _TurnState()
@@ -349,9 +349,15 @@ class PlaybookOrchestrator:
         self._configure_stage()
         self._last_activity = time.monotonic()
         await self._report(change)
-        return StageChanged(change.from_stage, change.to_stage, change.transition_id, reason)
+        return StageChanged(
+            change.from_stage,
+            change.to_stage,
+            change.transition_id,
+            reason,
+            conversation_ended=self.engine.completed,
+        )
 
-    def _kept_on_clear(self, user_text: str | None, answered: bool) -> list[Any]:
+    def _kept_on_clear(self, user_text: str | None, answered: bool) -> list[AnyMessage]:
         """What `clear_history` keeps of the turn in progress: before its answer, the user's
         message (the new stage answers it); after it, the whole turn (so the next one does not
         answer it again). A timer-driven turn has no user message to keep."""
@@ -434,18 +440,6 @@ class PlaybookOrchestrator:
             StageEnterEvent(stage_id=stage.id, session_id=self.session_id),
         )
         await self._report_errors(self.engine.entry_errors, stage.id)
-
-
-def _merged(default: LLMConfig | None, stage: LLMConfig | None) -> LLMConfig:
-    base = default or LLMConfig()
-    override = stage or LLMConfig()
-    values = {
-        name: getattr(override, name)
-        if getattr(override, name) is not None
-        else getattr(base, name)
-        for name in LLMConfig.model_fields
-    }
-    return LLMConfig(**values)
 
 
 def _last_user_text(history: ConversationHistory) -> str | None:

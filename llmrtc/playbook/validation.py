@@ -1,26 +1,24 @@
-"""Static checks of a playbook: references, reachability, dead transitions."""
+"""Static checks of a playbook: references, reachability, dead transitions, all in one pass."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from llmrtc.playbook.callables import import_callable
 from llmrtc.playbook.models import (
+    TRANSITION_TOOL,
     CustomCondition,
-    LLMDecisionCondition,
     MaxTurnsCondition,
     Playbook,
-    TimeoutCondition,
     ToolCallCondition,
     Transition,
 )
 from llmrtc.tools.registry import ToolRegistry
 
-__all__ = ["Finding", "PlaybookError", "import_callable", "validate_playbook"]
+__all__ = ["Finding", "PlaybookError", "validate_playbook"]
 
-TRANSITION_TOOL = "playbook_transition"
 # Conditions checked once after the turn's answer (the others fire after tool batches or on a
 # timer, so an always-true one of these cannot shadow them).
 _AFTER_ANSWER = ("keyword", "intent", "max_turns", "custom")
@@ -50,22 +48,10 @@ class PlaybookError(ValueError):
         super().__init__(f"invalid playbook{where}:\n{lines}")
 
 
-def import_callable(reference: str) -> Callable[..., Any]:
-    """Import `"module:function"` (e.g. `"myapp.rules:is_vip"`).
-
-    Raises:
-        ImportError: when the module or the attribute is missing or not callable.
-    """
-    module_name, _, attribute = reference.partition(":")
-    module = importlib.import_module(module_name)
-    target = getattr(module, attribute, None)
-    if not callable(target):
-        raise ImportError(f"{module_name!r} has no callable {attribute!r}")
-    return target  # type: ignore[no-any-return]
-
-
 def validate_playbook(playbook: Playbook, registry: ToolRegistry | None = None) -> list[Finding]:
-    """Check a playbook's references and structure; never raises.
+    """Check a playbook's references and structure; never raises. Every finding is reported
+    in one pass: the structure checks work around broken references instead of waiting for
+    them to be fixed.
 
     Errors: unknown stage or tool references, duplicate ids, a missing initial stage, callables
     that cannot be imported. Warnings: unreachable stages, non-terminal stages without a way
@@ -146,8 +132,6 @@ def validate_playbook(playbook: Playbook, registry: ToolRegistry | None = None) 
                 error,
             )
 
-    if any(f.severity == "error" for f in findings):
-        return findings  # the structure checks below need valid references
     _check_structure(playbook, warning)
     return findings
 
@@ -159,75 +143,57 @@ def _check_import(reference: str, path: str, where: str, error: Callable[[str, s
         error(path, f"cannot import {reference!r} ({where}): {exc}")
 
 
-def candidates_for(playbook: Playbook, stage_id: str) -> list[Transition]:
-    """Transitions that may fire from `stage_id`: its own and `"*"` ones, by descending
-    priority, ties in file order."""
-    own = [t for t in playbook.transitions if t.from_stage in (stage_id, "*")]
-    return sorted(own, key=lambda t: -t.priority)  # sorted() is stable: file order on ties
-
-
 def _check_structure(playbook: Playbook, warning: Callable[[str, str], None]) -> None:
-    index_of = {stage.id: i for i, stage in enumerate(playbook.stages)}
-    reachable = {playbook.initial_stage}
-    frontier = [playbook.initial_stage]
-    while frontier:
-        stage_id = frontier.pop()
-        if playbook.stage(stage_id).terminal:
-            continue
-        for transition in candidates_for(playbook, stage_id):
-            target = transition.action.target_stage
-            if target not in reachable:
-                reachable.add(target)
-                frontier.append(target)
-    for stage in playbook.stages:
-        path = f"stages[{index_of[stage.id]}]"
-        if stage.id not in reachable:
-            warning(path, f"stage {stage.id!r} cannot be reached from {playbook.initial_stage!r}")
-        ways_out = [
-            t for t in candidates_for(playbook, stage.id) if t.action.target_stage != stage.id
-        ]
+    """Reachability, dead ends and shadowed transitions, safe with broken references: unknown
+    stages are skipped, a duplicate stage id is checked once (at its first definition), and
+    reachability is left out when the initial stage itself is unknown (every stage would be
+    "unreachable" from nowhere, which says nothing the error does not)."""
+    first_index: dict[str, int] = {}
+    for index, stage in enumerate(playbook.stages):
+        first_index.setdefault(stage.id, index)
+    position = {id(t): i for i, t in enumerate(playbook.transitions)}
+    reachable: set[str] | None = None
+    if playbook.initial_stage in first_index:
+        reachable = {playbook.initial_stage}
+        frontier = [playbook.initial_stage]
+        while frontier:
+            stage_id = frontier.pop()
+            if playbook.stage(stage_id).terminal:
+                continue
+            for transition in playbook.transitions_from(stage_id):
+                target = transition.action.target_stage
+                if target in first_index and target not in reachable:
+                    reachable.add(target)
+                    frontier.append(target)
+    for stage_id, index in first_index.items():
+        stage = playbook.stages[index]
+        path = f"stages[{index}]"
+        if reachable is not None and stage_id not in reachable:
+            warning(path, f"stage {stage_id!r} cannot be reached from {playbook.initial_stage!r}")
+        candidates = playbook.transitions_from(stage_id)
+        # A transition to an unknown stage still counts as a way out: its target is the error.
+        ways_out = [t for t in candidates if t.action.target_stage != stage_id]
         if stage.terminal:
-            own = [t.id for t in playbook.transitions if t.from_stage == stage.id]
+            own = [t.id for t in playbook.transitions if t.from_stage == stage_id]
             if own:
-                warning(path, f"terminal stage {stage.id!r} has transitions {own} that never fire")
+                warning(path, f"terminal stage {stage_id!r} has transitions {own} that never fire")
         elif not ways_out:
             warning(
                 path,
-                f"stage {stage.id!r} is not terminal but has no way out; mark it "
+                f"stage {stage_id!r} is not terminal but has no way out; mark it "
                 "terminal or add a transition",
             )
         shadowing: Transition | None = None
-        for transition in candidates_for(playbook, stage.id):
+        for transition in candidates:
             condition = transition.condition
             if condition.type not in _AFTER_ANSWER:
                 continue
             if shadowing is not None:
-                where = f"transitions[{playbook.transitions.index(transition)}]"
                 warning(
-                    where,
+                    f"transitions[{position[id(transition)]}]",
                     f"transition {transition.id!r} can never fire from stage "
-                    f"{stage.id!r}: {shadowing.id!r} (priority {shadowing.priority}) fires "
+                    f"{stage_id!r}: {shadowing.id!r} (priority {shadowing.priority}) fires "
                     "after every turn first",
                 )
             elif isinstance(condition, MaxTurnsCondition) and condition.count == 1:
                 shadowing = transition
-
-
-def llm_decision_targets(playbook: Playbook, stage_id: str) -> list[Transition]:
-    """The `llm_decision` transitions the model may take from `stage_id` (one per target)."""
-    seen: set[str] = set()
-    out: list[Transition] = []
-    for transition in candidates_for(playbook, stage_id):
-        target = transition.action.target_stage
-        if isinstance(transition.condition, LLMDecisionCondition) and target not in seen:
-            seen.add(target)
-            out.append(transition)
-    return out
-
-
-def timeout_transition(playbook: Playbook, stage_id: str) -> Transition | None:
-    """The highest-priority `timeout` transition from `stage_id`, if any."""
-    for transition in candidates_for(playbook, stage_id):
-        if isinstance(transition.condition, TimeoutCondition):
-            return transition
-    return None

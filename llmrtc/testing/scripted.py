@@ -41,7 +41,9 @@ class ScriptedResponse:
     delay: float = 0.0
     """Seconds before the first delta (an abort during the wait ends the response)."""
     error: BaseException | str | None = None
-    """Raise this instead of answering (a string becomes an `LLMError`)."""
+    """Raise this (a string becomes an `LLMError`): instead of answering, or, with `text` or
+    `tool_calls`, after streaming the text and before the calls (a server failing mid-stream,
+    as llama.cpp does when it cannot parse the model's output)."""
     chunk_delay: float = 0.0
     """Seconds between text deltas (to abort in the middle of streaming text)."""
 
@@ -138,9 +140,8 @@ class ScriptedLLM:
             )
         response = self._script[self._next]
         self._next += 1
-        if response.error is not None:
-            error = response.error
-            raise LLMError(error, provider=self.provider_name) if isinstance(error, str) else error
+        if response.error is not None and not (response.text or response.tool_calls):
+            raise self._error(response.error)
         if not await _wait(response.delay, abort_signal):
             yield LLMDone("aborted")
             return
@@ -151,12 +152,17 @@ class ScriptedLLM:
                 return
             produced += 1
             yield LLMTextDelta(piece)
+        if response.error is not None:
+            raise self._error(response.error)
         for call in response.tool_calls:
             yield LLMToolCall(call)
         reason: StopReason = "tool_calls" if response.tool_calls else "stop"
         yield LLMDone(
             reason, Usage(_count(request), produced + len(response.tool_calls)), self.model
         )
+
+    def _error(self, error: BaseException | str) -> BaseException:
+        return LLMError(error, provider=self.provider_name) if isinstance(error, str) else error
 
 
 def _pieces(text: str) -> list[str]:

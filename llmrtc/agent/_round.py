@@ -1,0 +1,153 @@
+"""One turn's running state, and one model round of it streamed with its hook events."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+
+from llmrtc.abort import AbortSignal
+from llmrtc.agent.events import TextDelta, TurnStopReason
+from llmrtc.llm.provider import LLMProvider
+from llmrtc.llm.types import LLMDone, LLMRequest, LLMTextDelta, LLMToolCall, Usage
+from llmrtc.telemetry.hooks import (
+    Hooks,
+    LLMEndEvent,
+    LLMFirstTokenEvent,
+    LLMStartEvent,
+    emit,
+    hooks_for,
+)
+from llmrtc.tools.calls import ToolCall, ToolCallResult
+
+
+class TurnState:
+    """The running state of one turn."""
+
+    def __init__(self) -> None:
+        self.id = f"turn_{uuid.uuid4().hex[:12]}"
+        self.started = time.perf_counter()
+        self.texts: list[str] = []  # everything yielded as text, in order
+        self.partial: list[str] = []  # text of the response being streamed, not yet stored
+        self.pending: list[ToolCall] = []  # calls in the history that have no result yet
+        self.results: list[ToolCallResult] = []
+        self.usage = Usage()
+        self.stop_reason: TurnStopReason = "stop"
+        self.response: tuple[LLMDone, list[ToolCall]] | None = None
+        self.failure: BaseException | None = None  # a model failure the turn recovered from
+
+    def say(self, text: str) -> list[TextDelta]:
+        """Record `text` as said in this turn; returns the deltas to yield (a space first
+        when it would otherwise glue onto the words said before it)."""
+        deltas = []
+        if not self.partial and _needs_space(self.texts, text):
+            # A new response after earlier text: keep the words apart (for speech, and for
+            # keyword conditions on the turn's text).
+            self.texts.append(" ")
+            deltas.append(TextDelta(" "))
+        self.texts.append(text)
+        deltas.append(TextDelta(text))
+        return deltas
+
+    def __repr__(self) -> str:
+        return f"<turn {self.id} {self.stop_reason}>"
+
+
+def _needs_space(texts: Sequence[str], text: str) -> bool:
+    return bool(texts) and not texts[-1][-1:].isspace() and not text[:1].isspace()
+
+
+async def stream_model_round(
+    llm: LLMProvider,
+    request: LLMRequest,
+    turn: TurnState,
+    signal: AbortSignal,
+    *,
+    hooks: Hooks | None,
+    session_id: str | None,
+    stage_id: str | None,
+) -> AsyncGenerator[TextDelta, None]:
+    """Stream one model response as `TextDelta`s, reporting it to the `on_llm_*` hooks.
+
+    Leaves `(done, calls)` in `turn.response`, or None when the response was aborted. Its text
+    is in `turn.partial` either way (the caller stores it). Raises what the provider raises
+    (after `on_llm_end` reported it).
+    """
+    request_id = f"req_{uuid.uuid4().hex[:12]}"
+    model = request.settings.model or llm.model
+    listeners = [hooks]
+    await emit(
+        hooks_for(listeners, "on_llm_start"),
+        "on_llm_start",
+        LLMStartEvent(
+            request_id=request_id,
+            model=model,
+            session_id=session_id,
+            turn_id=turn.id,
+            stage_id=stage_id,
+            provider=llm.provider_name,
+            messages=request.messages,
+            tool_names=tuple(t.name for t in request.tools),
+            temperature=request.settings.temperature,
+            max_tokens=request.settings.max_tokens,
+        ),
+    )
+    started = time.perf_counter()
+    first = True
+    calls: list[ToolCall] = []
+    done = LLMDone("stop")
+    turn.response = None
+    error_type: str | None = None
+    try:
+        events = llm.stream(request, abort_signal=signal)
+        async with aclosing(events) as stream:  # type: ignore[type-var]  # providers return generators
+            async for event in stream:
+                if first and not isinstance(event, LLMDone):
+                    first = False
+                    await emit(
+                        hooks_for(listeners, "on_llm_first_token"),
+                        "on_llm_first_token",
+                        LLMFirstTokenEvent(
+                            request_id=request_id,
+                            model=model,
+                            latency_s=time.perf_counter() - started,
+                            session_id=session_id,
+                            turn_id=turn.id,
+                        ),
+                    )
+                if isinstance(event, LLMTextDelta):
+                    deltas = turn.say(event.text)
+                    turn.partial.append(event.text)
+                    for delta in deltas:
+                        yield delta
+                elif isinstance(event, LLMToolCall):
+                    calls.append(event.call)
+                else:
+                    done = event
+    except BaseException as exc:
+        error_type = type(exc).__qualname__
+        raise
+    finally:
+        await emit(
+            hooks_for(listeners, "on_llm_end"),
+            "on_llm_end",
+            LLMEndEvent(
+                request_id=request_id,
+                model=model,
+                session_id=session_id,
+                turn_id=turn.id,
+                stage_id=stage_id,
+                provider=llm.provider_name,
+                response_model=done.model,
+                stop_reason=done.stop_reason,
+                input_tokens=done.usage.input_tokens,
+                output_tokens=done.usage.output_tokens,
+                duration_s=time.perf_counter() - started,
+                output_text="".join(turn.partial),
+                error_type=error_type,
+            ),
+        )
+    turn.usage = turn.usage + done.usage
+    if done.stop_reason != "aborted" and not signal.aborted:
+        turn.response = (done, calls)

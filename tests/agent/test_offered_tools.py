@@ -1,0 +1,94 @@
+"""Offered == runnable: the tools a turn offers the model are the only ones that may run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from llmrtc import ToolCall, ToolDefinition, ToolExecutor, ToolRegistry, define_tool, tool
+from llmrtc.agent import ToolCallFinished, TurnRunner, TurnSettings
+from llmrtc.testing import ScriptedLLM
+
+pytestmark = pytest.mark.anyio
+
+ran: list[str] = []
+
+
+@tool
+async def safe() -> str:
+    """A harmless tool."""
+    ran.append("safe")
+    return "ok"
+
+
+@tool
+async def danger() -> str:
+    """A tool this turn does not offer."""
+    ran.append("danger")
+    return "ok"
+
+
+def results(events: list[Any]) -> dict[str, Any]:
+    return {e.result.call_id: e.result for e in events if isinstance(e, ToolCallFinished)}
+
+
+async def test_a_registered_tool_not_offered_never_runs_and_is_refused() -> None:
+    ran.clear()
+    llm = ScriptedLLM([[ToolCall("c1", "danger", {}), ToolCall("c2", "safe", {})], "Done."])
+    runner = TurnRunner(
+        llm, ToolExecutor(ToolRegistry([safe, danger])), system_prompt="s", tools=["safe"]
+    )
+    events = [e async for e in runner.run_turn("go")]
+    assert [t.name for t in llm.requests[0].tools] == ["safe"]
+    assert ran == ["safe"]  # danger never ran
+    refused = results(events)["c1"]
+    assert refused.status == "not_found"
+    assert refused.error == "tool 'danger' is not available here; tools available: safe."
+    assert results(events)["c2"].status == "ok"
+
+
+async def test_changing_the_settings_changes_what_may_run_at_once() -> None:
+    ran.clear()
+    llm = ScriptedLLM(
+        [[ToolCall("c1", "danger", {})], "Done.", [ToolCall("c2", "danger", {})], "Ok."]
+    )
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([safe, danger])), system_prompt="s")
+    runner.settings = replace(runner.settings, tools=("safe",))
+    assert [e async for e in runner.run_turn("go")]
+    assert ran == []
+    runner.settings = replace(runner.settings, tools=None)  # every registered tool
+    events = [e async for e in runner.run_turn("go")]
+    assert ran == ["danger"] and results(events)["c2"].status == "ok"
+
+
+async def test_extra_tools_are_offered_and_run_without_being_registered() -> None:
+    async def handler(args: dict[str, Any], ctx: Any) -> str:
+        ran.append("extra")
+        return "moved"
+
+    extra = define_tool(ToolDefinition("extra", "Only for these settings."), handler)
+    ran.clear()
+    registry = ToolRegistry([safe])
+    llm = ScriptedLLM([[ToolCall("c1", "extra", {})], "Done."])
+    settings = TurnSettings("s", tools=(), extra_tools=(extra,))
+    runner = TurnRunner(llm, ToolExecutor(registry), settings=settings)
+    events = [e async for e in runner.run_turn("go")]
+    assert [t.name for t in llm.requests[0].tools] == ["extra"]
+    assert ran == ["extra"] and results(events)["c1"].status == "ok"
+    assert registry.names() == ["safe"]  # the registry was never touched
+    with pytest.raises(TypeError, match="extra_tools"):
+        TurnSettings("s", extra_tools=("extra",))  # type: ignore[arg-type]
+
+
+async def test_a_stage_refusal_names_the_stage() -> None:
+    llm = ScriptedLLM([[ToolCall("c1", "danger", {})], "Done."])
+    runner = TurnRunner(
+        llm, ToolExecutor(ToolRegistry([safe, danger])), system_prompt="s", tools=["safe"]
+    )
+    runner.stage_id = "billing"
+    events = [e async for e in runner.run_turn("go")]
+    assert results(events)["c1"].error == (
+        "tool 'danger' is not available in stage 'billing'; tools available: safe."
+    )
