@@ -1,18 +1,29 @@
 """llmrtc: realtime voice agents whose tool calls always get their one result.
 
-The public face: import from here. Everything else is importable, but this list is the contract.
+Define tools with `@tool` or `define_tool`, run them with a `ToolExecutor` (timeouts, abort,
+validation, one result per call), let a `TurnRunner` drive the model ⇄ tools loop over any
+OpenAI-compatible model (`open_default_provider()` picks the environment's or the offline one),
+shape conversations as playbooks (`load_playbook`, `PlaybookOrchestrator`), and observe it all
+through `Hooks` (or `OpenTelemetryHooks`). Test your own bots with `llmrtc.testing`.
+
+Every name below is the supported API; other modules are importable but may change.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from llmrtc.abort import AbortController, AbortedError, AbortSignal
 from llmrtc.agent import (
+    AgentEvent,
     ConversationHistory,
+    StageChanged,
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
+    TurnError,
+    TurnHandler,
     TurnRunner,
+    TurnSettings,
 )
 from llmrtc.execution import (
     InvalidToolArgumentsError,
@@ -22,25 +33,42 @@ from llmrtc.execution import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from llmrtc.llm import LLMError, OpenAIProvider
+from llmrtc.llm import LLMError, LLMProvider, ModelSettings, OpenAIProvider
 from llmrtc.llm.default import open_default_provider
 from llmrtc.playbook import (
     Playbook,
     PlaybookEngine,
     PlaybookOrchestrator,
     Stage,
-    StageChanged,
     Transition,
     load_playbook,
+    load_playbook_tools,
     validate_playbook,
 )
 from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
 from llmrtc.telemetry.hooks import (
+    BargeInEvent,
     CompositeHooks,
+    ErrorEvent,
     Hooks,
+    LLMEndEvent,
+    LLMFirstTokenEvent,
+    LLMStartEvent,
+    SessionEndEvent,
+    SessionStartEvent,
+    SpeechEndEvent,
+    SpeechStartEvent,
+    StageEnterEvent,
+    StageExitEvent,
+    STTEndEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolStartEvent,
+    TransitionEvent,
+    TTSEndEvent,
+    TTSStartEvent,
+    TurnEndEvent,
+    TurnStartEvent,
 )
 from llmrtc.tools import (
     ExecutionPolicy,
@@ -51,12 +79,14 @@ from llmrtc.tools import (
     ToolCallStatus,
     ToolContext,
     ToolDefinition,
+    ToolError,
     ToolRegistry,
     ValidationResult,
     define_tool,
     tool,
     validate_tool_arguments,
 )
+from llmrtc.tools.loader import load_tools_file
 
 if TYPE_CHECKING:
     from llmrtc.telemetry.otel import OpenTelemetryHooks
@@ -80,21 +110,38 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "AbortedError",
+    "AgentEvent",
+    "BargeInEvent",
     "CompositeHooks",
     "ConversationHistory",
     "CorrelationFilter",
+    "ErrorEvent",
     "ExecutionPolicy",
     "FunctionTool",
     "Hooks",
     "InvalidToolArgumentsError",
+    "LLMEndEvent",
     "LLMError",
+    "LLMFirstTokenEvent",
+    "LLMProvider",
+    "LLMStartEvent",
+    "ModelSettings",
     "OpenAIProvider",
     "OpenTelemetryHooks",
     "Playbook",
     "PlaybookEngine",
     "PlaybookOrchestrator",
+    "STTEndEvent",
+    "SessionEndEvent",
+    "SessionStartEvent",
+    "SpeechEndEvent",
+    "SpeechStartEvent",
     "Stage",
     "StageChanged",
+    "StageEnterEvent",
+    "StageExitEvent",
+    "TTSEndEvent",
+    "TTSStartEvent",
     "TextDelta",
     "Tool",
     "ToolAbortedError",
@@ -106,6 +153,7 @@ __all__ = [
     "ToolContext",
     "ToolDefinition",
     "ToolEndEvent",
+    "ToolError",
     "ToolErrorEvent",
     "ToolExecutionError",
     "ToolExecutor",
@@ -114,12 +162,20 @@ __all__ = [
     "ToolStartEvent",
     "ToolTimeoutError",
     "Transition",
+    "TransitionEvent",
     "TurnCompleted",
+    "TurnEndEvent",
+    "TurnError",
+    "TurnHandler",
     "TurnRunner",
+    "TurnSettings",
+    "TurnStartEvent",
     "ValidationResult",
     "__version__",
     "define_tool",
     "load_playbook",
+    "load_playbook_tools",
+    "load_tools_file",
     "open_default_provider",
     "tool",
     "validate_playbook",
