@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -109,11 +108,8 @@ class ToolDefinition:
             validator = compile_validator(self.parameters)  # type: ignore[arg-type]
         except ValueError as exc:
             raise ValueError(f"tool {self.name!r}: {exc}") from None
+        # Compiled once here; every call of this tool reuses it.
         object.__setattr__(self, "_validator", validator)
-        # Lets the per-call path skip the default-filling walk for schemas without defaults.
-        # (A pydantic model applies its own defaults, union members included.)
-        has_defaults = self.parameters_model is None and '"default"' in json.dumps(self.parameters)
-        object.__setattr__(self, "_has_defaults", has_defaults)
 
     @property
     def json_schema(self) -> dict[str, Any]:

@@ -1,23 +1,42 @@
-"""Argument validation: full JSON Schema (Draft 2020-12), with errors a model can act on."""
+"""Argument validation: full JSON Schema (Draft 2020-12), with errors a model can act on.
+
+The per-call check runs on `jsonschema-rs` (compiled once per tool: ECMA-262 regexes, `format`
+as an assertion); `jsonschema` checks schemas against the meta-schema when a tool is defined and
+words the errors when a call fails.
+"""
 
 from __future__ import annotations
 
-import copy
 import json
-import reprlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+import jsonschema_rs
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
+from referencing import Registry
+
+from llmrtc.tools._defaults import DefaultFiller, compile_filler, fill_defaults, schema_defaults
+from llmrtc.tools._errors import error_texts, format_path, rs_error_texts
 
 if TYPE_CHECKING:
     from llmrtc.tools.definition import ToolDefinition
 
-__all__ = ["ArgumentsError", "ValidationResult", "prepare_arguments", "validate_tool_arguments"]
+__all__ = [
+    "ArgumentsError",
+    "ArgumentSchema",
+    "ValidationResult",
+    "compile_validator",
+    "fill_defaults",
+    "format_path",
+    "parse_arguments",
+    "prepare_arguments",
+    "validate_tool_arguments",
+]
 
 
 @dataclass(frozen=True)
@@ -40,16 +59,104 @@ class ArgumentsError(ValueError):
         self.errors = errors
 
 
-def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
-    """Check `schema` against the Draft 2020-12 meta-schema and compile its validator once."""
+def _compile_rs(schema: dict[str, Any], *, formats: bool) -> jsonschema_rs.Validator:
+    # offline: defining a tool never fetches a schema over the network.
+    return jsonschema_rs.validator_for(schema, validate_formats=formats, offline=True)
+
+
+class ArgumentSchema:
+    """A tool's parameters schema compiled for the per-call path (one per `ToolDefinition`).
+
+    Built by `compile_validator`; the no-format validator and the `jsonschema` validator that
+    words errors are compiled the first time something needs them.
+    """
+
+    __slots__ = ("_python", "_unformatted", "filler", "schema", "validator")
+
+    def __init__(self, schema: dict[str, Any], validator: jsonschema_rs.Validator) -> None:
+        self.schema = schema
+        self.validator = validator
+        """The jsonschema-rs validator with `format` as an assertion."""
+        self.filler: DefaultFiller | None = compile_filler(schema)
+        """Fills defaults into valid arguments; None when the schema declares none."""
+        self._unformatted: jsonschema_rs.Validator | None = None
+        self._python: dict[bool, Validator | None] = {}
+
+    def checker(self, formats: bool) -> jsonschema_rs.Validator:
+        """The validator asserting `format` (`formats=True`) or ignoring it."""
+        if formats:
+            return self.validator
+        if self._unformatted is None:
+            self._unformatted = _compile_rs(self.schema, formats=False)
+        return self._unformatted
+
+    def _python_validator(self, formats: bool) -> Validator | None:
+        if formats not in self._python:
+            cls = validator_for(self.schema, default=Draft202012Validator)
+            checker = cls.FORMAT_CHECKER if formats else None
+            # An empty registry: jsonschema's default one would fetch unknown refs over HTTP.
+            self._python[formats] = cls(self.schema, format_checker=checker, registry=Registry())
+        return self._python[formats]
+
+    def errors(self, arguments: Any, *, formats: bool = True) -> list[str]:
+        """Every violation of the schema, sorted, each prefixed with its JSON path."""
+        checker = self.checker(formats)
+        if checker.is_valid(arguments):  # the common case: skip collecting and wording
+            return []
+        found = list(checker.iter_errors(arguments))
+        return error_texts(found, lambda: self._python_validator(formats), arguments)
+
+
+def compile_validator(schema: dict[str, Any]) -> ArgumentSchema:
+    """Check `schema` (meta-schema, regexes, refs, defaults) and compile its validator once.
+
+    Raises:
+        ValueError: naming where the schema is wrong and why.
+    """
     try:
-        Draft202012Validator.check_schema(schema)
+        # format_checker=None: `pattern`s are ECMA-262 regexes, which Python's `re` (the
+        # meta-schema's "regex" format check) would refuse; jsonschema-rs checks them below.
+        meta = validator_for(schema, default=Draft202012Validator)
+        meta.check_schema(schema, format_checker=None)  # type: ignore[call-arg]
     except SchemaError as exc:
         where = format_path(exc.absolute_path) or "(root)"
         raise ValueError(
             f"parameters is not a valid JSON Schema at {where}: {exc.message}"
         ) from None
-    return Draft202012Validator(schema)
+    try:
+        validator = _compile_rs(schema, formats=True)
+    except jsonschema_rs.ValidationError as exc:
+        where = format_path(exc.instance_path) or "(root)"
+        message = exc.message.splitlines()[0] if exc.message else str(exc)
+        raise ValueError(f"parameters is not a valid JSON Schema at {where}: {message}") from None
+    except jsonschema_rs.ReferencingError as exc:  # pragma: no cover - raised as above today
+        raise ValueError(f"parameters has a $ref that cannot be resolved: {exc}") from None
+    _check_defaults(schema)
+    return ArgumentSchema(schema, validator)
+
+
+def _check_defaults(schema: dict[str, Any]) -> None:
+    """A `default` must satisfy the schema it sits in: the handler receives it unchecked."""
+    found = list(schema_defaults(schema))
+    if not found:
+        return
+    subschemas = jsonschema_rs.validator_map_for(schema, validate_formats=True, offline=True)
+    problems: list[str] = []
+    for path, default in found:
+        pointer = "#" + "".join(
+            "/" + str(part).replace("~", "~0").replace("/", "~1") for part in path
+        )
+        validator = subschemas.get(pointer)
+        if validator is None or validator.is_valid(default):
+            continue  # not a schema location jsonschema-rs evaluates (e.g. `definitions`)
+        where = format_path((*path, "default"))
+        reasons = "; ".join(rs_error_texts(validator.iter_errors(default)))
+        problems.append(f"the default at {where} breaks its own schema: {reasons}")
+    if problems:
+        raise ValueError(
+            "; ".join(problems) + " (a default is given to the handler as is: make it satisfy "
+            "its schema, or drop it)"
+        )
 
 
 def parse_arguments(arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
@@ -86,123 +193,42 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def format_path(path: Iterable[Any]) -> str:
-    """`["items", 2, "name"]` → `items[2].name`."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-_MAX_QUOTED = 80
-_short_repr = reprlib.Repr()
-_short_repr.maxstring = _MAX_QUOTED
-_short_repr.maxother = _MAX_QUOTED
-_short_repr.maxlist = _short_repr.maxdict = 6
-
-
-def _format_error(error: ValidationError) -> str:
-    # "not valid under any of the given schemas" helps no one: report the most relevant
-    # failure inside the anyOf/oneOf branches instead (e.g. a missing nested property).
-    while error.context:
-        # Skip the branches whose type did not even fit the value ("is not of type 'null'").
-        fitting = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
-        error = best_match(fitting or error.context)
-    message = error.message
-    # jsonschema quotes the offending value; a model that sent 100 kB must not get it back.
-    quoted = repr(error.instance)
-    if len(quoted) > _MAX_QUOTED:
-        message = message.replace(quoted, _short_repr.repr(error.instance))
-    where = format_path(error.absolute_path)
-    return f"{where}: {message}" if where else message
-
-
-def schema_errors(validator: Draft202012Validator, arguments: dict[str, Any]) -> list[str]:
-    """All schema violations of `arguments`, sorted, each prefixed with its JSON path."""
-    errors = list(validator.iter_errors(arguments))
-    if not errors:  # the common case: skip formatting entirely
-        return []
-    return sorted({_format_error(e) for e in errors})
-
-
-def fill_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """Return `arguments` with missing properties that declare a `default` filled in.
-
-    Descends into nested objects (following local `$ref`s into `$defs`), array items, and the
-    one branch of an `anyOf`/`oneOf` that fits the value's type. The input is not modified;
-    defaults are deep-copied so handlers can mutate them safely.
-    """
-    return _fill(schema, arguments, schema.get("$defs", {}), depth=0)  # type: ignore[no-any-return]
-
-
-def _resolve(schema: dict[str, Any], defs: dict[str, Any], value: Any = None) -> dict[str, Any]:
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = defs.get(ref[len("#/$defs/") :])
-        if isinstance(target, dict):
-            return target
-    # Optional[X] is anyOf[X, {type: null}]: follow X when it is the only branch of the value's
-    # type. With several candidates (a union of objects) a guess could fill the wrong defaults,
-    # so nothing is filled.
-    wanted = "object" if isinstance(value, dict) else "array" if isinstance(value, list) else None
-    if wanted is None:
-        return schema
-    for key in ("anyOf", "oneOf"):
-        branches = [_resolve(b, defs) for b in schema.get(key, ()) if isinstance(b, dict)]
-        fitting = [b for b in branches if b.get("type") == wanted]
-        if len(fitting) == 1:
-            return fitting[0]
-    return schema
-
-
-def _fill(schema: Any, value: Any, defs: dict[str, Any], depth: int) -> Any:
-    if depth > 32 or not isinstance(schema, dict):
-        return value  # recursive schemas: stop rather than loop
-    schema = _resolve(schema, defs, value)
-    if isinstance(value, dict):
-        properties = schema.get("properties")
-        if not isinstance(properties, dict):
-            return value
-        filled = dict(value)
-        for name, prop in properties.items():
-            if not isinstance(prop, dict):
-                continue
-            if name not in filled:
-                resolved = _resolve(prop, defs)
-                if "default" in prop or "default" in resolved:
-                    filled[name] = copy.deepcopy(prop.get("default", resolved.get("default")))
-            else:
-                filled[name] = _fill(prop, filled[name], defs, depth + 1)
-        return filled
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [_fill(schema["items"], item, defs, depth + 1) for item in value]
-    return value
-
-
 def prepare_arguments(
-    definition: ToolDefinition, raw: Mapping[str, Any] | str | None, *, validate: bool = True
+    definition: ToolDefinition,
+    raw: Mapping[str, Any] | str | None,
+    *,
+    validate: bool = True,
+    formats: bool = True,
 ) -> Any:
-    """Parse, fill defaults, validate (when `validate`), and build the handler's `args`.
+    """Parse, validate (when `validate`), fill defaults, and build the handler's `args`.
 
-    Returns a dict, or a validated instance of `definition.parameters_model` when it has one
-    (the model then applies its own defaults).
+    What the model sent is validated, then the schema's defaults are filled in (each default was
+    checked against its own schema when the tool was defined).
+
+    Args:
+        definition: The tool whose schema applies.
+        raw: The arguments as a mapping or the JSON string a model produced.
+        validate: False skips the schema check (JSON is still parsed, defaults still filled).
+        formats: False treats `format` as an annotation instead of an assertion.
+
+    Returns:
+        A dict, or a validated instance of `definition.parameters_model` when it has one
+        (the model then applies its own defaults).
 
     Raises:
         ArgumentsError: listing every problem with its JSON path.
     """
     arguments = parse_arguments(raw)
-    if definition._has_defaults:  # type: ignore[attr-defined]
-        arguments = fill_defaults(definition.json_schema, arguments)
+    compiled: ArgumentSchema = definition._validator  # type: ignore[attr-defined]
     if validate:
-        errors = schema_errors(definition._validator, arguments)  # type: ignore[attr-defined]
-        if errors:
-            raise ArgumentsError(errors)
+        checker = compiled.validator if formats else compiled.checker(False)
+        if not checker.is_valid(arguments):
+            raise ArgumentsError(compiled.errors(arguments, formats=formats))
     model = definition.parameters_model
     if model is None:
-        return arguments
+        filler = compiled.filler
+        # parse_arguments returned a fresh dict: the top level may be filled in place.
+        return arguments if filler is None else filler.fill(arguments, in_place=True)
     try:
         return model.model_validate(arguments)
     except PydanticValidationError as exc:
@@ -217,23 +243,28 @@ def prepare_arguments(
 
 
 def validate_tool_arguments(
-    definition: ToolDefinition, args: Mapping[str, Any] | str | None
+    definition: ToolDefinition,
+    args: Mapping[str, Any] | str | None,
+    *,
+    validate_formats: bool = True,
 ) -> ValidationResult:
     """Check arguments (a dict or the raw JSON string a model produced) against a tool's schema.
 
-    This is exactly the check the executor makes before calling a handler. Defaults declared in
-    the schema are filled first, so a property that is both required and defaulted passes.
-    Never raises for bad arguments: read `.valid` and `.errors`.
+    This is exactly the check the executor makes before calling a handler: what was sent is
+    validated, then the schema's defaults are filled in. Never raises for bad arguments: read
+    `.valid` and `.errors`.
 
     Args:
         definition: The tool whose `parameters` schema applies.
         args: The arguments as a mapping or a JSON string.
+        validate_formats: False treats `format` (`"date"`, `"email"`, ...) as an annotation
+            instead of an assertion.
 
     Returns:
         A `ValidationResult`; when valid, `arguments` holds the parsed dict with defaults filled.
     """
     try:
-        prepared = prepare_arguments(definition, args, validate=True)
+        prepared = prepare_arguments(definition, args, validate=True, formats=validate_formats)
     except ArgumentsError as exc:
         return ValidationResult(valid=False, errors=exc.errors)
     if isinstance(prepared, BaseModel):

@@ -1,0 +1,132 @@
+"""Error texts for arguments that failed their schema: what is wrong and where, for a model.
+
+`jsonschema-rs` decides validity; the texts come from `jsonschema` where it names the same
+failure (its wording reads better: `'kelvin' is not one of ['celsius', 'fahrenheit']`), and
+from `jsonschema-rs` itself where `jsonschema` cannot see it (ECMA-262 regexes, some formats).
+This runs only on the failure path.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jsonschema_rs
+from jsonschema import ValidationError
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+
+__all__ = ["error_texts", "format_path", "rs_error_texts"]
+
+_MAX_QUOTED = 80
+_MAX_TEXT = 160
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = _MAX_QUOTED
+_short_repr.maxother = _MAX_QUOTED
+_short_repr.maxlist = _short_repr.maxdict = 6
+
+_Key = tuple[tuple[str | int, ...], str | None]
+"""A failure's identity: the instance path and the keyword that failed there."""
+
+
+def format_path(path: Iterable[Any]) -> str:
+    """`["items", 2, "name"]` → `items[2].name`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _with_path(path: Iterable[Any], message: str) -> str:
+    where = format_path(path)
+    return f"{where}: {message}" if where else message
+
+
+def _python_text(error: ValidationError) -> str:
+    # "not valid under any of the given schemas" helps no one: report the most relevant
+    # failure inside the anyOf/oneOf branches instead (e.g. a missing nested property).
+    while error.context:
+        # Skip the branches whose type did not even fit the value ("is not of type 'null'").
+        fitting = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
+        error = best_match(fitting or error.context)
+    message = error.message
+    # jsonschema quotes the offending value; a model that sent 100 kB must not get it back.
+    quoted = repr(error.instance)
+    if len(quoted) > _MAX_QUOTED:
+        message = message.replace(quoted, _short_repr.repr(error.instance))
+    return _with_path(error.absolute_path, message)
+
+
+def _shorten(message: str) -> str:
+    # jsonschema-rs quotes the value as JSON; keep its start and the constraint at the end.
+    if len(message) <= _MAX_TEXT:
+        return message
+    return f"{message[: _MAX_TEXT - 60]}...{message[-57:]}"
+
+
+def _deepest(error: jsonschema_rs.ValidationError) -> list[jsonschema_rs.ValidationError]:
+    """The errors inside the anyOf/oneOf branch that came closest, else the error itself."""
+    branches: Sequence[list[jsonschema_rs.ValidationError]] = getattr(error.kind, "context", ())
+    if not branches:
+        return [error]
+    depth = len(error.instance_path)
+    # A branch that failed only on `type` at the value itself did not even fit the value.
+    fitting = [
+        b
+        for b in branches
+        if b and not all(e.kind.name == "type" and len(e.instance_path) == depth for e in b)
+    ]
+    if not fitting:
+        return [error]
+    closest = min(fitting, key=len)
+    return [inner for e in closest for inner in _deepest(e)]
+
+
+def rs_error_texts(errors: Iterable[jsonschema_rs.ValidationError]) -> list[str]:
+    """jsonschema-rs's own messages, each prefixed with its JSON path, long values cut."""
+    return [
+        _with_path(inner.instance_path, _shorten(inner.message))
+        for error in errors
+        for inner in _deepest(error)
+    ]
+
+
+def _rs_key(error: jsonschema_rs.ValidationError) -> _Key:
+    keyword = error.schema_path[-1] if error.schema_path else None
+    return tuple(error.instance_path), keyword if isinstance(keyword, str) else None
+
+
+def error_texts(
+    rs_errors: list[jsonschema_rs.ValidationError],
+    python_validator: Callable[[], Validator | None],
+    instance: Any,
+) -> list[str]:
+    """One sorted text per failure jsonschema-rs found.
+
+    Args:
+        rs_errors: What jsonschema-rs found (the source of truth).
+        python_validator: Builds (or returns the cached) `jsonschema` validator for the same
+            schema, or None when it cannot be built.
+        instance: The arguments that failed.
+    """
+    python_errors: dict[_Key, list[ValidationError]] = {}
+    try:
+        validator = python_validator()
+        if validator is not None:
+            for error in validator.iter_errors(instance):
+                key = (tuple(error.absolute_path), str(error.validator))
+                python_errors.setdefault(key, []).append(error)
+    except Exception:  # an ECMA-only regex (re.error), or a ref it cannot follow
+        pass  # keep what was found so far; jsonschema-rs's own text covers the rest
+    texts: set[str] = set()
+    for failure in rs_errors:
+        matching = python_errors.get(_rs_key(failure))
+        if matching:
+            texts.update(_python_text(e) for e in matching)
+        else:
+            texts.update(rs_error_texts([failure]))
+    return sorted(texts)
