@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,24 @@ def test_otel_console_demo_prints_masked_spans() -> None:
     assert "gen_ai.tool.call.arguments" in content.stdout
     assert "4111111111111111" not in content.stdout
     assert "llmrtc.tool.call.duration" in content.stdout
+
+
+def test_text_agent_demo_survives_a_failing_model() -> None:
+    import anyio
+
+    from llmrtc.testing import ErrorReply, ScriptedOpenAIServer
+
+    async def run() -> subprocess.CompletedProcess[bytes]:
+        async with ScriptedOpenAIServer([ErrorReply(400, "model is down")]) as server:
+            env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "k"}
+            return await anyio.run_process(
+                [sys.executable, str(ROOT / "demos" / "text_agent.py"), "Weather?"],
+                env=env,
+                check=False,
+            )
+
+    completed = anyio.run(run)
+    assert completed.returncode == 0, completed.stderr.decode()
+    assert "[error:" in completed.stderr.decode()
+    assert "model is down" in completed.stderr.decode()
+    assert "(error;" in completed.stdout.decode()  # the turn ended with stop_reason "error"
