@@ -103,7 +103,8 @@ class _Chat:
         say = self.screen.write
         if self.interactive:
             tools = len(self.registry) if self.registry is not None else 0
-            say(f"llmrtc chat with {llm.model} ({tools} tools). Ctrl-C stops an answer; ")
+            count = f"{tools} tool" + ("" if tools == 1 else "s")
+            say(f"llmrtc chat with {llm.model} ({count}). Ctrl-C stops an answer; ")
             say("Ctrl-D or /quit ends.\n")
         async with aclosing(read_lines()) as lines:
             while True:
