@@ -84,19 +84,23 @@ class _Chat:
         options: dict[str, Any] = {}
         if "progress" in inspect.signature(open_default_provider).parameters:
             options["progress"] = progress
-        try:
-            async with open_default_provider(**options) as llm:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                llm = await stack.enter_async_context(open_default_provider(**options))
+            except (LLMError, ImportError, RuntimeError) as exc:
+                # The model could not be prepared (a missing package, a bad model file, a
+                # server that did not start): its message says what to do.
                 progress.done()
-                problem = await _unreachable(llm)
-                if problem is not None:
-                    self.screen.error(f"error: {problem}")
-                    self.exit_status = 1
-                    return
-                await self._talk(llm)
-        except LLMError as exc:  # the offline model could not be prepared
+                self.screen.error(f"error: {exc}")
+                self.exit_status = 1
+                return
             progress.done()
-            self.screen.error(f"error: {exc}")
-            self.exit_status = 1
+            problem = await _unreachable(llm)
+            if problem is not None:
+                self.screen.error(f"error: {problem}")
+                self.exit_status = 1
+                return
+            await self._talk(llm)
 
     async def _talk(self, llm: Any) -> None:
         runner = self._runner(llm)
