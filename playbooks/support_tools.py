@@ -6,7 +6,7 @@ from typing import Literal
 
 import anyio
 
-from llmrtc import ToolContext, tool
+from llmrtc import ToolContext, ToolError, tool
 
 CUSTOMERS = {
     "ada@example.com": {
@@ -40,10 +40,12 @@ async def lookup_customer(email: str, ctx: ToolContext) -> dict[str, object]:
     if customer is None:
         return {"found": False, "email": email}
     playbook = ctx.metadata.get("playbook")
-    if playbook is not None:  # tell the playbook what the caller most likely needs
+    if playbook is not None:  # the account's internal data goes to the playbook, not the model
         playbook.update_context(customer_id=customer["customer_id"])
         playbook.set_intent(str(customer["open_issue"]), 0.9)
-    return {"found": True, **customer}
+    # Only what the agent may say: the caller hears whatever the model is given, so IDs and
+    # plan codes stay out of the result (a voice agent reads fields out).
+    return {"found": True, "first_name": customer["name"], "open_issue": customer["open_issue"]}
 
 
 @tool
@@ -55,7 +57,15 @@ async def lookup_order(order_id: str) -> dict[str, object]:
     """
     await anyio.sleep(0.01)
     order = ORDERS.get(order_id.strip().upper())
-    return {"found": False, "order_id": order_id} if order is None else {"found": True, **order}
+    if order is None:
+        return {"found": False, "order_id": order_id}
+    # The owner's customer ID is internal: the agent only needs the order's own facts.
+    return {
+        "found": True,
+        "order_id": order["order_id"],
+        "total": order["total"],
+        "charged_times": order["charged_times"],
+    }
 
 
 @tool(execution_policy="sequential", timeout=5.0)
@@ -69,9 +79,11 @@ async def issue_refund(order_id: str, amount: float, reason: str) -> dict[str, o
     """
     order = ORDERS.get(order_id.strip().upper())
     if order is None:
-        raise ValueError(f"no order {order_id!r}")
+        # ToolError: words meant for the model (any other exception reaches it only as a
+        # generic failure), so it can tell the caller what to fix.
+        raise ToolError(f"there is no order {order_id!r}; ask the caller for the order number")
     if amount <= 0 or amount > float(order["total"]):  # type: ignore[arg-type]
-        raise ValueError(f"amount must be between 0 and {order['total']}")
+        raise ToolError(f"the refund must be more than 0 and at most {order['total']}")
     return {"refunded": amount, "order_id": order["order_id"], "reference": "R-" + order_id[-4:]}
 
 

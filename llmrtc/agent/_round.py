@@ -1,16 +1,20 @@
-"""One turn's running state, and one model round of it streamed with its hook events."""
+"""One turn's running state, and one model round of it: the request, and its response streamed
+with its hook events."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import TextDelta, TurnStopReason
+from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.settings import TurnSettings
+from llmrtc.llm.messages import AssistantMessage, ToolMessage
 from llmrtc.llm.provider import LLMProvider
-from llmrtc.llm.types import LLMDone, LLMRequest, LLMTextDelta, LLMToolCall, Usage
+from llmrtc.llm.types import LLMDone, LLMRequest, LLMTextDelta, LLMToolCall, ToolChoice, Usage
 from llmrtc.telemetry.hooks import (
     Hooks,
     LLMEndEvent,
@@ -20,12 +24,14 @@ from llmrtc.telemetry.hooks import (
     hooks_for,
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.tools.registry import ToolRegistry
 
 
 class TurnState:
-    """The running state of one turn."""
+    """The running state of one turn, and how it writes to the conversation history."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: ConversationHistory) -> None:
+        self.history = history
         self.id = f"turn_{uuid.uuid4().hex[:12]}"
         self.started = time.perf_counter()
         self.texts: list[str] = []  # everything yielded as text, in order
@@ -50,12 +56,51 @@ class TurnState:
         deltas.append(TextDelta(text))
         return deltas
 
+    def store_partial(self) -> None:
+        """Keep what the model actually said before it was cut off, marked interrupted."""
+        text = "".join(self.partial)
+        self.partial = []
+        if text:
+            self.history.append(AssistantMessage(text, (), True))
+
+    def record_results(self, results: list[ToolCallResult]) -> None:
+        """Store a batch's results (in request order): the pending calls are settled."""
+        for result in results:
+            self.history.append(ToolMessage(result.call_id, result.to_content()))
+        self.results.extend(results)
+        self.pending = []
+
     def __repr__(self) -> str:
         return f"<turn {self.id} {self.stop_reason}>"
 
 
 def _needs_space(texts: Sequence[str], text: str) -> bool:
     return bool(texts) and not texts[-1][-1:].isspace() and not text[:1].isspace()
+
+
+def model_request(
+    history: ConversationHistory,
+    settings: TurnSettings,
+    offered: ToolRegistry,
+    round_index: int,
+    *,
+    final: bool = False,
+    without_tools: bool = False,
+) -> LLMRequest:
+    """The request of a turn's round `round_index`: `final` forbids tool use (the round
+    limit, a two-phase answer); `without_tools` also leaves the definitions out (the retry of an
+    empty answer). Raises `ValueError` for a tool_choice naming a tool not offered."""
+    choice: ToolChoice = settings.tool_choice
+    if final or without_tools:
+        choice = "none"
+    elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
+        choice = "auto"  # forcing applies to the first round only
+    return LLMRequest(
+        messages=history.for_request(settings.system_prompt),
+        tools=[] if without_tools else offered.definitions(),
+        tool_choice=choice,
+        settings=settings.model,
+    )
 
 
 async def stream_model_round(

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
-from llmrtc.agent._round import TurnState, stream_model_round
+from llmrtc.agent._batch import run_batch, settle_unrun
+from llmrtc.agent._round import TurnState, model_request, stream_model_round
 from llmrtc.agent.events import (
     AgentEvent,
     ToolCallFinished,
@@ -21,11 +22,10 @@ from llmrtc.agent.events import (
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
-from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
+from llmrtc.llm.messages import AssistantMessage, UserMessage
 from llmrtc.llm.provider import LLMError, LLMProvider
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import LLMRequest, ToolChoice
-from llmrtc.telemetry.correlation import current_turn_id
 from llmrtc.telemetry.hooks import (
     ErrorEvent,
     Hooks,
@@ -173,7 +173,7 @@ class TurnRunner:
     @settings.setter
     def settings(self, settings: TurnSettings) -> None:
         view = self._view_for(settings)
-        self._request_for(settings, view, 0)  # validates tool_choice against the offered tools
+        model_request(self.history, settings, view, 0)  # checks tool_choice against the tools
         self._settings = settings
         self._view = view
 
@@ -210,11 +210,6 @@ class TurnRunner:
         """The offered tool names of `settings` (None: every registered tool)."""
         return self._settings.tools
 
-    @property
-    def offered_tools(self) -> ToolRegistry:
-        """The view of the tools offered now: exactly the ones a batch may run."""
-        return self._view
-
     def tool_definitions(self) -> list[ToolDefinition]:
         """The tools offered to the model, in a stable order (stable prompts cache better)."""
         return self._view.definitions()
@@ -222,29 +217,13 @@ class TurnRunner:
     def _request(
         self, round_index: int, *, final: bool = False, without_tools: bool = False
     ) -> LLMRequest:
-        return self._request_for(
-            self._settings, self._view, round_index, final=final, without_tools=without_tools
-        )
-
-    def _request_for(
-        self,
-        settings: TurnSettings,
-        view: ToolRegistry,
-        round_index: int,
-        *,
-        final: bool = False,
-        without_tools: bool = False,
-    ) -> LLMRequest:
-        choice: ToolChoice = settings.tool_choice
-        if final or without_tools:
-            choice = "none"
-        elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
-            choice = "auto"  # forcing applies to the first round only
-        return LLMRequest(
-            messages=self.history.for_request(settings.system_prompt),
-            tools=[] if without_tools else view.definitions(),
-            tool_choice=choice,
-            settings=settings.model,
+        return model_request(
+            self.history,
+            self._settings,
+            self._view,
+            round_index,
+            final=final,
+            without_tools=without_tools,
         )
 
     async def warm(self) -> None:
@@ -305,7 +284,7 @@ class TurnRunner:
             self._view = self._view_for(self._settings)
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
-        turn = TurnState()
+        turn = TurnState(self.history)
         self.current_turn_id = turn.id
         if user_text is not None:
             self.history.append(UserMessage(user_text))
@@ -412,7 +391,19 @@ class TurnRunner:
             turn.pending = list(calls)
             for call in calls:
                 yield ToolCallStarted(call)
-            for result in await self._run_batch(turn, signal):
+            finished = await run_batch(
+                self.executor,
+                turn.pending,
+                turn.record_results,
+                tools=self._view,
+                signal=signal,
+                turn_id=turn.id,
+                session_id=self.session_id,
+                stage_id=self.stage_id,
+                hooks=self.hooks,
+                metadata=self.tool_metadata,
+            )
+            for result in finished:
                 yield ToolCallFinished(result)
             if after_batch is not None:  # also after an abort: what ran has happened
                 decision = await after_batch(calls, turn.results[-len(calls) :])
@@ -428,7 +419,7 @@ class TurnRunner:
         logger.warning("turn %s: the model failed, the agent apologised: %s", turn.id, exc)
         turn.failure = exc
         turn.stop_reason = "error"
-        self._store_partial(turn)
+        turn.store_partial()
         yield TurnError(str(exc), type(exc).__name__)
         reply = self._settings.error_reply
         for delta in turn.say(reply):
@@ -446,66 +437,23 @@ class TurnRunner:
             ),
         )
 
-    async def _run_batch(self, turn: TurnState, signal: AbortSignal) -> list[ToolCallResult]:
-        """Run the pending calls as one batch on the offered tools; their tool messages go into
-        the history. Returns the results in the order the calls finished."""
-        finished: list[ToolCallResult] = []  # in finish order; complete even if we are cancelled
-        token = current_turn_id.set(turn.id)
-        results: list[ToolCallResult] | None = None
-        try:
-            results = await self.executor.execute(
-                turn.pending,
-                session_id=self.session_id,
-                turn_id=turn.id,
-                stage_id=self.stage_id,
-                abort_signal=signal,
-                hooks=self.hooks,
-                metadata=self.tool_metadata,
-                tools=self._view,
-                on_result=finished.append,
-            )
-        finally:
-            current_turn_id.reset(token)
-            if results is None and len(finished) == len(turn.pending):
-                # The caller was cancelled mid-batch: keep the real results (a call that
-                # finished stays finished) instead of settling them again as aborted.
-                self._record_results(turn, _in_request_order(turn.pending, finished))
-        self._record_results(turn, results)
-        return finished if len(finished) == len(results) else results
-
-    def _record_results(self, turn: TurnState, results: list[ToolCallResult]) -> None:
-        for result in results:
-            self.history.append(ToolMessage(result.call_id, result.to_content()))
-        turn.results.extend(results)
-        turn.pending = []
-
-    def _store_partial(self, turn: TurnState) -> None:
-        """Keep what the model actually said before it was cut off, marked interrupted."""
-        text = "".join(turn.partial)
-        turn.partial = []
-        if text:
-            self.history.append(AssistantMessage(text, (), True))
-
     async def _settle(
         self, turn: TurnState, controller: AbortController, error: BaseException | None
     ) -> None:
         """Leave a valid history whatever happened, and report the turn's end."""
-        self._store_partial(turn)
+        turn.store_partial()
         if turn.pending:
-            # Calls stored without results (the consumer left, or something failed between
-            # the model's answer and the batch): each still gets its one result, and hooks.
-            aborted = AbortController()
-            aborted.abort(controller.signal.reason or "the turn ended before the calls ran")
-            results = await self.executor.execute(
+            await settle_unrun(
+                self.executor,
                 turn.pending,
-                session_id=self.session_id,
-                turn_id=turn.id,
-                stage_id=self.stage_id,
-                abort_signal=aborted.signal,
-                hooks=self.hooks,
+                turn.record_results,
+                reason=controller.signal.reason or "the turn ended before the calls ran",
                 tools=self._view,
+                turn_id=turn.id,
+                session_id=self.session_id,
+                stage_id=self.stage_id,
+                hooks=self.hooks,
             )
-            self._record_results(turn, results)
         failure = error if error is not None else turn.failure
         await emit(
             self._turn_hooks[1],
@@ -523,15 +471,3 @@ class TurnRunner:
                 error_type=type(failure).__qualname__ if failure is not None else None,
             ),
         )
-
-
-def _in_request_order(
-    calls: Sequence[ToolCall], results: Sequence[ToolCallResult]
-) -> list[ToolCallResult]:
-    remaining = list(results)
-    ordered = []
-    for call in calls:
-        match = next(r for r in remaining if r.call_id == call.call_id)
-        remaining.remove(match)
-        ordered.append(match)
-    return ordered

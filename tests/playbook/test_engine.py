@@ -520,6 +520,72 @@ def test_structure_warnings() -> None:
     assert validate_playbook(fine) == []
 
 
+def test_every_finding_is_reported_in_one_pass() -> None:
+    book = playbook(
+        stages=[
+            {"id": "a", "tools": ["ghost"]},
+            {"id": "stuck"},
+            {"id": "island", "terminal": True},
+            {"id": "stuck"},  # a duplicate: an error, and checked once for structure
+            {"id": "b", "terminal": True},
+        ],
+        transitions=[
+            move("first", {"type": "max_turns", "count": 1}, target="stuck", priority=5),
+            move("never", {"type": "keyword", "keywords": ["x"]}, target="b"),
+            move("lost", {"type": "max_turns", "count": 2}, target="nowhere", from_stage="b"),
+            move("orphan", {"type": "max_turns", "count": 2}, from_stage="elsewhere"),
+        ],
+    )
+    found = {(f.severity, f.path): f.message for f in validate_playbook(book, ToolRegistry())}
+    assert set(found) == {
+        ("error", "stages[0].tools[0]"),  # unknown tool
+        ("error", "stages[3].id"),  # duplicate stage id
+        ("error", "transitions[2].action.target_stage"),  # unknown target
+        ("error", "transitions[3].from_stage"),  # unknown source
+        ("warning", "stages[1]"),  # stuck: no way out
+        ("warning", "stages[2]"),  # island: unreachable
+        ("warning", "stages[4]"),  # b: a terminal stage with a transition of its own
+        ("warning", "transitions[1]"),  # never: shadowed by max_turns 1
+    }
+    assert "cannot be reached" in found[("warning", "stages[2]")]
+    assert "no way out" in found[("warning", "stages[1]")]
+
+
+def test_an_unknown_initial_stage_still_gets_the_other_structure_checks() -> None:
+    book = playbook(initial_stage="zzz", stages=[{"id": "a"}, {"id": "b", "terminal": True}])
+    found = {(f.severity, f.path) for f in validate_playbook(book)}
+    # no "unreachable" noise from an unknown start, but the dead end is still reported
+    assert found == {("error", "initial_stage"), ("warning", "stages[0]")}
+
+
+def test_runtime_queries_live_on_the_playbook() -> None:
+    book = playbook(
+        stages=[{"id": "a"}, {"id": "b"}, {"id": "c", "terminal": True}],
+        transitions=[
+            move("low", {"type": "llm_decision"}, target="b"),
+            move("high", {"type": "llm_decision"}, target="b", priority=2),
+            move("to-c", {"type": "llm_decision"}, target="c", from_stage="*"),
+            move("quiet", {"type": "timeout", "seconds": 5}, target="c"),
+            move("b-out", {"type": "max_turns", "count": 1}, target="c", from_stage="b"),
+        ],
+    )
+    assert [t.id for t in book.transitions_from("a")] == ["high", "low", "to-c", "quiet"]
+    assert [t.id for t in book.llm_decision_targets("a")] == ["high", "to-c"]
+    assert book.timeout_transition("a").id == "quiet"  # type: ignore[union-attr]
+    assert book.timeout_transition("b") is None
+
+
+def test_llm_config_converts_to_model_settings() -> None:
+    from llmrtc.llm.settings import ModelSettings
+
+    config = LLMConfig(model="m", temperature=0.2, max_tokens=50, top_p=0.9)
+    assert config.to_settings() == ModelSettings("m", 0.2, 50, 0.9)
+    assert LLMConfig().to_settings() == ModelSettings()
+    assert config.to_settings().merged(LLMConfig(temperature=0.0).to_settings()) == (
+        ModelSettings("m", 0.0, 50, 0.9)
+    )
+
+
 def test_engine_and_loader_raise_playbook_errors_listing_the_findings() -> None:
     book = playbook(initial_stage="zzz")
     with pytest.raises(PlaybookError, match=r"initial_stage.*'zzz'") as info:

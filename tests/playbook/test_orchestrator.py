@@ -218,6 +218,9 @@ class Recorder(Hooks):
         return [e for e in self.events if isinstance(e, cls)]
 
 
+LEAVING = "Note for the agent: the caller is leaving. Say a short goodbye."
+
+
 def support() -> tuple[Playbook, ToolRegistry]:
     playbook = load_playbook(PLAYBOOKS / "support.yaml")
     return playbook, load_playbook_tools(playbook)
@@ -241,6 +244,7 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
                 ],
             ),
             "I refunded 42. Goodbye!",
+            "You're welcome! Call us again any time.",
         ]
     )
     orchestrator = PlaybookOrchestrator(playbook, llm, registry)
@@ -270,7 +274,15 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
         "TurnCompleted",
     ]
     assert changes(events) == [("identify", "billing", "known-billing-issue", None)]
+    assert not any(e.conversation_ended for e in events if isinstance(e, StageChanged))
     assert len(llm.requests) == 3
+    # What the model (and so the caller) gets from the lookup: no internal IDs or plan codes.
+    looked_up = next(m for m in llm.requests[2].messages if isinstance(m, ToolMessage))
+    assert json.loads(looked_up.content) == {
+        "found": True,
+        "first_name": "Ada",
+        "open_issue": "billing",
+    }
     assert offered(llm.requests[1]) == ["lookup_customer", "playbook_transition"]
     assert "lookup_customer" in prompt(llm.requests[2])
     assert dict(engine.context) == {"customer_id": "C-1", "routed_by": "intent"}
@@ -297,16 +309,34 @@ async def test_support_conversation_greeting_identify_billing_refund_wrap_up() -
     assert billing.settings.temperature == 0.0  # the stage's own config
     assert "Refund a double charge" in prompt(billing)
     assert wrap_up.tool_choice == "none" and wrap_up.settings.temperature == 0.2
-    assert prompt(wrap_up).endswith("Summarise what was done in one sentence and say goodbye.")
-    assert wrap_up.messages[-1] == SystemMessage("The refund went through. Confirm it and wrap up.")
+    assert "Summarise what was done in one sentence and say goodbye." in prompt(wrap_up)
+    assert wrap_up.messages[-1] == SystemMessage(
+        "Note for the agent: the refund went through. Confirm it to the caller in one sentence."
+    )
     assert engine.completed and engine.current_stage.id == "wrap_up"
     assert [t["transition_id"] for t in engine.transitions] == [
         "greeting-to-identify",
         "known-billing-issue",
         "refunded",
     ]
+    assert [e.conversation_ended for e in events if isinstance(e, StageChanged)] == [True]
+    assert orchestrator.conversation_ended and orchestrator.next_deadline() is None
+
+    # After the end: the terminal stage still answers, politely, and nothing moves any more.
+    events = await run(orchestrator, "Thanks!")
+    assert kinds(events) == ["TextDelta", "TurnCompleted"]
+    assert offered(llm.requests[5]) == [] and "call again" in prompt(llm.requests[5])
+    assert orchestrator.conversation_ended
     llm.assert_consumed()
     check_chat_messages(orchestrator.history.for_request("sys"))
+
+
+def test_support_transition_messages_are_notes_for_the_agent_only() -> None:
+    playbook, _ = support()
+    messages = [t.action.transition_message for t in playbook.transitions]
+    assert all(m is None or m.startswith("Note for the agent:") for m in messages)
+    assert "never repeat them" in playbook.global_system_prompt
+    assert "never say it to the caller" in playbook.global_system_prompt
 
 
 async def test_support_goodbye_from_the_first_stage_clears_the_history() -> None:
@@ -323,14 +353,14 @@ async def test_support_goodbye_from_the_first_stage_clears_the_history() -> None
     assert orchestrator.history.messages == (
         UserMessage("Never mind, goodbye"),
         AssistantMessage("Sorry to see you go."),
-        SystemMessage("The caller is leaving."),
+        SystemMessage(LEAVING),
     )
     events = await run(orchestrator, "Wait, one more thing")
     assert changes(events) == []
     assert llm.requests[1].messages[1:] == [
         UserMessage("Never mind, goodbye"),
         AssistantMessage("Sorry to see you go."),
-        SystemMessage("The caller is leaving."),
+        SystemMessage(LEAVING),
         UserMessage("Wait, one more thing"),
     ]
     assert "say goodbye" in prompt(llm.requests[1])
@@ -358,7 +388,7 @@ async def test_support_goodbye_from_a_later_stage_beats_its_intent() -> None:
         "AssistantMessage",
         "SystemMessage",
     ]
-    assert history[-1] == SystemMessage("The caller is leaving.")
+    assert history[-1] == SystemMessage(LEAVING)
 
 
 async def test_support_timeout_turn_from_greeting() -> None:
@@ -375,7 +405,10 @@ async def test_support_timeout_turn_from_greeting() -> None:
     request = llm.requests[0]
     assert "lookup_customer" in prompt(request)
     assert request.messages[1:] == [
-        SystemMessage("The caller has been silent. Ask for their account email.")
+        SystemMessage(
+            "Note for the agent: the caller has been silent. Ask, in your own words, for "
+            "their account email."
+        )
     ]
     assert not any(isinstance(m, UserMessage) for m in orchestrator.history.messages)
     assert orchestrator.next_deadline() is None  # identify has no timer
@@ -401,11 +434,13 @@ async def test_weather_question_then_bye_then_more_turns_in_the_terminal_stage()
     events = await run(orchestrator, "Thanks, bye!")
     assert changes(events) == [("chat", "goodbye", "caller-done", None)]
     assert kinds(events) == ["TextDelta", "StageChanged", "TurnCompleted"]
+    assert [e.conversation_ended for e in events if isinstance(e, StageChanged)] == [True]
+    assert orchestrator.conversation_ended
     assert orchestrator.engine.completed
     events = await run(orchestrator, "Oh, and bye again")
     assert changes(events) == []
     assert completed(events).text == "Take care!"
-    assert prompt(llm.requests[3]).endswith("Say a short, warm goodbye.")
+    assert "Say a short, warm goodbye." in prompt(llm.requests[3])
     assert offered(llm.requests[3]) == []
     assert orchestrator.engine.current_stage.id == "goodbye"
     assert orchestrator.engine.turns_in_stage == 1
