@@ -5,28 +5,32 @@ Names follow the OpenTelemetry GenAI semantic conventions where they define some
 are llmrtc's own, fixed here: `llmrtc.session`, `llmrtc.turn`, `llmrtc.stt`, `llmrtc.tts` spans,
 `llmrtc.stage_transition` span events, and the `llmrtc.*` metrics.
 
-Content (arguments, results, transcripts, messages, error texts that may quote values) is
-recorded only with `capture_content=True`, and a tool's `sensitive_fields` are masked even then.
+What is content, recorded only with `capture_content=True` (and with a tool's
+`sensitive_fields` masked even then, by key and wherever their values reappear): tool arguments
+and results, transcripts, spoken and model texts, messages, a transition's reason, and error
+*texts*: exception messages and the source lines of a stack trace (a message may quote an
+argument or carry a connection string). Never content, always recorded: names, ids, statuses,
+exception types, the frames of a stack trace (file, line, function), durations, token counts.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from llmrtc.telemetry._masking import mask_content, mask_text, sensitive_values
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry._otel_content import exception_attributes, messages_json
+from llmrtc.telemetry._otel_instruments import instruments_for
+from llmrtc.telemetry._otel_tools import ToolSpans
+from llmrtc.telemetry.events import (
     BargeInEvent,
     ErrorEvent,
-    Hooks,
     LLMEndEvent,
     LLMFirstTokenEvent,
     LLMStartEvent,
@@ -40,13 +44,12 @@ from llmrtc.telemetry.hooks import (
     TTSStartEvent,
     TurnEndEvent,
     TurnStartEvent,
-    error_type_name,
 )
+from llmrtc.telemetry.hooks import Hooks
 
 __all__ = ["OpenTelemetryHooks"]
 
 _SCOPE = "llmrtc"
-_FAILED_TOOL_STATUSES = frozenset({"error", "timeout", "invalid_arguments", "not_found"})
 
 
 class OpenTelemetryHooks(Hooks):
@@ -63,6 +66,12 @@ class OpenTelemetryHooks(Hooks):
     of a known turn is a child of that turn's span, a turn of a known session a child of the
     session's span; otherwise the caller's current span is the parent. Parallel tool calls are
     therefore siblings, never children of each other.
+
+    A tool call's `execute_tool` span opens when its handler is about to run and is the
+    current span while it runs (through `tool_call_context`), so the spans the handler creates
+    itself (an HTTP client's, a database driver's), in async and sync handlers alike, are its
+    children. A call that never ran (unknown tool, bad arguments, aborted while queued) gets
+    its span when it ends. A handler's exception is an `exception` event on its span.
     """
 
     hook_timeout = 0.1  # every method is sync and quick; the bound is only a safety net
@@ -78,20 +87,23 @@ class OpenTelemetryHooks(Hooks):
         Args:
             tracer_provider: Where spans go; None uses the global tracer provider.
             meter_provider: Where metrics go; None uses the global meter provider.
-            capture_content: Record arguments, results, transcripts and messages (masked by
-                each tool's `sensitive_fields`). Off by default: content may be personal data.
+            capture_content: Record content (see the module's docstring for what that is),
+                masked by each tool's `sensitive_fields`. Off by default: content may be
+                personal data or a secret.
         """
         self.capture_content = capture_content
         self._tracer = trace.get_tracer(_SCOPE, _version(), tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, _version(), meter_provider=meter_provider)
-        self._m = _instruments_for(meter)
-        self._spans: dict[str, tuple[Span, str | None]] = {}  # key -> (span, session id)
+        self._m = instruments_for(meter)
+        # key -> (span, session id, the context with the span current: a parent for children)
+        self._spans: dict[str, tuple[Span, str | None, Context]] = {}
         self._tts: dict[str, list[Span]] = {}  # per session/turn: a stack of open TTS spans
+        self._tools = ToolSpans(self._tracer, self._m)
 
     # Spans by id -------------------------------------------------------------------------
 
     def _open(self, key: str, span: Span, session_id: str | None) -> None:
-        self._spans[key] = (span, session_id)
+        self._spans[key] = (span, session_id, trace.set_span_in_context(span))
 
     def _close(self, key: str) -> Span | None:
         entry = self._spans.pop(key, None)
@@ -100,8 +112,10 @@ class OpenTelemetryHooks(Hooks):
     def _parent(self, *keys: str | None) -> Context | None:
         """The context of the first open span among `keys`, else None (the current context)."""
         for key in keys:
-            if key is not None and key in self._spans:
-                return trace.set_span_in_context(self._spans[key][0])
+            if key is not None:
+                entry = self._spans.get(key)
+                if entry is not None:
+                    return entry[2]
         return None
 
     def _scope_parent(self, session_id: str | None, turn_id: str | None) -> Context | None:
@@ -118,67 +132,18 @@ class OpenTelemetryHooks(Hooks):
     # Tools ----------------------------------------------------------------------------------
 
     def on_tool_start(self, event: ToolStartEvent) -> None:
-        """Count the handler in flight (the span itself is written when the call ends)."""
-        in_flight = self._m.in_flight
-        in_flight[event.tool_name] = in_flight.get(event.tool_name, 0) + 1
+        """Open the call's `execute_tool` span; count the handler in flight."""
+        self._tools.start(event, self._scope_parent(event.session_id, event.turn_id))
+
+    def tool_call_context(self, event: ToolStartEvent) -> AbstractContextManager[object] | None:
+        """Make the call's `execute_tool` span current while its handler runs."""
+        return self._tools.current(event)
 
     def on_tool_end(self, event: ToolEndEvent) -> None:
-        """Write the call's `execute_tool` span (every call, also those that never ran)."""
-        name, status = event.tool_name, event.status
-        # A name the model invented is unbounded: metrics get one bucket for all of them.
-        metric_name = _UNKNOWN_TOOL if status == "not_found" else name
-        instruments = self._m
-        key = (metric_name, status)
-        instruments.calls[key] = instruments.calls.get(key, 0) + 1
-        if event.started:
-            instruments.in_flight[name] -= 1
-        # One SDK call per tool call: the span is created complete, spanning the handler's run
-        # (start = end - duration). Setting attributes one by one after start costs ~5 us each.
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": event.call_id,
-            "gen_ai.tool.description": event.tool_description,
-            "llmrtc.tool.status": status,
-        }
-        if event.session_id is not None:
-            attributes["gen_ai.conversation.id"] = event.session_id
-        if event.stage_id is not None:
-            attributes["llmrtc.stage.id"] = event.stage_id
-        failed = status in _FAILED_TOOL_STATUSES
-        if failed:
-            attributes["error.type"] = event.error_type or status
-        if self.capture_content:
-            secrets = sensitive_values(event.arguments, event.sensitive_fields)
-            attributes["gen_ai.tool.call.arguments"] = mask_content(
-                event.arguments, event.sensitive_fields, secrets
-            )
-            if event.result_content is not None and status == "ok":
-                attributes["gen_ai.tool.call.result"] = mask_content(
-                    event.result_content, event.sensitive_fields, secrets
-                )
-        end_ns = time.time_ns()
-        span = self._tracer.start_span(
-            f"execute_tool {name}",
-            context=self._scope_parent(event.session_id, event.turn_id),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=end_ns - int(event.duration_s * 1e9),
-        )
-        if failed:
-            span.set_status(Status(StatusCode.ERROR, self._error_text(event)))
-        span.end(end_time=end_ns)
-        if event.started:
-            instruments.tool_duration.record(event.duration_s, instruments.attributes(key))
-            instruments.tool_queue.record(event.queued_s, {"gen_ai.tool.name": name})
-
-    def _error_text(self, event: ToolEndEvent) -> str:
-        """The status description: the error message only with consent (it may quote values)."""
-        if not self.capture_content or event.error is None:
-            return event.error_type or event.status
-        secrets = sensitive_values(event.arguments, event.sensitive_fields)
-        return mask_text(event.error, secrets)
+        """Finish the call's `execute_tool` span with its outcome, and an `exception` event
+        if the handler raised (a call that never ran gets its whole span now); count the
+        call, record its run and queue time."""
+        self._tools.end(event, self._scope_parent, self.capture_content)
 
     # Turns and model calls -------------------------------------------------------------------
 
@@ -238,7 +203,7 @@ class OpenTelemetryHooks(Hooks):
         if event.session_id is not None:
             attributes["gen_ai.conversation.id"] = event.session_id
         if self.capture_content and event.messages:
-            attributes["gen_ai.input.messages"] = _messages_json(event.messages)
+            attributes["gen_ai.input.messages"] = messages_json(event.messages)
         span = self._tracer.start_span(
             f"chat {event.model}",
             context=self._scope_parent(event.session_id, event.turn_id),
@@ -378,11 +343,12 @@ class OpenTelemetryHooks(Hooks):
     def on_session_end(self, event: SessionEndEvent) -> None:
         """Close the session span, and whatever of that session is still open (marked
         incomplete), so nothing of a finished session stays in memory."""
-        for key, (span, session_id) in list(self._spans.items()):
+        for key, (span, session_id, _) in list(self._spans.items()):
             if session_id == event.session_id and not key.startswith("session:"):
                 del self._spans[key]
                 span.set_attribute("llmrtc.incomplete", True)
                 span.end()
+        self._tools.abandon(event.session_id)
         for key in [k for k in self._tts if k.startswith(f"{event.session_id}:")]:
             for span in self._tts.pop(key):
                 span.set_attribute("llmrtc.incomplete", True)
@@ -395,13 +361,10 @@ class OpenTelemetryHooks(Hooks):
             self._m.sessions_active.add(-1)
 
     def on_error(self, event: ErrorEvent) -> None:
-        """Add an `exception` event (type and component; the message only with consent)."""
-        attributes: dict[str, Any] = {
-            "exception.type": error_type_name(event.error),
-            "llmrtc.error.where": event.where,
-        }
-        if self.capture_content:
-            attributes["exception.message"] = str(event.error)
+        """Add an `exception` event to the turn (or session) span: type, component and frames;
+        the message and source lines only with consent."""
+        attributes = exception_attributes(event.error, capture_content=self.capture_content)
+        attributes["llmrtc.error.where"] = event.where
         self._scope_span(event.session_id, event.turn_id).add_event("exception", attributes)
 
 
@@ -417,141 +380,3 @@ def _version() -> str:
     from llmrtc import __version__
 
     return __version__
-
-
-def _messages_json(messages: Any) -> str:
-    """Messages in the GenAI conventions' shape: `[{"role", "parts": [{"type", ...}]}]`."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        data = message.model_dump(mode="json") if hasattr(message, "model_dump") else message
-        if not isinstance(data, Mapping):
-            out.append({"role": "user", "parts": [{"type": "text", "content": str(data)}]})
-            continue
-        parts: list[dict[str, Any]] = []
-        if data.get("content"):
-            kind = "tool_call_response" if data.get("role") == "tool" else "text"
-            part: dict[str, Any] = {"type": kind, "content": data["content"]}
-            if kind == "tool_call_response":
-                part["id"] = data.get("call_id")
-            parts.append(part)
-        for call in data.get("tool_calls") or ():
-            parts.append(
-                {
-                    "type": "tool_call",
-                    "id": call.get("call_id"),
-                    "name": call.get("name"),
-                    "arguments": call.get("arguments"),
-                }
-            )
-        out.append({"role": data.get("role", "user"), "parts": parts})
-    return json.dumps(out, default=str, ensure_ascii=False)
-
-
-# Instruments, shared per meter ----------------------------------------------------------------
-
-_UNKNOWN_TOOL = "_unknown"
-# Bucket boundaries: the GenAI conventions' advice for operation durations and token counts;
-# tool calls and queue waits are mostly milliseconds, so their scale starts lower.
-_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                     40.96, 81.92]  # fmt: skip
-_TOOL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                 10.0, 30.0, 60.0]  # fmt: skip
-_TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
-                  16777216, 67108864]  # fmt: skip
-
-
-class _Instruments:
-    """One set of instruments per meter, shared by every `OpenTelemetryHooks` on it (one per
-    session is the common pattern: separate observable callbacks would each report their own
-    partial counts under the same metric name)."""
-
-    def __init__(self, meter: Meter) -> None:
-        # Call counts and handlers in flight are kept here and read at collection time
-        # (observable instruments): a synchronous SDK metric point costs ~8 us per call.
-        self.calls: dict[tuple[str, str], int] = {}
-        self.in_flight: dict[str, int] = {}
-        self._attributes: dict[tuple[str, str], dict[str, str]] = {}
-        meter.create_observable_counter(
-            "llmrtc.tool.calls",
-            callbacks=[self._observe_calls],
-            unit="{call}",
-            description="Tool calls, by result status.",
-        )
-        meter.create_observable_up_down_counter(
-            "llmrtc.tool.in_flight",
-            callbacks=[self._observe_in_flight],
-            unit="{call}",
-            description="Tool handlers running now.",
-        )
-        self.tool_duration = meter.create_histogram(
-            "llmrtc.tool.call.duration",
-            unit="s",
-            description="Tool handler run time.",
-            explicit_bucket_boundaries_advisory=_TOOL_BUCKETS,
-        )
-        self.tool_queue = meter.create_histogram(
-            "llmrtc.tool.queue.duration",
-            unit="s",
-            description="Time a tool call waited for a concurrency slot.",
-            explicit_bucket_boundaries_advisory=_TOOL_BUCKETS,
-        )
-        self.turn_duration = meter.create_histogram(
-            "llmrtc.turn.duration",
-            unit="s",
-            description="Conversational turn duration.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.first_audio = meter.create_histogram(
-            "llmrtc.voice.time_to_first_audio",
-            unit="s",
-            description="End of user speech to the first audio of the answer.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Tokens per model request.",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        )
-        self.llm_duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="Model request duration.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.sessions_active = meter.create_up_down_counter(
-            "llmrtc.sessions.active", unit="{session}", description="Sessions open now."
-        )
-        self.transitions = meter.create_counter(
-            "llmrtc.playbook.transitions", unit="{transition}", description="Stage transitions."
-        )
-
-    def attributes(self, key: tuple[str, str]) -> dict[str, str]:
-        """The (cached) metric attributes for a tool name and status."""
-        attributes = self._attributes.get(key)
-        if attributes is None:
-            attributes = {"gen_ai.tool.name": key[0], "llmrtc.tool.status": key[1]}
-            self._attributes[key] = attributes
-        return attributes
-
-    def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
-        # list() copies under the GIL: the exporter thread may collect while the loop counts.
-        for (name, status), count in list(self.calls.items()):
-            yield Observation(count, {"gen_ai.tool.name": name, "llmrtc.tool.status": status})
-
-    def _observe_in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
-        for name, count in list(self.in_flight.items()):
-            yield Observation(count, {"gen_ai.tool.name": name})
-
-
-_instruments_lock = threading.Lock()
-_instruments: dict[int, tuple[Meter, _Instruments]] = {}
-
-
-def _instruments_for(meter: Meter) -> _Instruments:
-    with _instruments_lock:
-        entry = _instruments.get(id(meter))
-        if entry is None or entry[0] is not meter:
-            entry = (meter, _Instruments(meter))
-            _instruments[id(meter)] = entry
-        return entry[1]

@@ -1,6 +1,8 @@
 """What users need to test their own bots: a scripted model, a scripted OpenAI-compatible
-HTTP server for the real `openai` client, and (later) fake speech and an aiortc client."""
+HTTP server for the real `openai` client, hooks that record every event, an abort on a timer,
+and (later) fake speech and an aiortc client."""
 
+from llmrtc.testing.aborts import abort_after
 from llmrtc.testing.openai_server import (
     DisconnectReply,
     ErrorReply,
@@ -10,16 +12,19 @@ from llmrtc.testing.openai_server import (
     text_reply,
     tool_call_reply,
 )
+from llmrtc.testing.recording import RecordingHooks
 from llmrtc.testing.scripted import ScriptedLLM, ScriptedResponse, ScriptExhaustedError
 
 __all__ = [
     "DisconnectReply",
     "ErrorReply",
+    "RecordingHooks",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "ScriptedOpenAIServer",
     "ScriptedResponse",
     "StreamReply",
+    "abort_after",
     "chunk",
     "text_reply",
     "tool_call_reply",
