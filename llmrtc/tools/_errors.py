@@ -8,16 +8,19 @@ This runs only on the failure path.
 
 from __future__ import annotations
 
+import functools
+import re
 import reprlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jsonschema_rs
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
+from jsonschema.validators import extend
 
-__all__ = ["error_texts", "format_path", "rs_error_texts"]
+__all__ = ["error_texts", "format_path", "rs_error_texts", "wording_validator"]
 
 _MAX_QUOTED = 80
 _MAX_TEXT = 160
@@ -44,6 +47,27 @@ def format_path(path: Iterable[Any]) -> str:
 def _with_path(path: Iterable[Any], message: str) -> str:
     where = format_path(path)
     return f"{where}: {message}" if where else message
+
+
+def _pattern(
+    validator: Validator, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if not isinstance(instance, str):
+        return
+    try:
+        matched = re.search(pattern, instance) is not None
+    except re.error:  # ECMA-262 only (`\p{Letter}`): jsonschema-rs words this one
+        return
+    if not matched:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def wording_validator(cls: type[Validator]) -> type[Validator]:
+    """`cls` whose `pattern` check skips regexes Python's `re` cannot read instead of raising,
+    so one ECMA-262 pattern does not cost the wording of every other error."""
+    extended: type[Validator] = extend(cls, {"pattern": _pattern})  # type: ignore[no-untyped-call]
+    return extended
 
 
 def _python_text(error: ValidationError) -> str:

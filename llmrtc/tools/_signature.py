@@ -79,6 +79,8 @@ class FunctionSignature(typing.NamedTuple):
     context_param: str | None
     positional: tuple[str, ...]
     description: str
+    unannotated: tuple[str, ...]
+    """Parameters without a type hint (the model is told nothing about them)."""
 
 
 def signature_model(
@@ -102,6 +104,7 @@ def signature_model(
     fields: dict[str, Any] = {}
     context_param: str | None = None
     positional: list[str] = []
+    unannotated: list[str] = []
     parameters = list(inspect.signature(fn).parameters.values())
     if parameters and parameters[0].name in ("self", "cls"):
         raise ValueError(
@@ -115,6 +118,8 @@ def signature_model(
                 f"tool {model_name!r}: *args/**kwargs cannot be described to a model; "
                 f"declare each parameter ({param.name!r})"
             )
+        if param.name not in hints:
+            unannotated.append(param.name)
         annotation = hints.get(param.name, Any)
         if _is_context(annotation):
             context_param = param.name
@@ -142,4 +147,6 @@ def signature_model(
         raise ValueError(
             f"tool {model_name!r}: parameter names {dropped} are reserved by pydantic; rename them"
         )
-    return FunctionSignature(model, context_param, tuple(positional), doc.summary)
+    return FunctionSignature(
+        model, context_param, tuple(positional), doc.summary, tuple(unannotated)
+    )

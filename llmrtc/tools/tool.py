@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
@@ -14,7 +15,16 @@ from llmrtc.tools._signature import signature_model
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
 
-__all__ = ["Tool", "FunctionTool", "ToolHandler", "define_tool", "tool"]
+__all__ = ["Tool", "FunctionTool", "ToolDefinitionWarning", "ToolHandler", "define_tool", "tool"]
+
+
+class ToolDefinitionWarning(UserWarning):
+    """`@tool` made a tool a model cannot use well: no description, or untyped parameters.
+
+    The tool still works; the warning points at the decorator line. Turn it into an error with
+    `warnings.simplefilter("error", ToolDefinitionWarning)`, or silence it the same way.
+    """
+
 
 ToolHandler = Callable[[Any, ToolContext], Any] | Callable[[Any, ToolContext], Awaitable[Any]]
 """`handler(args, ctx)`: `args` is a dict, or a validated model instance when the definition's
@@ -115,6 +125,25 @@ def _function_handler(
     return sync_handler
 
 
+def _warn_if_incomplete(definition: ToolDefinition, unannotated: tuple[str, ...]) -> None:
+    # stacklevel 4: this helper, build(), tool() or decorate(), then the user's decorator line.
+    if not definition.description.strip():
+        warnings.warn(
+            f"tool {definition.name!r} has no description, so the model sees only its name; "
+            "add a docstring or pass @tool(description=...)",
+            ToolDefinitionWarning,
+            stacklevel=4,
+        )
+    for name in unannotated:
+        warnings.warn(
+            f"tool {definition.name!r}: parameter {name!r} has no type hint, so the model is "
+            f"told nothing about it and any JSON value is accepted; annotate it (e.g. "
+            f"'{name}: str')",
+            ToolDefinitionWarning,
+            stacklevel=4,
+        )
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 @overload
@@ -173,6 +202,7 @@ def tool(
             timeout=timeout,
             sensitive_fields=sensitive_fields,
         )
+        _warn_if_incomplete(definition, signature.unannotated)
         handler = _function_handler(func, signature.context_param, signature.positional)
         return FunctionTool(definition, handler, func)
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 from referencing import Registry
 
 from llmrtc.tools._defaults import DefaultFiller, compile_filler, fill_defaults, schema_defaults
-from llmrtc.tools._errors import error_texts, format_path, rs_error_texts
+from llmrtc.tools._errors import error_texts, format_path, rs_error_texts, wording_validator
 
 if TYPE_CHECKING:
     from llmrtc.tools.definition import ToolDefinition
@@ -92,7 +92,7 @@ class ArgumentSchema:
 
     def _python_validator(self, formats: bool) -> Validator | None:
         if formats not in self._python:
-            cls = validator_for(self.schema, default=Draft202012Validator)
+            cls = wording_validator(validator_for(self.schema, default=Draft202012Validator))
             checker = cls.FORMAT_CHECKER if formats else None
             # An empty registry: jsonschema's default one would fetch unknown refs over HTTP.
             self._python[formats] = cls(self.schema, format_checker=checker, registry=Registry())
@@ -126,11 +126,14 @@ def compile_validator(schema: dict[str, Any]) -> ArgumentSchema:
     try:
         validator = _compile_rs(schema, formats=True)
     except jsonschema_rs.ValidationError as exc:
-        where = format_path(exc.instance_path) or "(root)"
         message = exc.message.splitlines()[0] if exc.message else str(exc)
+        if isinstance(exc.kind, jsonschema_rs.ValidationErrorKind.Referencing):
+            raise ValueError(
+                f"parameters has a $ref that cannot be resolved: {message} (a tool's schema is "
+                "never fetched over the network: put what it refers to under $defs)"
+            ) from None
+        where = format_path(exc.instance_path) or "(root)"
         raise ValueError(f"parameters is not a valid JSON Schema at {where}: {message}") from None
-    except jsonschema_rs.ReferencingError as exc:  # pragma: no cover - raised as above today
-        raise ValueError(f"parameters has a $ref that cannot be resolved: {exc}") from None
     _check_defaults(schema)
     return ArgumentSchema(schema, validator)
 
@@ -155,7 +158,7 @@ def _check_defaults(schema: dict[str, Any]) -> None:
     if problems:
         raise ValueError(
             "; ".join(problems) + " (a default is given to the handler as is: make it satisfy "
-            "its schema, or drop it)"
+            "its schema or drop it; a function parameter `x: T = None` needs the type `T | None`)"
         )
 
 

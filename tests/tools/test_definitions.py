@@ -129,3 +129,106 @@ def test_registry_operations() -> None:
     assert registry.unregister("clock") is True
     assert registry.unregister("clock") is False
     assert registry.names() == ["lookupWeather"]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "where", "why"),
+    [
+        (
+            {
+                "type": "object",
+                "properties": {"alpha": {"type": "number", "maximum": 3, "default": 5}},
+            },
+            "properties.alpha.default",
+            "5 is greater than the maximum of 3",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"day": {"$ref": "#/$defs/Day", "default": "someday"}},
+                "$defs": {"Day": {"type": "string", "format": "date"}},
+            },
+            "properties.day.default",
+            '"someday" is not a "date"',
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
+                "$defs": {
+                    "Item": {
+                        "type": "object",
+                        "properties": {"qty": {"type": "integer", "minimum": 1, "default": 0}},
+                    }
+                },
+            },
+            "$defs.Item.properties.qty.default",
+            "0 is less than the minimum of 1",
+        ),
+    ],
+)
+def test_a_default_that_breaks_its_own_schema_fails_when_defined(
+    parameters: dict[str, object], where: str, why: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        ToolDefinition("t", "d", parameters)
+    message = str(caught.value)
+    assert message.startswith(f"tool 't': the default at {where} breaks its own schema: ")
+    assert why in message
+
+
+def test_a_pydantic_default_that_breaks_its_type_fails_when_defined() -> None:
+    class Args(BaseModel):
+        note: str = None  # type: ignore[assignment]
+
+    with pytest.raises(ValueError, match=r"properties\.note\.default breaks its own schema"):
+        ToolDefinition("t", "d", Args)
+
+
+def test_defaults_that_fit_and_data_named_default_are_accepted() -> None:
+    ToolDefinition(
+        "t",
+        parameters={
+            "type": "object",
+            "properties": {
+                "default": {"type": "string"},  # a property *named* default is not a default
+                "mode": {"enum": [{"default": 1}], "default": {"default": 1}},
+                "tags": {"type": "array", "items": {"type": "string"}, "default": ["a"]},
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (
+            {"type": "object", "properties": {"x": {"type": "string", "pattern": "(("}}},
+            "not a valid JSON Schema at properties.x.pattern",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "http://example.com/x.json"}}},
+            "http://example.com/x.json",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+            "/$defs/missing",
+        ),
+    ],
+)
+def test_bad_regexes_and_refs_fail_when_defined_and_nothing_is_fetched(
+    parameters: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("$", r"\$")):
+        ToolDefinition("t", "d", parameters)
+
+
+def test_ecma_262_patterns_are_accepted_in_definitions() -> None:
+    ToolDefinition(
+        "t",
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "string", "pattern": r"^\p{Letter}+$"}},
+            "patternProperties": {r"^\p{Lu}": {"type": "integer"}},
+        },
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from llmrtc import FunctionTool, ToolCall, ToolContext, ToolExecutor, ToolRegistry, tool
+from llmrtc.tools.tool import ToolDefinitionWarning
 
 
 class Units(enum.Enum):
@@ -193,3 +195,50 @@ def test_sync_tool_runs_in_a_worker_thread() -> None:
 
     anyio.run(main)
     assert threads and threads[0] != threading.get_ident()
+
+
+def test_a_tool_without_description_or_type_hints_warns_at_the_decorator_line() -> None:
+    with pytest.warns(ToolDefinitionWarning) as caught:
+
+        @tool
+        def loose(city, days: int = 1, units="celsius"):  # type: ignore[no-untyped-def]
+            return city
+
+    messages = [str(w.message) for w in caught]
+    assert messages == [
+        "tool 'loose' has no description, so the model sees only its name; add a docstring "
+        "or pass @tool(description=...)",
+        "tool 'loose': parameter 'city' has no type hint, so the model is told nothing about it "
+        "and any JSON value is accepted; annotate it (e.g. 'city: str')",
+        "tool 'loose': parameter 'units' has no type hint, so the model is told nothing about "
+        "it and any JSON value is accepted; annotate it (e.g. 'units: str')",
+    ]
+    # co_firstlineno of a decorated function is its (first) decorator's line.
+    line = loose.__wrapped__.__code__.co_firstlineno
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, line)}
+    assert loose.definition.parameters["properties"]["city"] == {}  # still usable as before
+
+
+def test_the_warning_points_at_the_call_site_of_the_configured_decorator_too() -> None:
+    with pytest.warns(ToolDefinitionWarning, match="no description") as caught:
+
+        @tool(timeout=2.0)
+        def quiet(city: str) -> str:
+            return city
+
+    line = quiet.__wrapped__.__code__.co_firstlineno
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_a_described_typed_tool_does_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @tool
+        def tidy(city: str, ctx: ToolContext) -> str:
+            """Say the city."""
+            return city
+
+        @tool(description="Say the city.")
+        def tidier(city: str) -> str:
+            return city

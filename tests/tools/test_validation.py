@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from llmrtc import ToolDefinition, validate_tool_arguments
+from llmrtc.tools.validation import ArgumentsError, prepare_arguments
 
 ORDER = ToolDefinition(
     "place_order",
@@ -123,3 +124,110 @@ def test_optional_nested_model_reports_the_missing_inner_property() -> None:
 
     result = validate_tool_arguments(ToolDefinition("ship", parameters=Args), {"address": {}})
     assert result.errors == ["address: 'street' is a required property"]
+
+
+CITY = ToolDefinition(
+    "city_info",
+    "Facts about a city.",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "pattern": r"^\p{Letter}+$"},
+            "day": {"type": "string", "format": "date"},
+            "units": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+        },
+        "required": ["city"],
+    },
+)
+
+
+def test_patterns_are_ecma_262_regexes() -> None:
+    assert validate_tool_arguments(CITY, {"city": "Øslo"}).valid
+    result = validate_tool_arguments(CITY, {"city": "Oslo1"})
+    assert not result.valid
+    # Python's `re` cannot read \p{Letter}: the text is jsonschema-rs's own, still path first.
+    assert result.errors == ['city: "Oslo1" does not match "^\\p{Letter}+$"']
+
+
+def test_formats_are_assertions_by_default_and_can_be_turned_off() -> None:
+    assert validate_tool_arguments(CITY, {"city": "Oslo", "day": "2020-02-29"}).valid
+    result = validate_tool_arguments(CITY, {"city": "Oslo", "day": "2020-13-45"})
+    assert result.errors == ["day: '2020-13-45' is not a 'date'"]
+    loose = validate_tool_arguments(
+        CITY, {"city": "Oslo", "day": "2020-13-45"}, validate_formats=False
+    )
+    assert loose.valid and loose.arguments == {
+        "city": "Oslo",
+        "day": "2020-13-45",
+        "units": "celsius",
+    }
+    assert prepare_arguments(CITY, '{"city": "Oslo", "day": "x"}', formats=False)["day"] == "x"
+    with pytest.raises(ArgumentsError, match="is not a 'date'"):
+        prepare_arguments(CITY, '{"city": "Oslo", "day": "x"}')
+
+
+def test_the_formatless_validator_is_compiled_only_when_asked_for() -> None:
+    definition = ToolDefinition("lazy", parameters={"type": "object", "properties": {}})
+    compiled = definition._validator  # type: ignore[attr-defined]
+    validate_tool_arguments(definition, {})
+    assert compiled._unformatted is None
+    validate_tool_arguments(definition, {}, validate_formats=False)
+    assert compiled._unformatted is not None
+
+
+def test_what_the_model_sent_is_validated_before_defaults_are_filled() -> None:
+    # A default must not create obligations the model never had: with the default filled
+    # first, `dependentRequired` would demand `unit` for a `scale` the model did not send.
+    definition = ToolDefinition(
+        "measure",
+        parameters={
+            "type": "object",
+            "properties": {"scale": {"type": "integer", "default": 1}, "unit": {"type": "string"}},
+            "dependentRequired": {"scale": ["unit"]},
+        },
+    )
+    result = validate_tool_arguments(definition, {})
+    assert result.valid, result.errors
+    assert result.arguments == {"scale": 1}
+    assert not validate_tool_arguments(definition, {"scale": 2}).valid
+
+
+def test_mutable_defaults_are_fresh_copies_for_every_call() -> None:
+    definition = ToolDefinition(
+        "tags",
+        parameters={"type": "object", "properties": {"tags": {"type": "array", "default": []}}},
+    )
+    first = prepare_arguments(definition, "{}")
+    first["tags"].append("changed")
+    assert prepare_arguments(definition, "{}") == {"tags": []}
+
+
+def test_long_values_are_cut_in_jsonschema_rs_texts_too() -> None:
+    result = validate_tool_arguments(CITY, {"city": "1" * 100_000})
+    assert len(result.errors) == 1 and len(result.errors[0]) < 200
+    assert result.errors[0].startswith('city: "1111')
+    assert result.errors[0].endswith('does not match "^\\p{Letter}+$"')
+
+
+def test_a_branch_failing_only_on_format_is_reported_inside_the_any_of() -> None:
+    definition = ToolDefinition(
+        "when",
+        parameters={
+            "type": "object",
+            "properties": {
+                "at": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {"type": "string", "format": "date-time", "pattern": r"^\p{N}"},
+                    ]
+                }
+            },
+        },
+    )
+    assert validate_tool_arguments(definition, {"at": None}).valid
+    assert validate_tool_arguments(definition, {"at": "2020-01-01T10:00:00Z"}).valid
+    result = validate_tool_arguments(definition, {"at": "noon"})
+    assert result.errors == [
+        'at: "noon" does not match "^\\p{N}"',
+        'at: "noon" is not a "date-time"',
+    ]
