@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,26 +45,40 @@ def log_file() -> Path:
     return cache / "llmrtc" / "llmrtc.log"
 
 
-def _configure_logging(verbose: bool) -> None:
+@contextlib.contextmanager
+def _chat_logging(verbose: bool) -> Iterator[None]:
+    """While the chat runs, warnings and log lines go to `log_file()` (and, with `verbose`, to
+    stderr too), never between the lines of the conversation. Undone afterwards, so `main()`
+    called in-process (tests, embedding) leaves the caller's logging as it was."""
     # Any handler on the root logger keeps library warnings (and logging's last-resort stderr
     # printer) out of the conversation; `warnings.warn` goes the same way.
-    logging.captureWarnings(True)
     root = logging.getLogger()
-    root.setLevel(logging.WARNING)
-    logging.getLogger("llmrtc").setLevel(logging.INFO)
+    library = logging.getLogger("llmrtc")
+    saved = (root.level, library.level)
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler: logging.Handler
+    handlers: list[logging.Handler] = []
     try:
         log_file().parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_file(), encoding="utf-8", delay=True)
+        handlers.append(logging.FileHandler(log_file(), encoding="utf-8", delay=True))
     except OSError:
-        handler = logging.NullHandler()
-    handler.setFormatter(formatter)
-    root.addHandler(handler)
+        handlers.append(logging.NullHandler())
     if verbose:
-        console = logging.StreamHandler(sys.stderr)
-        console.setFormatter(formatter)
-        root.addHandler(console)
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    library.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.setLevel(saved[0])
+        library.setLevel(saved[1])
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def _error(message: str) -> int:
@@ -152,13 +167,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
+    with _chat_logging(args.verbose):
+        return _chat_session(args)
+
+
+def _chat_session(args: argparse.Namespace) -> int:
     import anyio
 
     from llmrtc.cli.chat import run_chat
     from llmrtc.playbook import PlaybookError, load_playbook, load_playbook_tools
     from llmrtc.tools.loader import load_tools_file
 
-    _configure_logging(args.verbose)
     playbook = None
     registry = None
     try:

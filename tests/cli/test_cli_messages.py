@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,14 @@ class _Terminal(io.StringIO):
 
 
 def test_a_syntax_error_in_a_tools_file_shows_file_line_column_and_the_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     broken = tmp_path / "broken_tools.py"
     broken.write_text("from llmrtc import tool\n\ndef f(:\n    pass\n")
+    handlers = list(logging.getLogger().handlers)
     assert main(["chat", "--tools", str(broken)]) == 1
+    assert logging.getLogger().handlers == handlers  # the chat's log setup is undone
     err = capsys.readouterr().err
     assert "broken_tools.py:3:7: SyntaxError: invalid syntax" in err
     assert "def f(:" in err
