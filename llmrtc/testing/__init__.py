@@ -1,6 +1,6 @@
 """What users need to test their own bots: a scripted model, a scripted OpenAI-compatible
-HTTP server for the real `openai` client, hooks that record every event, an abort on a timer,
-and (later) fake speech and an aiortc client."""
+HTTP server for the real `openai` client, hooks that record every event, in-memory
+OpenTelemetry, an abort on a timer, and (later) fake speech and an aiortc client."""
 
 from llmrtc.testing.aborts import abort_after
 from llmrtc.testing.openai_server import (
@@ -14,10 +14,12 @@ from llmrtc.testing.openai_server import (
 )
 from llmrtc.testing.recording import RecordingHooks
 from llmrtc.testing.scripted import ScriptedLLM, ScriptedResponse, ScriptExhaustedError
+from llmrtc.testing.telemetry import InMemoryTelemetry
 
 __all__ = [
     "DisconnectReply",
     "ErrorReply",
+    "InMemoryTelemetry",
     "RecordingHooks",
     "ScriptExhaustedError",
     "ScriptedLLM",

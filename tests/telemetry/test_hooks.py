@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from llmrtc import (
-    AbortController,
     CompositeHooks,
     CorrelationFilter,
     Hooks,
@@ -30,31 +29,27 @@ from llmrtc import (
 )
 from llmrtc.execution.errors import ToolTimeoutError
 from llmrtc.telemetry.hooks import HOOK_NAMES, emit, hooks_for
+from llmrtc.testing import RecordingHooks, abort_after
 
 pytestmark = pytest.mark.anyio
 
 tool_logger = logging.getLogger("llmrtc.tests.tools")
 
 
-class Recorder(Hooks):
-    """Records every tool event it receives."""
+class Named(Hooks):
+    """Writes `(its name, hook kind)` to a log shared with other hooks: shows the order
+    across several hooks (an async end hook, to cover the awaited path too)."""
 
-    def __init__(self, name: str = "recorder", log: list[Any] | None = None) -> None:
+    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
         self.name = name
-        self.log: list[Any] = log if log is not None else []
+        self.log = log
 
     def on_tool_start(self, event: ToolStartEvent) -> None:
-        self.log.append((self.name, "start", event))
+        self.log.append((self.name, "start"))
 
     async def on_tool_end(self, event: ToolEndEvent) -> None:
         await anyio.sleep(0)
-        self.log.append((self.name, "end", event))
-
-    def on_tool_error(self, event: ToolErrorEvent) -> None:
-        self.log.append((self.name, "error", event))
-
-    def of(self, kind: str) -> list[Any]:
-        return [event for _, k, event in self.log if k == kind]
+        self.log.append((self.name, "end"))
 
 
 @tool(timeout=0.1)
@@ -112,7 +107,7 @@ def test_every_hook_of_the_product_is_declared() -> None:
 
 
 async def test_tool_events_carry_ids_and_pair_start_with_end_by_execution_id() -> None:
-    recorder = Recorder()
+    recorder = RecordingHooks()
     executor = ToolExecutor(REGISTRY, hooks=recorder, max_concurrency=1)
     calls = [
         ToolCall("c1", "sleepy", {"seconds": 0.01}),
@@ -122,7 +117,7 @@ async def test_tool_events_carry_ids_and_pair_start_with_end_by_execution_id() -
         ToolCall("c4", "sleepy", {"seconds": 5}),
     ]
     await executor.execute(calls, session_id="s1", turn_id="t1", stage_id="greeting")
-    starts, ends = recorder.of("start"), recorder.of("end")
+    starts, ends = recorder.of(ToolStartEvent), recorder.of(ToolEndEvent)
     assert len(ends) == 5 and len(starts) == 4  # "nope" never started
     assert len({e.execution_id for e in ends}) == 5  # unique although call ids repeat
     assert {s.execution_id for s in starts} <= {e.execution_id for e in ends}
@@ -149,52 +144,49 @@ async def test_tool_events_carry_ids_and_pair_start_with_end_by_execution_id() -
     assert not missing.started and missing.duration_s == 0 and missing.error_type == "not_found"
     timed_out = next(e for e in ends if e.status == "timeout")
     assert timed_out.error_type == "timeout"
-    errors = recorder.of("error")
+    errors = recorder.of(ToolErrorEvent)
     assert {type(e.error) for e in errors} >= {KeyError, ToolTimeoutError}
 
 
 async def test_queued_time_is_reported() -> None:
-    recorder = Recorder()
+    recorder = RecordingHooks()
     executor = ToolExecutor(REGISTRY, hooks=recorder, max_concurrency=1)
     await executor.execute(
         [ToolCall("a", "sleepy", {"seconds": 0.05}), ToolCall("b", "sleepy", {"seconds": 0})],
     )
-    queued = {e.call_id: e.queued_s for e in recorder.of("end")}
+    queued = {e.call_id: e.queued_s for e in recorder.of(ToolEndEvent)}
     assert queued["a"] < 0.03 <= queued["b"]
 
 
 async def test_composite_fans_out_in_order_and_isolates_a_failing_hook(caplog: Any) -> None:
-    log: list[Any] = []
+    log: list[tuple[str, str]] = []
 
     class Broken(Hooks):
         def on_tool_end(self, event: ToolEndEvent) -> None:
             raise RuntimeError("hook bug")
 
-    first, second = Recorder("first", log), Recorder("second", log)
+    first, second = Named("first", log), Named("second", log)
     composite = CompositeHooks([first, Broken(), CompositeHooks([second, first])])
     assert composite.hooks == (first, composite.hooks[1], second)  # flattened, deduplicated
     executor = ToolExecutor(REGISTRY, hooks=composite)
     with caplog.at_level(logging.ERROR, logger="llmrtc"):
         results = await executor.execute([ToolCall("c", "sleepy", {"seconds": 0})])
     assert results[0].status == "ok"
-    assert [(name, kind) for name, kind, _ in log] == [
-        ("first", "start"),
-        ("second", "start"),
-        ("first", "end"),
-        ("second", "end"),
-    ]
+    assert log == [("first", "start"), ("second", "start"), ("first", "end"), ("second", "end")]
     assert "Broken.on_tool_end raised" in caplog.text
 
 
 async def test_per_batch_hooks_add_to_the_executors_without_calling_twice() -> None:
-    own, extra = Recorder("own"), Recorder("extra")
+    own, extra = RecordingHooks(), RecordingHooks()
     executor = ToolExecutor(REGISTRY, hooks=own)
     await executor.execute(
         [ToolCall("c", "sleepy", {"seconds": 0})], hooks=CompositeHooks([own, extra])
     )
-    assert len(own.of("end")) == 1 and len(extra.of("end")) == 1
+    assert len(own.of(ToolEndEvent)) == 1 and len(extra.of(ToolEndEvent)) == 1
     await executor.execute([ToolCall("d", "sleepy", {"seconds": 0})])
-    assert len(own.of("end")) == 2 and len(extra.of("end")) == 1  # batch hooks were for one batch
+    assert (
+        len(own.of(ToolEndEvent)) == 2 and len(extra.of(ToolEndEvent)) == 1
+    )  # batch hooks were for one batch
 
 
 async def test_a_slow_async_hook_is_bounded_and_logged(caplog: Any) -> None:
@@ -224,15 +216,8 @@ async def test_every_hook_has_returned_when_execute_returns() -> None:
             finished.append(event.call_id)
 
     executor = ToolExecutor(REGISTRY, hooks=Lagging())
-    controller = AbortController()
     calls = [ToolCall("a", "sleepy", {"seconds": 0}), ToolCall("b", "sleepy", {"seconds": 5})]
-    async with anyio.create_task_group() as group:
-
-        async def abort_soon() -> None:
-            await anyio.sleep(0.05)
-            controller.abort("stop")
-
-        group.start_soon(abort_soon)
+    async with abort_after(0.05, "stop") as controller:
         await executor.execute(calls, abort_signal=controller.signal)
         assert sorted(finished) == ["a", "b"]
 
@@ -336,13 +321,13 @@ def test_composite_rejects_non_hooks() -> None:
 
 
 async def test_sensitive_fields_reach_the_events() -> None:
-    recorder = Recorder()
+    recorder = RecordingHooks()
     registry = ToolRegistry(
         [define_tool(ToolDefinition("pay", sensitive_fields=["card"]), lambda a, c: 1)]
     )
     await ToolExecutor(registry, hooks=recorder).execute([ToolCall("p", "pay")])
-    assert recorder.of("start")[0].sensitive_fields == ("card",)
-    assert recorder.of("end")[0].sensitive_fields == ("card",)
+    assert recorder.of(ToolStartEvent)[0].sensitive_fields == ("card",)
+    assert recorder.of(ToolEndEvent)[0].sensitive_fields == ("card",)
 
 
 async def test_each_combined_hook_keeps_its_own_time_limit(caplog: Any) -> None:
@@ -367,3 +352,74 @@ async def test_each_combined_hook_keeps_its_own_time_limit(caplog: Any) -> None:
         await executor.execute_single(ToolCall("c", "sleepy", {"seconds": 0}))
     assert finished == ["patient"]  # the hasty one was cut at 0.05 s, the patient one was not
     assert "Hasty.on_tool_end took longer than 0.05 s" in caplog.text
+
+
+def test_a_composite_enters_each_hooks_tool_call_context_in_order() -> None:
+    log: list[str] = []
+
+    class Around(Hooks):
+        def __init__(self, name: str, swallow: bool = False) -> None:
+            self.name, self.swallow = name, swallow
+
+        def tool_call_context(self, event: ToolStartEvent) -> Any:
+            hook = self
+
+            class Context:
+                def __enter__(self) -> None:
+                    log.append(f"enter {hook.name}")
+
+                def __exit__(self, *exc_info: Any) -> bool:
+                    log.append(f"exit {hook.name} {exc_info[0].__name__ if exc_info[0] else ''}")
+                    return hook.swallow  # a context that would swallow the handler's error
+
+            return Context()
+
+    event = ToolStartEvent(execution_id="x1", call_id="c1", tool_name="t")
+    assert CompositeHooks([RecordingHooks(), Hooks()]).tool_call_context(event) is None
+    composite = CompositeHooks([Around("a"), RecordingHooks(), Around("b", swallow=True)])
+    context = composite.tool_call_context(event)
+    assert context is not None
+    with pytest.raises(KeyError), context:
+        log.append("handler")
+        raise KeyError("handler failed")
+    assert log == ["enter a", "enter b", "handler", "exit b KeyError", "exit a KeyError"]
+
+
+def test_a_tool_call_context_that_raises_is_logged_and_skipped(caplog: Any) -> None:
+    entered: list[str] = []
+
+    class Asks(Hooks):
+        def tool_call_context(self, event: ToolStartEvent) -> Any:
+            raise RuntimeError("bug asking")
+
+    class Enters(Hooks):
+        def tool_call_context(self, event: ToolStartEvent) -> Any:
+            class Context:
+                def __enter__(self) -> None:
+                    raise RuntimeError("bug entering")
+
+                def __exit__(self, *exc_info: Any) -> None:
+                    entered.append("exit of a context never entered")
+
+            return Context()
+
+    class Leaves(Hooks):
+        def tool_call_context(self, event: ToolStartEvent) -> Any:
+            class Context:
+                def __enter__(self) -> None:
+                    entered.append("fine")
+
+                def __exit__(self, *exc_info: Any) -> None:
+                    raise RuntimeError("bug leaving")
+
+            return Context()
+
+    event = ToolStartEvent(execution_id="x1", call_id="c1", tool_name="t")
+    context = CompositeHooks([Asks(), Enters(), Leaves()]).tool_call_context(event)
+    assert context is not None
+    with caplog.at_level(logging.ERROR, logger="llmrtc"), context:
+        entered.append("handler")
+    assert entered == ["fine", "handler"]
+    assert "Asks.tool_call_context raised" in caplog.text
+    assert "Enters.tool_call_context raised on enter" in caplog.text
+    assert "Leaves.tool_call_context raised on exit" in caplog.text

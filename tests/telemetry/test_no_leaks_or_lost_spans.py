@@ -11,17 +11,10 @@ from typing import Any
 import anyio
 import pytest
 from opentelemetry import metrics
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from llmrtc import (
-    AbortController,
     CompositeHooks,
     Hooks,
-    OpenTelemetryHooks,
     ToolCall,
     ToolContext,
     ToolEndEvent,
@@ -37,34 +30,9 @@ from llmrtc.telemetry.hooks import (
     TTSStartEvent,
     TurnStartEvent,
 )
+from llmrtc.testing import InMemoryTelemetry, abort_after
 
 pytestmark = pytest.mark.anyio
-
-
-class Telemetry:
-    def __init__(self, capture_content: bool = False) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.hooks = self.new_hooks(capture_content)
-
-    def new_hooks(self, capture_content: bool = False) -> OpenTelemetryHooks:
-        return OpenTelemetryHooks(
-            tracer_provider=self.tracer_provider,
-            meter_provider=self.meter_provider,
-            capture_content=capture_content,
-        )
-
-    def points(self, metric: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
-        for resource in data.resource_metrics if data else ():
-            for scope in resource.scope_metrics:
-                for item in scope.metrics:
-                    if item.name == metric:
-                        return list(item.data.data_points)
-        return []
 
 
 @tool(timeout=0.2)
@@ -80,18 +48,11 @@ class SlowStart(Hooks):
 
 
 async def test_in_flight_returns_to_zero_when_an_announced_call_never_runs() -> None:
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     executor = ToolExecutor(
         ToolRegistry([work]), hooks=CompositeHooks([telemetry.hooks, SlowStart()])
     )
-    controller = AbortController()
-    async with anyio.create_task_group() as group:
-
-        async def abort_soon() -> None:
-            await anyio.sleep(0.05)
-            controller.abort("barge-in")
-
-        group.start_soon(abort_soon)
+    async with abort_after(0.05, "barge-in") as controller:
         results = await executor.execute(
             [ToolCall("a", "work"), ToolCall("b", "work")], abort_signal=controller.signal
         )
@@ -146,7 +107,7 @@ async def charge(card: str, cvv: str, amount: float) -> dict[str, Any]:
 
 
 async def test_masking_holds_for_malformed_arguments_short_values_and_keys() -> None:
-    telemetry = Telemetry(capture_content=True)
+    telemetry = InMemoryTelemetry(capture_content=True)
     executor = ToolExecutor(ToolRegistry([charge]), hooks=telemetry.hooks)
     card = "5500005555555559"
     await executor.execute(
@@ -182,14 +143,14 @@ async def test_error_type_is_the_fully_qualified_class_name() -> None:
         """Pay."""
         raise PaymentDeclined("no")
 
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     await ToolExecutor(ToolRegistry([pay]), hooks=telemetry.hooks).execute([ToolCall("p", "pay")])
     (span,) = telemetry.exporter.get_finished_spans()
     assert span.attributes["error.type"] == f"{__name__}.{PaymentDeclined.__qualname__}"  # type: ignore[index]
 
 
 async def test_hooks_sharing_a_meter_count_together_and_buckets_suit_seconds() -> None:
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     second = telemetry.new_hooks()
     registry = ToolRegistry([work])
     await ToolExecutor(registry, hooks=telemetry.hooks).execute([ToolCall("a", "work")])
@@ -204,7 +165,7 @@ async def test_hooks_sharing_a_meter_count_together_and_buckets_suit_seconds() -
 
 
 def test_session_end_closes_what_it_left_open_and_tts_chunks_overlap() -> None:
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     hooks = telemetry.hooks
     hooks.on_session_start(SessionStartEvent(session_id="s"))
     hooks.on_turn_start(TurnStartEvent(turn_id="t", session_id="s"))
@@ -250,7 +211,7 @@ async def test_a_hook_that_raises_cancellation_changes_nothing(caplog: Any) -> N
 def test_nothing_global_is_installed() -> None:
     record_factory = logging.getLogRecordFactory()
     meter_provider = metrics.get_meter_provider()
-    Telemetry()
+    InMemoryTelemetry()
     assert logging.getLogRecordFactory() is record_factory
     assert metrics.get_meter_provider() is meter_provider
 

@@ -4,22 +4,14 @@ attributes, statuses and metric points; content absent by default; masking alway
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from llmrtc import (
-    AbortController,
-    OpenTelemetryHooks,
     ToolCall,
     ToolContext,
     ToolExecutor,
@@ -41,44 +33,14 @@ from llmrtc.telemetry.hooks import (
     TurnEndEvent,
     TurnStartEvent,
 )
+from llmrtc.testing import InMemoryTelemetry, abort_after
 
 pytestmark = pytest.mark.anyio
 
 
-class Telemetry:
-    def __init__(self, capture_content: bool = False) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.hooks = OpenTelemetryHooks(
-            tracer_provider=self.tracer_provider,
-            meter_provider=self.meter_provider,
-            capture_content=capture_content,
-        )
-
-    def spans(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def span(self, name: str) -> ReadableSpan:
-        (found,) = [s for s in self.spans() if s.name == name]
-        return found
-
-    def points(self, metric: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        for resource in data.resource_metrics:
-            for scope in resource.scope_metrics:
-                for item in scope.metrics:
-                    if item.name == metric:
-                        return list(item.data.data_points)
-        return []
-
-
 @pytest.fixture
-def telemetry() -> Iterator[Telemetry]:
-    yield Telemetry()
+def telemetry() -> InMemoryTelemetry:
+    return InMemoryTelemetry()
 
 
 @tool
@@ -131,9 +93,8 @@ async def charge(card_number: str, amount: float) -> dict[str, Any]:
 REGISTRY = ToolRegistry([lookup_weather, slow_report, hang, explode, charge, write_log])
 
 
-async def run_mixed_batch(telemetry: Telemetry) -> Any:
+async def run_mixed_batch(telemetry: InMemoryTelemetry) -> Any:
     executor = ToolExecutor(REGISTRY, hooks=telemetry.hooks, max_concurrency=4)
-    controller = AbortController()
     calls = [
         ToolCall("w1", "lookup_weather", {"city": "Tokyo"}),
         ToolCall("w2", "lookup_weather", {"city": "Oslo"}),
@@ -144,22 +105,17 @@ async def run_mixed_batch(telemetry: Telemetry) -> Any:
         ToolCall("a1", "hang"),
         ToolCall("q1", "write_log", {"line": "x"}),  # waits behind "hang": never runs
     ]
-    tracer = telemetry.tracer_provider.get_tracer("test")
-    with tracer.start_as_current_span("caller") as caller:
-        async with anyio.create_task_group() as group:
-
-            async def abort_later() -> None:
-                await anyio.sleep(0.3)
-                controller.abort("barge-in")
-
-            group.start_soon(abort_later)
+    with telemetry.tracer().start_as_current_span("caller") as caller:
+        async with abort_after(0.3, "barge-in") as controller:
             results = await executor.execute(
                 calls, session_id="s1", stage_id="weather", abort_signal=controller.signal
             )
     return caller, results
 
 
-async def test_span_tree_attributes_and_statuses_of_a_mixed_batch(telemetry: Telemetry) -> None:
+async def test_span_tree_attributes_and_statuses_of_a_mixed_batch(
+    telemetry: InMemoryTelemetry,
+) -> None:
     caller, results = await run_mixed_batch(telemetry)
     assert [r.status for r in results] == [
         "ok",
@@ -207,7 +163,7 @@ async def test_span_tree_attributes_and_statuses_of_a_mixed_batch(telemetry: Tel
     assert w1.start_time < w2.end_time and w2.start_time < w1.end_time  # type: ignore[operator]
 
 
-async def test_no_content_anywhere_by_default(telemetry: Telemetry) -> None:
+async def test_no_content_anywhere_by_default(telemetry: InMemoryTelemetry) -> None:
     await run_mixed_batch(telemetry)
     dumped = json.dumps(
         [
@@ -226,7 +182,7 @@ async def test_no_content_anywhere_by_default(telemetry: Telemetry) -> None:
         assert "gen_ai.tool.call.result" not in (span.attributes or {})
 
 
-async def test_tool_metrics(telemetry: Telemetry) -> None:
+async def test_tool_metrics(telemetry: InMemoryTelemetry) -> None:
     await run_mixed_batch(telemetry)
     calls = {
         (p.attributes["gen_ai.tool.name"], p.attributes["llmrtc.tool.status"]): p.value
@@ -265,7 +221,7 @@ async def test_tool_metrics(telemetry: Telemetry) -> None:
 
 
 async def test_content_with_consent_and_masking_by_key_and_value() -> None:
-    telemetry = Telemetry(capture_content=True)
+    telemetry = InMemoryTelemetry(capture_content=True)
     executor = ToolExecutor(REGISTRY, hooks=telemetry.hooks)
     card = "4111111111111111"
     await executor.execute(
@@ -295,11 +251,11 @@ async def test_content_with_consent_and_masking_by_key_and_value() -> None:
 
 def test_no_global_provider_is_installed() -> None:
     before = trace.get_tracer_provider()
-    Telemetry()
+    InMemoryTelemetry()
     assert trace.get_tracer_provider() is before
 
 
-async def test_turn_chat_transition_voice_and_session_spans(telemetry: Telemetry) -> None:
+async def test_turn_chat_transition_voice_and_session_spans(telemetry: InMemoryTelemetry) -> None:
     hooks = telemetry.hooks
     hooks.on_session_start(SessionStartEvent(session_id="s1", transport="webrtc"))
     hooks.on_turn_start(

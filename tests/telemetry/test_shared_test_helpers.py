@@ -1,4 +1,4 @@
-"""The shared test helpers of llmrtc.testing: RecordingHooks and abort_after."""
+"""The shared test helpers of llmrtc.testing: RecordingHooks, InMemoryTelemetry, abort_after."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from llmrtc.telemetry import (
     TurnStartEvent,
     hooks_for,
 )
-from llmrtc.testing import RecordingHooks, abort_after
+from llmrtc.testing import InMemoryTelemetry, RecordingHooks, abort_after
 
 pytestmark = pytest.mark.anyio
 
@@ -131,3 +131,16 @@ async def test_abort_after_is_cancelled_with_its_block() -> None:
         async with abort_after(10) as controller:
             await anyio.sleep(10)
     assert outer.cancelled_caught and not controller.signal.aborted
+
+
+async def test_in_memory_telemetry_finds_spans_and_says_what_ended_when_one_is_missing() -> None:
+    telemetry = InMemoryTelemetry()
+    await ToolExecutor(REGISTRY, hooks=telemetry.hooks).execute([ToolCall("a", "nap")])
+    span = telemetry.span("execute_tool nap")
+    assert telemetry.spans() == [span] and telemetry.children(span) == []
+    assert [p.value for p in telemetry.points("llmrtc.tool.calls")] == [1]
+    assert telemetry.points("no.such.metric") == []
+    with pytest.raises(LookupError, match=r"0 finished spans named 'nope'; spans: \['execute_tool"):
+        telemetry.span("nope")
+    telemetry.clear()
+    assert telemetry.spans() == []
