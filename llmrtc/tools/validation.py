@@ -134,6 +134,8 @@ def compile_validator(schema: dict[str, Any]) -> ArgumentSchema:
             ) from None
         where = format_path(exc.instance_path) or "(root)"
         raise ValueError(f"parameters is not a valid JSON Schema at {where}: {message}") from None
+    except ValueError as exc:  # a set, bytes, a date inside the schema
+        raise ValueError(f"parameters must hold only JSON values: {exc}") from None
     _check_defaults(schema)
     return ArgumentSchema(schema, validator)
 
@@ -150,9 +152,15 @@ def _check_defaults(schema: dict[str, Any]) -> None:
             "/" + str(part).replace("~", "~0").replace("/", "~1") for part in path
         )
         validator = subschemas.get(pointer)
-        if validator is None or validator.is_valid(default):
+        if validator is None:
             continue  # not a schema location jsonschema-rs evaluates (e.g. `definitions`)
         where = format_path((*path, "default"))
+        try:
+            if validator.is_valid(default):
+                continue
+        except ValueError as exc:  # a set, bytes, a date: nothing a model could be shown
+            problems.append(f"the default at {where} is not a JSON value: {exc}")
+            continue
         reasons = "; ".join(rs_error_texts(validator.iter_errors(default)))
         problems.append(f"the default at {where} breaks its own schema: {reasons}")
     if problems:
@@ -225,7 +233,11 @@ def prepare_arguments(
     compiled: ArgumentSchema = definition._validator  # type: ignore[attr-defined]
     if validate:
         checker = compiled.validator if formats else compiled.checker(False)
-        if not checker.is_valid(arguments):
+        try:
+            valid = checker.is_valid(arguments)
+        except ValueError as exc:  # a value JSON cannot hold (a set, bytes, a date)
+            raise ArgumentsError([f"arguments must hold only JSON values: {exc}"]) from None
+        if not valid:
             raise ArgumentsError(compiled.errors(arguments, formats=formats))
     model = definition.parameters_model
     if model is None:

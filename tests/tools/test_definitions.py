@@ -232,3 +232,8 @@ def test_ecma_262_patterns_are_accepted_in_definitions() -> None:
             "patternProperties": {r"^\p{Lu}": {"type": "integer"}},
         },
     )
+
+
+def test_a_schema_holding_non_json_values_fails_when_defined() -> None:
+    with pytest.raises(ValueError, match="parameters must hold only JSON values"):
+        ToolDefinition("t", parameters={"type": "object", "properties": {"x": {"default": {1}}}})

@@ -231,3 +231,8 @@ def test_a_branch_failing_only_on_format_is_reported_inside_the_any_of() -> None
         'at: "noon" does not match "^\\p{N}"',
         'at: "noon" is not a "date-time"',
     ]
+
+
+def test_values_json_cannot_hold_are_reported_not_raised() -> None:
+    result = validate_tool_arguments(CITY, {"city": "Oslo", "day": {1, 2}})
+    assert result.errors == ["arguments must hold only JSON values: Unsupported type: 'set'"]
