@@ -240,3 +240,52 @@ async def test_a_handlers_exception_through_the_executor_reaches_the_span() -> N
     (exception,) = [e for e in span.events if e.name == "exception"]
     assert dict(exception.attributes or {})["exception.type"] == "ConnectionError"
     assert "hunter2" not in json.dumps(dict(exception.attributes or {}))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_through_the_executor_async_and_sync_handler_spans_are_children(
+    anyio_backend: str,
+) -> None:
+    telemetry = InMemoryTelemetry()
+    tracer = telemetry.tracer("instrumentation")
+
+    @tool
+    async def fetch(city: str) -> str:
+        """Fetch over HTTP."""
+        with tracer.start_as_current_span(f"GET /weather/{city}"):
+            await anyio.sleep(0.01)
+        return city
+
+    @tool
+    def store(row: str) -> str:
+        """Write to the database (a sync handler: runs in a worker thread)."""
+        with tracer.start_as_current_span(f"INSERT {row}"):
+            return threading.current_thread().name
+
+    executor = ToolExecutor(ToolRegistry([fetch, store]), hooks=telemetry.hooks)
+    telemetry.hooks.on_turn_start(TurnStartEvent(turn_id="t1"))
+    results = await executor.execute(
+        [
+            ToolCall("a", "fetch", {"city": "oslo"}),
+            ToolCall("b", "fetch", {"city": "lima"}),
+            ToolCall("c", "store", {"row": "r1"}),
+        ],
+        turn_id="t1",
+    )
+    telemetry.hooks.on_turn_end(TurnEndEvent(turn_id="t1", stop_reason="stop"))
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    assert results[2].result != threading.current_thread().name  # it did run in a thread
+    by_call = {
+        str((s.attributes or {})["gen_ai.tool.call.id"]): s
+        for s in telemetry.spans()
+        if s.name.startswith("execute_tool ")
+    }
+    expected = {"a": "GET /weather/oslo", "b": "GET /weather/lima", "c": "INSERT r1"}
+    for call_id, child in expected.items():
+        assert [s.name for s in telemetry.children(by_call[call_id])] == [child], call_id
+    turn = telemetry.span("llmrtc.turn")
+    assert sorted(s.name for s in telemetry.children(turn)) == [
+        "execute_tool fetch",
+        "execute_tool fetch",
+        "execute_tool store",
+    ]  # the parallel calls are siblings under the turn
