@@ -1,6 +1,7 @@
 """Floor 2: talking to models — messages, requests, the `LLMProvider` protocol, the
 OpenAI-compatible provider, tolerant text tool-call parsing, and the offline default model."""
 
+from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.messages import (
     AssistantMessage,
     Message,
@@ -26,6 +27,7 @@ from llmrtc.llm.types import (
 
 __all__ = [
     "AssistantMessage",
+    "CompatProfile",
     "LLMDone",
     "LLMError",
     "LLMEvent",
@@ -37,6 +39,7 @@ __all__ = [
     "Message",
     "ModelSettings",
     "OpenAIProvider",
+    "RetryPolicy",
     "StopReason",
     "SystemMessage",
     "TextToolCallParser",

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmrtc.llm.openai_provider import OpenAIProvider
-from llmrtc.llm.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from llmrtc.llm.local import LocalModelServer
+    from llmrtc.llm.local.server import LocalModelServer
 
 __all__ = ["DEFAULT_OPENAI_MODEL", "local_provider", "open_default_provider"]
 
@@ -21,34 +20,19 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
 
 def local_provider(server: LocalModelServer) -> OpenAIProvider:
-    """An `OpenAIProvider` tuned for the offline server: `auto` tool calls (structured, with a
-    text fallback), temperature 0 unless a request sets one, the one-sentence JSON-only tool
-    hint whenever tools are offered, one retry without tools when the server fails on a tool
-    call, and no tools in the request that follows tool results (the small model then answers
-    from them instead of calling again)."""
-    from llmrtc.llm.local import TOOL_HINT
+    """An `OpenAIProvider` for a running `LocalModelServer` (see
+    `llmrtc.llm.local.profile.local_provider`)."""
+    from llmrtc.llm.local.profile import local_provider as make
 
-    return OpenAIProvider(
-        server.model,
-        base_url=server.base_url,
-        api_key=server.api_key,
-        tool_call_format="auto",
-        settings=ModelSettings(temperature=0.0),
-        tool_hint=TOOL_HINT,
-        retry_without_tools_on_server_error=True,
-        omit_tools_after_tool_results=True,
-        # Its HTTP errors are deterministic (a retry only adds latency), but a reused keep-alive
-        # connection the server just closed is worth one quick retry.
-        retry_server_errors=False,
-        max_retries=1,
-        retry_base_delay=0.05,
-        provider_name="llmrtc.local",
-    )
+    return make(server)
 
 
 @asynccontextmanager
 async def open_default_provider(
-    *, local_size: str | None = None, cache_dir: str | Path | None = None
+    *,
+    local_size: str | None = None,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[str, float | None], None] | None = None,
 ) -> AsyncIterator[OpenAIProvider]:
     """Open the model llmrtc uses when nothing is configured, and close what it started.
 
@@ -64,6 +48,11 @@ async def open_default_provider(
     Args:
         local_size: Overrides the local model size (`"1.5b"` or `"0.5b"`).
         cache_dir: Where the local model file is assembled (default `~/.cache/llmrtc/models`).
+        progress: Called as `progress(stage, fraction)` while the offline model is prepared
+            (the first use joins ~1 GB and loads it: seconds of nothing to see otherwise):
+            stages "joining model" and "verifying model" with the fraction of bytes done,
+            "loading model" and "warming up" with None. Called from the thread doing the
+            work; never called for a remote API.
     """
     api_key = os.environ.get("OPENAI_API_KEY")
     base_url = os.environ.get("OPENAI_BASE_URL")
@@ -74,5 +63,5 @@ async def open_default_provider(
     from llmrtc.llm.local import LOCAL_MODELS, LocalModelServer
 
     size = local_size or (model if model in LOCAL_MODELS else None) or "1.5b"
-    async with LocalModelServer(size, cache_dir=cache_dir) as server:
+    async with LocalModelServer(size, cache_dir=cache_dir, progress=progress) as server:
         yield local_provider(server)

@@ -13,7 +13,10 @@ __all__ = ["LLMError", "LLMProvider", "collect_response"]
 
 
 class LLMError(Exception):
-    """A model request failed for good (after any retries). The turn's history stays valid."""
+    """A model request failed for good (after any retries). The turn's history stays valid.
+
+    Its message is one line meant for a person: what failed, where (the URL), what to do.
+    """
 
     def __init__(
         self,
@@ -22,6 +25,7 @@ class LLMError(Exception):
         status_code: int | None = None,
         retryable: bool = False,
         provider: str | None = None,
+        url: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -29,6 +33,9 @@ class LLMError(Exception):
         self.retryable = retryable
         """Whether the failure was of a kind worth retrying (it was, and still failed)."""
         self.provider = provider
+        """`gen_ai.provider.name` of the provider that failed."""
+        self.url = url
+        """The API's base URL the request went to, when there is one."""
 
 
 @runtime_checkable

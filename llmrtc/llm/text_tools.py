@@ -106,6 +106,8 @@ def _may_open_json(text: str, start: int) -> bool:
 
 
 def _call_shaped(item: Any) -> bool:
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        item = item["function"]  # {"type": "function", "function": {"name", "arguments"}}
     return (
         isinstance(item, dict)
         and isinstance(item.get("name"), str)
@@ -196,7 +198,8 @@ class TextToolCallParser:
                 else:
                     inner, rest = buffer[len(opening) : end], buffer[end + len(closing) :]
                     whole = buffer[: end + len(closing)]
-                if not self._emit_calls(events, inner, explicit=explicit):
+                shaped = explicit or self._looks_like_calls(inner)
+                if not self._emit_calls(events, inner, explicit=shaped):
                     self._emit_text(events, whole)  # a code block without a call: just text
                 self._buffer = rest
                 return True
@@ -224,7 +227,8 @@ class TextToolCallParser:
         try:
             parsed: Any = json.loads(text)
         except ValueError:
-            return False
+            # Broken or several objects: a name and arguments are enough to keep it unsaid.
+            return bool(_NAME.search(text) and _ARGUMENTS.search(text))
         items = parsed if isinstance(parsed, list) else [parsed]
         return bool(items) and all(_call_shaped(item) for item in items)
 
@@ -241,7 +245,9 @@ class TextToolCallParser:
         if calls is None:
             if explicit:  # call-shaped but naming no declared tool: never speak it
                 self.dropped.append(text)
-                logger.warning("dropped a tool call naming no declared tool: %.200s", text)
+                # Debug only, and the content only there: it is the model's own (possibly
+                # sensitive) text, and a warning would land in a chat between turns.
+                logger.debug("dropped a tool call naming no declared tool: %.200s", text)
                 return True
             return False
         for call in calls:

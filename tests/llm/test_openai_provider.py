@@ -17,7 +17,9 @@ from llmrtc.llm import (
     LLMRequest,
     LLMTextDelta,
     LLMToolCall,
+    CompatProfile,
     OpenAIProvider,
+    RetryPolicy,
     SystemMessage,
     ToolMessage,
     UserMessage,
@@ -45,9 +47,31 @@ REQUEST = LLMRequest(
 )
 
 
-def provider(server: ScriptedOpenAIServer, **options: Any) -> OpenAIProvider:
-    options.setdefault("retry_base_delay", 0.01)
-    return OpenAIProvider("scripted-model", base_url=server.base_url, api_key="test", **options)
+def provider(
+    server: ScriptedOpenAIServer,
+    *,
+    max_retries: int = 2,
+    max_delay: float = 8.0,
+    retry_status_errors: bool = True,
+    **options: Any,
+) -> OpenAIProvider:
+    retry = RetryPolicy(
+        max_retries=max_retries,
+        base_delay=0.01,
+        max_delay=max_delay,
+        retry_status_errors=retry_status_errors,
+    )
+    return OpenAIProvider(
+        "scripted-model", base_url=server.base_url, api_key="test", retry=retry, **options
+    )
+
+
+LLAMA_LIKE = CompatProfile(
+    retry_without_tools=True,
+    continue_after_stream_error=True,
+    omit_tools_after_tool_results=True,
+    plain_answer_hint="Answer in plain words.",
+)
 
 
 async def events_of(llm: OpenAIProvider, request: LLMRequest = REQUEST, **kw: Any) -> list[Any]:
@@ -201,7 +225,7 @@ async def test_abort_mid_stream_closes_the_http_stream_at_once() -> None:
 async def test_abort_interrupts_the_retry_backoff() -> None:
     async with ScriptedOpenAIServer([ErrorReply(429, headers={"retry-after": "5"})]) as server:
         controller = AbortController()
-        llm = provider(server, retry_max_delay=5.0)
+        llm = provider(server, max_delay=5.0)
         with anyio.fail_after(2):
             async with anyio.create_task_group() as group:
                 group.start_soon(_abort_after, controller, 0.1)
@@ -216,7 +240,7 @@ async def _abort_after(controller: AbortController, seconds: float) -> None:
 
 async def test_server_500_with_tools_is_retried_once_without_tools_when_asked() -> None:
     async with ScriptedOpenAIServer([ErrorReply(500), text_reply("no tool then")]) as server:
-        llm = provider(server, retry_without_tools_on_server_error=True, max_retries=0)
+        llm = provider(server, compat=LLAMA_LIKE, max_retries=0)
         events = await events_of(llm)
         first, second = (r.body for r in server.requests)
     assert "tools" in first and "tools" not in second and "tool_choice" not in second
@@ -228,14 +252,16 @@ async def test_text_mode_puts_schemas_in_the_prompt_and_parses_calls() -> None:
         'Checking. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Lima"}}</tool_call>'
     )
     async with ScriptedOpenAIServer([text_reply(answer, pieces=7)]) as server:
-        llm = provider(server, tool_call_format="text", tool_hint="Answer with JSON only.")
+        llm = provider(
+            server, tool_call_format="text", compat=CompatProfile(tool_hint="Answer with JSON only.")
+        )
         events = await events_of(llm)
         body = server.requests[0].body
     assert "tools" not in body
     system = body["messages"][0]["content"]
     assert system.startswith("You are a weather bot.")
     assert "<tool_call>" in system and "lookupWeather" in system
-    assert system.endswith("Answer with JSON only.")
+    assert system.index("Answer with JSON only.") < system.index("lookupWeather")
     texts = "".join(e.text for e in events if isinstance(e, LLMTextDelta))
     assert texts == "Checking. "  # the JSON is never text
     (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
@@ -302,7 +328,7 @@ def test_request_validates_tool_choice() -> None:
 
 
 def test_arguments_dicts_are_sent_as_json_strings() -> None:
-    from llmrtc.llm.openai_provider import to_openai_messages
+    from llmrtc.llm.wire import to_openai_messages
 
     (message,) = to_openai_messages(
         [AssistantMessage("x", (ToolCall("c", "t", {"a": [1, 2]}), ToolCall("d", "t", "[1]")))]
@@ -333,7 +359,7 @@ def error_event_stream(before: list[dict[str, Any]]) -> StreamReply:
 async def test_an_error_inside_the_stream_is_retried_without_tools_when_nothing_was_said() -> None:
     fenced = [chunk(content="```json\n"), chunk(content='{"name": "getStock')]
     async with ScriptedOpenAIServer([error_event_stream(fenced), text_reply("I can't.")]) as server:
-        llm = provider(server, retry_without_tools_on_server_error=True, tool_call_format="auto")
+        llm = provider(server, compat=LLAMA_LIKE, tool_call_format="auto")
         events = await events_of(llm)
         first, second = (r.body for r in server.requests)
     assert "tools" in first and "tools" not in second
@@ -357,7 +383,7 @@ async def test_tools_can_be_left_out_after_tool_results() -> None:
     )
     answer = '{"name": "lookupWeather", "arguments": {"city": "Tokyo"}}'
     async with ScriptedOpenAIServer([text_reply("It is 21."), text_reply(answer)]) as server:
-        llm = provider(server, omit_tools_after_tool_results=True, tool_call_format="auto")
+        llm = provider(server, compat=LLAMA_LIKE, tool_call_format="auto")
         await events_of(llm, after_results)
         repeated = await events_of(llm, after_results)
         body = server.requests[0].body
@@ -367,12 +393,12 @@ async def test_tools_can_be_left_out_after_tool_results() -> None:
 
 async def test_server_errors_can_be_left_unretried_while_connections_are_retried() -> None:
     async with ScriptedOpenAIServer([DisconnectReply(), text_reply("second try")]) as server:
-        llm = provider(server, retry_server_errors=False, max_retries=1)
+        llm = provider(server, retry_status_errors=False, max_retries=1)
         events = await events_of(llm)
     assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "second try"
     async with ScriptedOpenAIServer([ErrorReply(503)]) as server:
         with pytest.raises(LLMError, match="HTTP 503"):
-            await events_of(provider(server, retry_server_errors=False, max_retries=1))
+            await events_of(provider(server, retry_status_errors=False, max_retries=1))
         assert len(server.requests) == 1
 
 

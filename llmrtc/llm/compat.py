@@ -1,0 +1,71 @@
+"""How `OpenAIProvider` adapts to a server: `RetryPolicy` (when to try again) and
+`CompatProfile` (the quirks of a server or model family, e.g. llama.cpp with a small Qwen)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llmrtc.tools.definition import ToolDefinition
+
+__all__ = ["CompatProfile", "RetryPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a failed request is tried again. Retries happen only before anything streamed
+    (a stream that fails later is continued by a `CompatProfile` that knows how, or fails),
+    and an abort interrupts the backoff.
+
+    Example:
+        OpenAIProvider("gpt-4o-mini", retry=RetryPolicy(max_retries=4, max_delay=20.0))
+    """
+
+    max_retries: int = 2
+    """Retries after the first attempt (0: never retry)."""
+    base_delay: float = 0.5
+    """First backoff delay in seconds; it doubles per retry, with +/-20 % jitter."""
+    max_delay: float = 8.0
+    """Cap for one delay, also for a server's `Retry-After`."""
+    retry_status_errors: bool = True
+    """Retry HTTP 429 and 5xx. False for a server whose errors are deterministic (a local
+    llama.cpp at temperature 0): connection failures are still retried."""
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError(
+                f"base_delay and max_delay must be >= 0, got {self.base_delay}, {self.max_delay}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CompatProfile:
+    """The habits of one kind of server and model that `OpenAIProvider` works around.
+    The default profile changes nothing (what OpenAI itself needs); `llmrtc.llm.local`
+    defines the one for llama.cpp with the small Qwen models (`LLAMA_CPP_PROFILE`).
+    """
+
+    name: str = "openai"
+    """For logs and `repr`."""
+    tool_hint: str | None = None
+    """A sentence appended to the system prompt whenever tools are offered (small models
+    need to be told to answer with the JSON object only)."""
+    tool_prompt: Callable[[Sequence[ToolDefinition]], str] | None = None
+    """How tools are written into the system prompt in `text` tool-call format (default:
+    `render_tool_prompt`); a model family's own wording works best."""
+    plain_answer_hint: str | None = None
+    """A sentence appended to the system prompt when a request that has tools is sent
+    without them (tool_choice "none", after tool results, a retry without tools): the model
+    is told to answer in plain words instead of writing a call."""
+    retry_without_tools: bool = False
+    """After a server error with tools offered (HTTP 500, or an error inside the stream),
+    try once more without tools."""
+    continue_after_stream_error: bool = False
+    """When that error came after text was streamed, continue the answer: the streamed
+    text is sent as a trailing assistant message the server continues (prefill), so the
+    user never gets the same words twice. Without it such an error is an `LLMError`."""
+    omit_tools_after_tool_results: bool = False
+    """Send no tools with a request whose last message is a tool result (small models then
+    answer from the result instead of calling again; calls still written are parsed)."""

