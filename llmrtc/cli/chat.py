@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 import signal
@@ -81,12 +80,9 @@ class _Chat:
         from llmrtc import open_default_provider
 
         progress = ModelProgress()
-        options: dict[str, Any] = {}
-        if "progress" in inspect.signature(open_default_provider).parameters:
-            options["progress"] = progress
         async with contextlib.AsyncExitStack() as stack:
             try:
-                llm = await stack.enter_async_context(open_default_provider(**options))
+                llm = await stack.enter_async_context(open_default_provider(progress=progress))
             except (LLMError, ImportError, RuntimeError) as exc:
                 # The model could not be prepared (a missing package, a bad model file, a
                 # server that did not start): its message says what to do.
