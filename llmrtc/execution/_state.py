@@ -13,7 +13,7 @@ from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.execution._reporting import Dispatch, message_for_model
 from llmrtc.execution.errors import ToolAbortedError
 from llmrtc.telemetry.hooks import ToolStartEvent
-from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus
+from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
@@ -26,52 +26,36 @@ _scope_classes: dict[bool, type[anyio.CancelScope]] = {}  # by "is asyncio"
 
 
 class CallState:
-    """Everything the executor knows about one call of a batch, from lookup to report."""
+    """Everything the executor knows about one call of a batch, from lookup to report.
 
-    __slots__ = (
-        "announced",
-        "args",
-        "call",
-        "context",
-        "controller",
-        "duration_s",
-        "error",
-        "event",
-        "execution_id",
-        "expired",
-        "expires_at",
-        "limit",
-        "queued_s",
-        "reported",
-        "result",
-        "running",
-        "scope",
-        "started",
-        "tool",
-    )
+    The defaults live on the class (no `__slots__`): a call sets only what happens to it,
+    which keeps building a batch cheap.
+    """
+
+    tool: Tool | None = None
+    args: Any = None
+    limit = 0.0  # seconds the handler may run (math.inf: no limit)
+    # Set when the handler is about to run: its controller (a child of the batch signal, so a
+    # timeout of one call never aborts its siblings) and the context it receives.
+    controller: AbortController | None = None
+    context: ToolContext | None = None
+    scope: anyio.CancelScope | None = None  # cancels this call alone
+    running = False  # its handler is running
+    deadline = 0.0  # time.monotonic() when its time limit passes (0.0: no limit)
+    expires_at = 0.0  # the same on the loop's clock (asyncio)
+    expired = False  # the batch timer ended it at its limit
+    event: ToolStartEvent | None = None  # built only when hooks listen
+    announced = False  # start hooks were told
+    started = 0.0  # perf_counter() when the handler started; 0.0: never started
+    queued_s = 0.0
+    duration_s = 0.0
+    result: ToolCallResult | None = None
+    error: BaseException | None = None  # what hooks get for a non-ok result
+    reported = False
 
     def __init__(self, call: ToolCall, execution_id: str) -> None:
         self.call = call
         self.execution_id = execution_id
-        self.tool: Tool | None = None
-        self.args: Any = None
-        self.limit = 0.0  # seconds the handler may run (math.inf: no limit)
-        # Set when the handler is about to run: its controller (a child of the batch signal,
-        # so a timeout of one call never aborts its siblings) and the context it receives.
-        self.controller: AbortController | None = None
-        self.context: ToolContext | None = None
-        self.scope: anyio.CancelScope | None = None  # cancels this call alone
-        self.running = False  # its handler is running
-        self.expires_at = 0.0  # when its time limit passes, on the loop's clock (asyncio)
-        self.expired = False  # the batch timer ended it at its limit
-        self.event: ToolStartEvent | None = None  # built only when hooks listen
-        self.announced = False  # start hooks were told
-        self.started = 0.0  # perf_counter() when the handler started; 0.0: never started
-        self.queued_s = 0.0
-        self.duration_s = 0.0
-        self.result: ToolCallResult | None = None
-        self.error: BaseException | None = None  # what hooks get for a non-ok result
-        self.reported = False
 
     def expire(self) -> None:
         """The time limit passed: tell the handler's signal, then cancel the handler."""
@@ -84,11 +68,7 @@ class CallState:
     def timed_out(self) -> bool:
         """Whether the handler ran past its limit (its signal's deadline is exact even when
         the loop is too busy to fire the timer on time)."""
-        if self.expired:
-            return True
-        controller = self.controller
-        deadline = controller.signal.deadline if controller is not None else None
-        return deadline is not None and time.monotonic() >= deadline
+        return self.expired or (self.deadline != 0.0 and time.monotonic() >= self.deadline)
 
 
 class Batch:
@@ -236,9 +216,9 @@ def finish(
         controller = item.controller
         if controller is not None:
             controller.abort(getattr(error, "reason", None) if status == "aborted" else "timeout")
-    elif item.controller is not None and item.controller.signal.deadline is not None:
-        item.controller.deadline = None  # finished in time: never "timed out" later
-    item.result = ToolCallResult(
+    elif item.deadline:
+        item.controller.deadline = None  # type: ignore[union-attr]  # finished in time: never "timed out" later
+    item.result = new_result(
         call.call_id,
         call.name,
         status,

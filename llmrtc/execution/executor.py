@@ -37,7 +37,7 @@ from llmrtc.execution.errors import (
 from llmrtc.telemetry.correlation import current_call_id
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
-from llmrtc.tools.context import ToolContext
+from llmrtc.tools.context import ToolContext, new_context
 from llmrtc.tools.definition import ExecutionPolicy
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
@@ -322,84 +322,95 @@ class ToolExecutor:
     # Running calls ------------------------------------------------------------------------
 
     async def _run_call(self, batch: Batch, item: CallState, finished: Finished | None) -> None:
-        """Run one call with its own slot, cancel scope and time limit; never raises except
-        for cancellation of the caller's task (when run inline)."""
+        """Run one call with its own slot, cancel scope and time limit, and record how it
+        ended. Never raises, except for the cancellation of the caller's task (when run in
+        it). One coroutine from slot to result: each nested one would cost per call."""
         scope: anyio.CancelScope = item.scope  # type: ignore[assignment]  # set by _prepare
         slots = self._slots
+        signal = batch.signal
         try:
             with scope:
-                waiting_since = _perf_counter()
                 if slots.can_take(1):  # the common case, without a coroutine to await
                     slots.take(1)
                 else:
+                    waiting_since = _perf_counter()
                     await slots.acquire()
-                try:
                     item.queued_s = _perf_counter() - waiting_since
-                    if not (scope.cancel_called or batch.aborted()):
-                        await self._run_handler(batch, item, scope)
+                try:
+                    if scope.cancel_called or (signal is not None and signal.aborted):
+                        return  # aborted while queued: the batch gives it its result
+                    ctx = self._context(batch, item)
+                    if batch.hooks.wants_start_event:
+                        await announce(batch, item)
+                        if scope.cancel_called or (signal is not None and signal.aborted):
+                            return  # aborted during the start hooks: the handler never runs
+                    self._start_clock(batch, item, scope)
+                    tool: Tool = item.tool  # type: ignore[assignment]  # prepared calls only
+                    started = item.started = _perf_counter()
+                    token = current_call_id.set(ctx.call_id)
+                    entered = enter_call_contexts(batch, item) if batch.hooks.context else None
+                    failure: BaseException | None = None
+                    try:
+                        if tool.is_async:
+                            value = await tool.handler(item.args, ctx)
+                        else:
+                            value = await self._threads.run(tool.handler, item.args, ctx)
+                            if hasattr(value, "__await__"):  # a def that returned a coroutine
+                                value = await value
+                    except Exception as exc:
+                        failure = exc
+                    except BaseException as exc:  # cancelled: decided below or by the caller
+                        failure = exc
+                        raise
+                    finally:
+                        if entered:
+                            exit_call_contexts(entered, failure)
+                        current_call_id.reset(token)
+                    duration_s = _perf_counter() - started
+                    # A handler that raised while being cancelled (its cleanup failed), or that
+                    # returned once its signal was set (a cooperative thread noticing the
+                    # timeout or abort), has a partial value at best: it still timed out or
+                    # was aborted (the batch gives every unfinished call its aborted result).
+                    if signal is not None and signal.aborted:
+                        return
+                    if item.timed_out():
+                        self._time_out(item)
+                    elif failure is not None:
+                        finish(item, "error", error=failure, duration_s=duration_s)
+                    else:
+                        finish(item, "ok", value=value, duration_s=duration_s)
                 finally:
                     item.running = False
                     slots.release()
             if item.result is None and item.started and item.timed_out():
-                self._time_out(item)
+                self._time_out(item)  # the scope ended the handler at its limit
         finally:
             if finished is not None:
                 finished.put(item)
 
-    async def _run_handler(self, batch: Batch, item: CallState, scope: anyio.CancelScope) -> None:
-        call = item.call
-        tool: Tool = item.tool  # type: ignore[assignment]  # only prepared calls run
+    def _context(self, batch: Batch, item: CallState) -> ToolContext:
+        """The call's own controller (a child of the batch signal) and the context the
+        handler receives."""
         controller = item.controller = AbortController(parent=batch.signal)
-        ctx = item.context = ToolContext(
-            call.call_id, controller.signal, batch.session_id, batch.turn_id, batch.metadata
+        item.context = new_context(
+            item.call.call_id, controller.signal, batch.session_id, batch.turn_id, batch.metadata
         )
-        hooks = batch.hooks
-        if hooks.wants_start_event:
-            await announce(batch, item)
-            if scope.cancel_called or batch.aborted():
-                return  # aborted during the start hooks: the handler never runs
-        limit = item.limit
+        return item.context
+
+    def _start_clock(self, batch: Batch, item: CallState, scope: anyio.CancelScope) -> None:
+        """The handler starts now: so does its time limit."""
         item.running = True
-        if limit != math.inf:
-            # The signal's deadline comes first, so it has passed whenever the timer fired:
-            # a handler's `finally` or a polling thread sees the timeout the moment it happens.
-            controller.deadline = _monotonic() + limit
-            if batch.loop is not None:
-                batch.arm(item, limit)
-            else:
-                scope.deadline = anyio.current_time() + limit
-        started = item.started = _perf_counter()
-        token = current_call_id.set(call.call_id)
-        entered = enter_call_contexts(batch, item) if hooks.context else None
-        failure: BaseException | None = None
-        try:
-            if tool.is_async:
-                value = await tool.handler(item.args, ctx)
-            else:
-                value = await self._threads.run(tool.handler, item.args, ctx)
-                if hasattr(value, "__await__"):  # a plain def that returned a coroutine
-                    value = await value
-        except Exception as exc:
-            failure = exc
-        except BaseException as exc:  # cancelled: the scope or the caller decides what it was
-            failure = exc
-            raise
-        finally:
-            if entered:
-                exit_call_contexts(entered, failure)
-            current_call_id.reset(token)
-        duration_s = _perf_counter() - started
-        # A handler that raised while it was being cancelled (its cleanup failed) or that
-        # returned once its signal was set (a cooperative thread noticing the timeout or abort)
-        # has a partial value at best: the call still timed out or was aborted.
-        if batch.aborted():
-            return  # the batch gives every unfinished call its aborted result
-        if item.timed_out():
-            self._time_out(item)
-        elif failure is not None:
-            finish(item, "error", error=failure, duration_s=duration_s)
+        limit = item.limit
+        if limit == math.inf:
+            return
+        # The signal's deadline comes first, so it has passed whenever the timer fired: a
+        # handler's `finally` or a polling thread sees the timeout the moment it happens.
+        item.deadline = _monotonic() + limit
+        item.controller.deadline = item.deadline  # type: ignore[union-attr]
+        if batch.loop is not None:
+            batch.arm(item, limit)
         else:
-            finish(item, "ok", value=value, duration_s=duration_s)
+            scope.deadline = anyio.current_time() + limit
 
     def _time_out(self, item: CallState) -> None:
         error = ToolTimeoutError(item.call.name, item.limit)

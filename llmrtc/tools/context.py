@@ -30,3 +30,29 @@ class ToolContext:
     """The conversational turn the call belongs to, if the caller gave one."""
     metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY_METADATA)
     """Read-only mapping of caller-supplied values (e.g. a playbook control object)."""
+
+
+# The executor builds one context per call on its hot path: the slots' own descriptors set the
+# fields in half the time of the frozen dataclass's `__init__` (see `calls.new_result`).
+_context_slots = tuple(
+    ToolContext.__dict__[name].__set__
+    for name in ("call_id", "abort_signal", "session_id", "turn_id", "metadata")
+)
+
+
+def new_context(
+    call_id: str,
+    abort_signal: AbortSignal,
+    session_id: str | None,
+    turn_id: str | None,
+    metadata: Mapping[str, Any],
+) -> ToolContext:
+    """`ToolContext(call_id, abort_signal, session_id, turn_id, metadata)`, built faster."""
+    made = object.__new__(ToolContext)
+    set_call_id, set_signal, set_session, set_turn, set_metadata = _context_slots
+    set_call_id(made, call_id)
+    set_signal(made, abort_signal)
+    set_session(made, session_id)
+    set_turn(made, turn_id)
+    set_metadata(made, metadata)
+    return made

@@ -62,3 +62,19 @@ def test_errors_serialize_with_status() -> None:
         "error": "tool 't' timed out after 1 s",
         "status": "timeout",
     }
+
+
+def test_the_executors_fast_constructors_build_equal_objects() -> None:
+    from llmrtc import AbortController, ToolContext
+    from llmrtc.tools.calls import new_result
+    from llmrtc.tools.context import new_context
+
+    made = new_result("c1", "t", "error", None, "tool 't' failed", 2.5)
+    plain = ToolCallResult("c1", "t", "error", None, "tool 't' failed", 2.5)
+    assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+    signal = AbortController().signal
+    assert new_context("c", signal, "s", "t", {"k": 1}) == ToolContext(
+        "c", signal, "s", "t", {"k": 1}
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "ok"  # type: ignore[misc]
