@@ -126,7 +126,7 @@ def _rs_key(error: jsonschema_rs.ValidationError) -> _Key:
 
 def error_texts(
     rs_errors: list[jsonschema_rs.ValidationError],
-    python_validator: Callable[[], Validator | None],
+    python_validator: Callable[[], Validator],
     instance: Any,
 ) -> list[str]:
     """One sorted text per failure jsonschema-rs found.
@@ -134,16 +134,14 @@ def error_texts(
     Args:
         rs_errors: What jsonschema-rs found (the source of truth).
         python_validator: Builds (or returns the cached) `jsonschema` validator for the same
-            schema, or None when it cannot be built.
+            schema; if it raises, jsonschema-rs's texts are used.
         instance: The arguments that failed.
     """
     python_errors: dict[_Key, list[ValidationError]] = {}
     try:
-        validator = python_validator()
-        if validator is not None:
-            for error in validator.iter_errors(instance):
-                key = (tuple(error.absolute_path), str(error.validator))
-                python_errors.setdefault(key, []).append(error)
+        for error in python_validator().iter_errors(instance):
+            key = (tuple(error.absolute_path), str(error.validator))
+            python_errors.setdefault(key, []).append(error)
     except Exception:  # an ECMA-only regex (re.error), or a ref it cannot follow
         pass  # keep what was found so far; jsonschema-rs's own text covers the rest
     texts: set[str] = set()

@@ -80,7 +80,7 @@ class ArgumentSchema:
         self.filler: DefaultFiller | None = compile_filler(schema)
         """Fills defaults into valid arguments; None when the schema declares none."""
         self._unformatted: jsonschema_rs.Validator | None = None
-        self._python: dict[bool, Validator | None] = {}
+        self._python: dict[bool, Validator] = {}
 
     def checker(self, formats: bool) -> jsonschema_rs.Validator:
         """The validator asserting `format` (`formats=True`) or ignoring it."""
@@ -90,7 +90,7 @@ class ArgumentSchema:
             self._unformatted = _compile_rs(self.schema, formats=False)
         return self._unformatted
 
-    def _python_validator(self, formats: bool) -> Validator | None:
+    def _python_validator(self, formats: bool) -> Validator:
         if formats not in self._python:
             cls = wording_validator(validator_for(self.schema, default=Draft202012Validator))
             checker = cls.FORMAT_CHECKER if formats else None
