@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import anyio
@@ -23,6 +23,7 @@ from llmrtc.agent import (
     ToolCallStarted,
     TurnCompleted,
     TurnError,
+    TurnHandler,
 )
 from llmrtc.cli.terminal import ModelProgress, Screen, read_lines
 from llmrtc.llm import LLMError, OpenAIProvider
@@ -98,7 +99,7 @@ class _Chat:
                 return
             await self._talk(llm)
 
-    async def _talk(self, llm: Any) -> None:
+    async def _talk(self, llm: OpenAIProvider) -> None:
         runner = self._runner(llm)
         say = self.screen.write
         if self.interactive:
@@ -123,7 +124,7 @@ class _Chat:
                     self.screen.line("[the conversation has ended]")
                     return
 
-    def _runner(self, llm: Any) -> Any:
+    def _runner(self, llm: OpenAIProvider) -> TurnHandler:
         from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
 
         tools = self.registry if self.registry is not None else ToolRegistry()
@@ -135,7 +136,7 @@ class _Chat:
             return orchestrator
         return TurnRunner(llm, ToolExecutor(tools), system_prompt=self.args.system)
 
-    async def _turn(self, runner: Any, text: str) -> bool:
+    async def _turn(self, runner: TurnHandler, text: str) -> bool:
         """Run one turn and show it; True when the conversation has ended."""
         screen = self.screen
         ended = False
@@ -203,14 +204,14 @@ def _sigint_receiver() -> Iterator[AsyncIterator[int] | None]:
         receiver.__exit__(None, None, None)
 
 
-async def _unreachable(llm: Any) -> str | None:
+async def _unreachable(llm: OpenAIProvider) -> str | None:
     """Why the model API cannot be reached (one line: what, where, what to do), or None.
 
     Only a TCP connect to the API's host: it costs no tokens and consumes no request, and
     turns "nothing answers there" into one clear line before the first prompt. The offline
     model (in this process) and APIs behind a proxy are not probed.
     """
-    if not isinstance(llm, OpenAIProvider) or llm.provider_name == "llmrtc.local":
+    if llm.provider_name == "llmrtc.local":
         return None
     if not (os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")):
         return None
