@@ -57,7 +57,7 @@ class Finished:
             self._waiter = None
 
 
-RunCall = Callable[[Batch, CallState, Finished], Coroutine[Any, Any, None]]
+RunCall = Callable[[Batch, CallState, Finished | None], Coroutine[Any, Any, None]]
 
 
 async def run_group(batch: Batch, items: list[CallState], run_call: RunCall) -> None:
@@ -94,7 +94,8 @@ async def run_group(batch: Batch, items: list[CallState], run_call: RunCall) -> 
     tasks = [loop.create_task(run_call(batch, item, finished)) for item in items[first:]]
     try:
         if first:
-            await run_call(batch, items[0], finished)
+            remaining -= 1  # counted now: if it raises, it is over too
+            await run_call(batch, items[0], None)
         await take_finished()
     except BaseException:
         for item in items:

@@ -339,12 +339,14 @@ class ToolExecutor:
                 try:
                     if scope.cancel_called or (signal is not None and signal.aborted):
                         return  # aborted while queued: the batch gives it its result
-                    ctx = self._context(batch, item)
                     if batch.hooks.wants_start_event:
+                        ctx = self._context(batch, item, None)  # the start event carries it
                         await announce(batch, item)
                         if scope.cancel_called or (signal is not None and signal.aborted):
                             return  # aborted during the start hooks: the handler never runs
-                    self._start_clock(batch, item, scope)
+                        self._start_clock(batch, item, scope, item.controller)
+                    else:
+                        ctx = self._context(batch, item, self._start_clock(batch, item, scope))
                     tool: Tool = item.tool  # type: ignore[assignment]  # prepared calls only
                     started = item.started = _perf_counter()
                     token = current_call_id.set(ctx.call_id)
@@ -388,29 +390,38 @@ class ToolExecutor:
             if finished is not None:
                 finished.put(item)
 
-    def _context(self, batch: Batch, item: CallState) -> ToolContext:
+    def _context(self, batch: Batch, item: CallState, deadline: float | None) -> ToolContext:
         """The call's own controller (a child of the batch signal) and the context the
         handler receives."""
-        controller = item.controller = AbortController(parent=batch.signal)
+        controller = item.controller = AbortController(parent=batch.signal, deadline=deadline)
         item.context = new_context(
             item.call.call_id, controller.signal, batch.session_id, batch.turn_id, batch.metadata
         )
         return item.context
 
-    def _start_clock(self, batch: Batch, item: CallState, scope: anyio.CancelScope) -> None:
-        """The handler starts now: so does its time limit."""
+    def _start_clock(
+        self,
+        batch: Batch,
+        item: CallState,
+        scope: anyio.CancelScope,
+        controller: AbortController | None = None,
+    ) -> float | None:
+        """The handler starts now: so does its time limit. Returns the signal's deadline (for
+        a controller made after this), or None for no limit."""
         item.running = True
         limit = item.limit
         if limit == math.inf:
-            return
+            return None
         # The signal's deadline comes first, so it has passed whenever the timer fired: a
         # handler's `finally` or a polling thread sees the timeout the moment it happens.
-        item.deadline = _monotonic() + limit
-        item.controller.deadline = item.deadline  # type: ignore[union-attr]
+        deadline = item.deadline = _monotonic() + limit
+        if controller is not None:
+            controller.deadline = deadline
         if batch.loop is not None:
             batch.arm(item, limit)
         else:
             scope.deadline = anyio.current_time() + limit
+        return deadline
 
     def _time_out(self, item: CallState) -> None:
         error = ToolTimeoutError(item.call.name, item.limit)
