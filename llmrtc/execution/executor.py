@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -10,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
+from pydantic_core import from_json as _from_json
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.execution._callbacks import (
@@ -304,10 +306,17 @@ class ToolExecutor:
             finish(item, "not_found", error=ToolNotFoundError(call.name, message))
             return False
         definition = tool.definition
+        raw = call.arguments
+        if type(raw) is str:
+            # pydantic-core parses the same JSON to the same values ~7x faster than json;
+            # what it refuses (bad JSON, a lone surrogate) goes to prepare_arguments as is,
+            # which parses it again and words the error.
+            with contextlib.suppress(ValueError):
+                raw = _from_json(raw)
         try:
             item.args = prepare_arguments(
                 definition,
-                call.arguments,
+                raw,
                 validate=self.validate_arguments,
                 formats=self.validate_formats,
             )
