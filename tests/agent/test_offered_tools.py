@@ -92,3 +92,14 @@ async def test_a_stage_refusal_names_the_stage() -> None:
     assert results(events)["c1"].error == (
         "tool 'danger' is not available in stage 'billing'; tools available: safe."
     )
+
+
+async def test_every_registered_tool_means_the_ones_registered_when_the_turn_starts() -> None:
+    ran.clear()
+    registry = ToolRegistry([safe])
+    llm = ScriptedLLM([[ToolCall("c1", "danger", {})], "Done."])
+    runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="s")  # tools=None
+    registry.register(danger)
+    events = [e async for e in runner.run_turn("go")]
+    assert [t.name for t in llm.requests[0].tools] == ["safe", "danger"]
+    assert ran == ["danger"] and results(events)["c1"].status == "ok"
