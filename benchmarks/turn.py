@@ -163,12 +163,12 @@ async def bench_local(size: str) -> list[str]:
             f" {plain['output_tokens']:.0f} tokens in {plain['total']:.2f} s"
         )
         began = time.perf_counter()
-        from llmrtc.llm import LLMRequest, SystemMessage, UserMessage
+        from llmrtc.llm import LLMRequest, ModelSettings, SystemMessage, UserMessage
 
         response = await llm.complete(
             LLMRequest(
                 [SystemMessage("You write plainly."), UserMessage("Describe a forest in detail.")],
-                max_tokens=120,
+                settings=ModelSettings(max_tokens=120),
             )
         )
         seconds = time.perf_counter() - began
@@ -176,6 +176,89 @@ async def bench_local(size: str) -> list[str]:
         lines.append(
             f"   generation: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.1f} tok/s"
         )
+        lines.extend(await bench_crash_questions(server))
+    return lines
+
+
+CRASH_QUESTIONS = (
+    "Is it raining in Oslo?",
+    "Should I bring an umbrella in Oslo today?",
+    "Is it sunny in Tokyo?",
+    "Is it cold in Oslo?",
+)
+
+
+async def bench_crash_questions(server: Any) -> list[str]:
+    """The questions that crashed the chat, through three ways of offering the tools: the old
+    native path (llama.cpp parses calls; a mid-stream parse failure after text is fatal), the
+    native path with continuation by prefill, and today's text tool calls."""
+    import logging
+
+    from llmrtc.agent.events import TurnError
+    from llmrtc.llm import CompatProfile, ModelSettings, OpenAIProvider
+    from llmrtc.llm.local import LLAMA_CPP_PROFILE, LOCAL_RETRY, TOOL_HINT, local_provider
+
+    retries: list[str] = []
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "answering again without tools" in record.getMessage():
+                retries.append(record.getMessage())
+
+    provider_logger = logging.getLogger("llmrtc.llm.openai_provider")
+    provider_logger.addHandler(handler := Count())
+    provider_logger.setLevel(logging.INFO)
+
+    def native(continuing: bool) -> OpenAIProvider:
+        compat = CompatProfile(
+            tool_hint=TOOL_HINT,
+            retry_without_tools=True,
+            continue_after_stream_error=continuing,
+            omit_tools_after_tool_results=True,
+            plain_answer_hint=LLAMA_CPP_PROFILE.plain_answer_hint,
+        )
+        return OpenAIProvider(
+            server.model,
+            base_url=server.base_url,
+            api_key=server.api_key,
+            tool_call_format="auto",
+            settings=ModelSettings(temperature=0.0),
+            retry=LOCAL_RETRY,
+            compat=compat,
+        )
+
+    lines = ["3) the questions that crashed the chat (answered / turns; server-error retries)"]
+    ways = [
+        ("native tools (before)", native(False)),
+        ("native + prefill continuation", native(True)),
+        ("text tools (now)", local_provider(server)),
+    ]
+    try:
+        for name, llm in ways:
+            retries.clear()
+            answered = called = 0
+            seconds: list[float] = []
+            for question in CRASH_QUESTIONS:
+                runner = TurnRunner(
+                    llm,
+                    ToolExecutor(REGISTRY),
+                    system_prompt="You are a helpful assistant. Use the tools when they help."
+                    " Answer briefly.",
+                    history=ConversationHistory(),
+                )
+                began = time.perf_counter()
+                events = [event async for event in runner.run_turn(question)]
+                seconds.append(time.perf_counter() - began)
+                failed = any(isinstance(e, TurnError) for e in events)
+                text = "".join(e.text for e in events if isinstance(e, TextDelta))
+                answered += not failed and bool(text.strip())
+                called += any(isinstance(e, ToolCallStarted) for e in events)
+            lines.append(
+                f"   {name:<31}{answered}/{len(CRASH_QUESTIONS)} answered, {called} called the"
+                f" tool, {len(retries)} retries, {sum(seconds) / len(seconds):.1f} s per turn"
+            )
+    finally:
+        provider_logger.removeHandler(handler)
     return lines
 
 

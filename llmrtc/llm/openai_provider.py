@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from llmrtc.abort import AbortSignal
+from llmrtc.llm._aborting import ABORTED, END, next_or_end, sleep_unless_aborted, until_aborted
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import TruncatedStreamError, connection_errors, describe_failure
 from llmrtc.llm.messages import SystemMessage, ToolMessage
@@ -166,7 +167,7 @@ class OpenAIProvider:
                 yield LLMDone("aborted")
                 return
             try:
-                response = await _until_aborted(
+                response = await until_aborted(
                     self.client.chat.completions.create(**params), abort_signal
                 )
                 if response is None:
@@ -215,7 +216,7 @@ class OpenAIProvider:
                 delay = self._backoff(attempt, exc)
                 attempt += 1
                 logger.info("transient model error (%s); retry %d in %.2f s", exc, attempt, delay)
-                if not await _sleep_unless_aborted(delay, abort_signal):
+                if not await sleep_unless_aborted(delay, abort_signal):
                     yield LLMDone("aborted")
                     return
 
@@ -335,13 +336,13 @@ class OpenAIProvider:
         iterator = response.__aiter__()
         try:
             while True:
-                chunk = await _until_aborted(_next(iterator), abort_signal, default=_ABORTED)
-                if chunk is _ABORTED:
+                chunk = await until_aborted(next_or_end(iterator), abort_signal, default=ABORTED)
+                if chunk is ABORTED:
                     for event in parser.discard_undecided() if parser else ():
                         yield event  # text before anything call-like; the rest is dropped
                     yield LLMDone("aborted", usage, model)
                     return
-                if chunk is _END:
+                if chunk is END:
                     break
                 model = chunk.model or model
                 if chunk.usage is not None:
@@ -384,40 +385,3 @@ class OpenAIProvider:
         if emitted_calls and stop == "stop":
             stop = "tool_calls"  # servers differ; a response that called tools ended for them
         yield LLMDone(stop, usage, model)
-
-
-_ABORTED = object()
-_END = object()
-
-
-async def _next(iterator: Any) -> Any:
-    try:
-        return await iterator.__anext__()
-    except StopAsyncIteration:
-        return _END
-
-
-async def _until_aborted(awaitable: Any, signal: AbortSignal | None, default: Any = None) -> Any:
-    """Await `awaitable`, cancelling it the moment `signal` aborts (then return `default`)."""
-    if signal is None:
-        return await awaitable
-    with anyio.CancelScope() as scope:
-        unsubscribe = signal.subscribe(scope.cancel)
-        try:
-            return await awaitable
-        finally:
-            unsubscribe()
-    if hasattr(awaitable, "close"):
-        awaitable.close()  # a coroutine cancelled before it started: no "never awaited"
-    return default
-
-
-async def _sleep_unless_aborted(seconds: float, signal: AbortSignal | None) -> bool:
-    """Sleep; False if `signal` aborted meanwhile."""
-    if signal is None:
-        await anyio.sleep(seconds)
-        return True
-    with anyio.move_on_after(seconds):
-        await signal.wait()
-        return False
-    return True

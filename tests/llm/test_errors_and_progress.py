@@ -4,6 +4,7 @@ progress by bytes."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import socket
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_joining_reports_increasing_fractions_by_bytes_up_to_one(tmp_path: Path)
     assert target.read_bytes() == data
     fractions = [f for stage, f in seen if stage == "joining model"]
     assert len(fractions) >= 3 and fractions[0] == 0.0 and fractions[-1] == 1.0
-    assert all(b > a for a, b in zip(fractions, fractions[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(fractions))
 
 
 def test_a_wrong_digest_leaves_no_file_behind(tmp_path: Path) -> None:

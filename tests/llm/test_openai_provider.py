@@ -12,12 +12,12 @@ import pytest
 from llmrtc import AbortController, ToolCall, ToolDefinition
 from llmrtc.llm import (
     AssistantMessage,
+    CompatProfile,
     LLMDone,
     LLMError,
     LLMRequest,
     LLMTextDelta,
     LLMToolCall,
-    CompatProfile,
     OpenAIProvider,
     RetryPolicy,
     SystemMessage,
@@ -252,9 +252,8 @@ async def test_text_mode_puts_schemas_in_the_prompt_and_parses_calls() -> None:
         'Checking. <tool_call>{"name": "lookupWeather", "arguments": {"city": "Lima"}}</tool_call>'
     )
     async with ScriptedOpenAIServer([text_reply(answer, pieces=7)]) as server:
-        llm = provider(
-            server, tool_call_format="text", compat=CompatProfile(tool_hint="Answer with JSON only.")
-        )
+        hint = CompatProfile(tool_hint="Answer with JSON only.")
+        llm = provider(server, tool_call_format="text", compat=hint)
         events = await events_of(llm)
         body = server.requests[0].body
     assert "tools" not in body
