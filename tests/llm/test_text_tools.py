@@ -148,3 +148,17 @@ def test_scripted_llm_fails_loudly() -> None:
             leftover.assert_consumed()
 
     anyio.run(main)
+
+
+def test_a_fenced_call_to_an_undeclared_tool_is_dropped_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    parser = TextToolCallParser(set())  # a stage that offers no tools
+    text = 'Sure.\n```json\n{"name": "openweathermap", "arguments": {"appid": "YOUR_API_KEY"}}\n```'
+    with caplog.at_level(logging.DEBUG, logger="llmrtc.llm.text_tools"):
+        events = [*parser.feed(text), *parser.finish()]
+    assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["Sure.\n"]
+    assert parser.dropped
+    assert all(r.levelno <= logging.DEBUG for r in caplog.records)  # never in a chat
