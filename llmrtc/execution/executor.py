@@ -52,6 +52,18 @@ _perf_counter = time.perf_counter
 _monotonic = time.monotonic
 
 
+def _json_parser_is_sound() -> bool:
+    """pydantic-core 2.18 (pydantic 2.7) decodes `\\uXXXX` escapes into broken strings that
+    can crash the interpreter later: use its parser only where it decodes them right."""
+    try:
+        return bool(_from_json('"1:\\u09ea\\u00e9"') == "1:\u09ea\u00e9")
+    except Exception:
+        return False
+
+
+_FAST_JSON = _json_parser_is_sound()
+
+
 class ToolExecutor:
     """Runs tool calls with policies, a shared concurrency limit, timeouts, abort and validation.
 
@@ -307,7 +319,7 @@ class ToolExecutor:
             return False
         definition = tool.definition
         raw = call.arguments
-        if type(raw) is str:
+        if type(raw) is str and _FAST_JSON:
             # pydantic-core parses the same JSON to the same values ~7x faster than json;
             # what it refuses (bad JSON, a lone surrogate) goes to prepare_arguments as is,
             # which parses it again and words the error.

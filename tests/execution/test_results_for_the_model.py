@@ -170,3 +170,20 @@ async def test_an_on_result_that_raises_is_logged_and_changes_nothing(caplog: An
         )
     assert [r.status for r in results] == ["ok", "ok"]
     assert "callback bug" in caplog.text
+
+
+async def test_json_string_arguments_arrive_exactly_as_the_model_wrote_them() -> None:
+    seen: list[Any] = []
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "n": {}}}
+    echo = define_tool(ToolDefinition("echo", parameters=schema), lambda a, c: seen.append(a))
+    raw = '{"city": "Z\\u00fcrich \\u09ea \\ud83d\\ude00", "n": 123456789012345678901234567890}'
+    lone = '{"city": "\\ud800"}'  # a lone surrogate: Python's json takes it
+    results = await ToolExecutor(ToolRegistry([echo])).execute(
+        [ToolCall("1", "echo", raw), ToolCall("2", "echo", lone), ToolCall("3", "echo", "{")]
+    )
+    assert [r.status for r in results] == ["ok", "ok", "invalid_arguments"]
+    assert seen == [
+        {"city": "Zürich \u09ea \U0001f600", "n": 123456789012345678901234567890},
+        {"city": "\ud800"},
+    ]
+    assert "arguments are not valid JSON" in (results[2].error or "")
