@@ -17,7 +17,7 @@ from llmrtc.agent import (
     TurnSettings,
 )
 from llmrtc.agent.settings import DEFAULT_EMPTY_REPLY, DEFAULT_ERROR_REPLY
-from llmrtc.llm import AssistantMessage, ToolMessage, UserMessage
+from llmrtc.llm import AssistantMessage, RetryPolicy, ToolMessage, UserMessage
 from llmrtc.telemetry.hooks import ErrorEvent, Hooks, LLMEndEvent, TurnEndEvent
 from llmrtc.testing import (
     ErrorReply,
@@ -160,7 +160,9 @@ async def test_an_http_error_from_a_real_client_ends_the_turn_with_an_apology(
         text_reply("Hi!"),
     ]
     async with ScriptedOpenAIServer(replies) as server:
-        llm = OpenAIProvider("m", base_url=server.base_url, api_key="k", max_retries=0)
+        llm = OpenAIProvider(
+            "m", base_url=server.base_url, api_key="k", retry=RetryPolicy(max_retries=0)
+        )
         runner = runner_for(llm, tools=[])
         events = await collect(runner, "Is it raining in Oslo?")
         assert isinstance(events[0], TurnError) and f"HTTP {status}" in events[0].message
