@@ -83,6 +83,7 @@ async def test_every_question_ends_with_something_to_say_and_the_next_turn_works
     failures = [e for e in events if isinstance(e, TurnError)]
     print(f"{question!r}: {done.stop_reason}: {spoken!r} {failures}")  # for -s runs
     assert spoken.strip(), f"nothing said for {question!r}"
+    assert not failures and done.stop_reason != "error"  # answered, not apologised
     assert "{" not in spoken and "```" not in spoken, spoken
     check_chat_messages(runner.history.for_request(SYSTEM))
     if failures:  # the session goes on after a failed turn
