@@ -1,5 +1,5 @@
-"""Turns on the real offline model (Qwen2.5-Coder 1.5B through xllamacpp): every question of the
-issue ends with something to say, never JSON, never an exception, and the next turn works.
+"""Turns on the real offline model (Qwen2.5-Coder 1.5B through xllamacpp): every question of
+issue 8 is answered (no apology), never with JSON, and leaves a valid history.
 
 Select with `-m local_model`; skipped when the runtime or the model parts are missing (a failure
 in CI, where LLMRTC_REQUIRE_LOCAL_MODEL=1)."""
@@ -75,7 +75,7 @@ async def answer(runner: TurnRunner, text: str) -> tuple[str, TurnCompleted, lis
         "weather tokyo",
     ],
 )
-async def test_every_question_ends_with_something_to_say_and_the_next_turn_works(
+async def test_every_question_is_answered_without_json(
     server: LocalModelServer, question: str
 ) -> None:
     runner = TurnRunner(local_provider(server), ToolExecutor(weather_tools()), system_prompt=SYSTEM)
@@ -86,10 +86,6 @@ async def test_every_question_ends_with_something_to_say_and_the_next_turn_works
     assert not failures and done.stop_reason != "error"  # answered, not apologised
     assert "{" not in spoken and "```" not in spoken, spoken
     check_chat_messages(runner.history.for_request(SYSTEM))
-    if failures:  # the session goes on after a failed turn
-        spoken, done, _ = await answer(runner, "Thanks! And what is the weather in Lima?")
-        assert spoken.strip() and "{" not in spoken
-        check_chat_messages(runner.history.for_request(SYSTEM))
 
 
 async def test_a_joke_is_a_joke_not_the_fallback_line(server: LocalModelServer) -> None:
