@@ -50,6 +50,7 @@ class Screen:
         self._frame = 0
         self._line_open = False  # "bot> ..." written, no newline yet
         self._thinking = False  # the spinner is the last thing on the line
+        self._held = ""  # trailing whitespace of the answer, written only if text follows
 
     def write(self, text: str) -> None:
         """Write and flush (the conversation must appear as it happens)."""
@@ -73,12 +74,22 @@ class Screen:
                 self.write("\b" + self._frames[self._frame])
 
     def text(self, text: str) -> None:
-        """A piece of the answer: after `bot> ` (written now if this line has none yet)."""
-        if not text:
+        """A piece of the answer: after `bot> ` (written now if this line has none yet).
+
+        Whitespace at the ends of a stretch of answer is not shown (models often end the text
+        before a tool call with blank lines): trailing whitespace is held back until more text
+        follows on the same line.
+        """
+        if not self._line_open:
+            text = text.lstrip()
+        text = self._held + text
+        visible = text.rstrip()
+        self._held = text[len(visible) :]
+        if not visible:
             return
         self._stop_thinking(keep_prefix=True)
         self._open_line()
-        self.write(text)
+        self.write(visible)
 
     def line(self, text: str) -> None:
         """A line of its own (a tool call, a stage change) between stretches of answer."""
@@ -114,6 +125,7 @@ class Screen:
             self._line_open = False
 
     def _close_line(self) -> None:
+        self._held = ""
         self._stop_thinking(keep_prefix=False)
         if self._line_open:
             self.write("\n")

@@ -72,6 +72,20 @@ def test_bot_prefix_appears_only_before_text() -> None:
     assert out.getvalue() == "  -> lookupWeather({})\nbot> Rainy.\n"
 
 
+def test_blank_lines_around_an_answer_are_not_shown() -> None:
+    out = io.StringIO()
+    screen = Screen(out, io.StringIO())
+    for piece in ("\n", "Let me check.", "\n\n", " "):
+        screen.text(piece)
+    screen.line("  -> lookupWeather({})")
+    for piece in ("It is", " ", "rainy.\n\nBring", " an umbrella.", "\n"):
+        screen.text(piece)
+    screen.end_turn()
+    assert out.getvalue() == (
+        "bot> Let me check.\n  -> lookupWeather({})\nbot> It is rainy.\n\nBring an umbrella.\n"
+    )
+
+
 def test_the_thinking_mark_is_erased_on_a_terminal() -> None:
     out = _Terminal()
     screen = Screen(out, io.StringIO())
