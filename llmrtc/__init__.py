@@ -91,7 +91,7 @@ from llmrtc.tools.loader import load_tools_file
 if TYPE_CHECKING:
     from llmrtc.telemetry.otel import OpenTelemetryHooks
 
-__version__ = "0.1.0"
+from llmrtc._version import __version__
 
 install_log_correlation("llmrtc")
 

@@ -377,6 +377,6 @@ def _session_key(session_id: str | None) -> str | None:
 
 
 def _version() -> str:
-    from llmrtc import __version__
+    from llmrtc._version import __version__
 
     return __version__
