@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -11,7 +10,6 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
-from pydantic_core import from_json as _from_json
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.execution._callbacks import (
@@ -50,18 +48,6 @@ __all__ = ["ResultCallback", "ToolExecutor"]
 _EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
 _perf_counter = time.perf_counter
 _monotonic = time.monotonic
-
-
-def _json_parser_is_sound() -> bool:
-    """pydantic-core 2.18 (pydantic 2.7) decodes `\\uXXXX` escapes into broken strings that
-    can crash the interpreter later: use its parser only where it decodes them right."""
-    try:
-        return bool(_from_json('"1:\\u09ea\\u00e9"') == "1:\u09ea\u00e9")
-    except Exception:
-        return False
-
-
-_FAST_JSON = _json_parser_is_sound()
 
 
 class ToolExecutor:
@@ -318,17 +304,10 @@ class ToolExecutor:
             finish(item, "not_found", error=ToolNotFoundError(call.name, message))
             return False
         definition = tool.definition
-        raw = call.arguments
-        if type(raw) is str and _FAST_JSON:
-            # pydantic-core parses the same JSON to the same values ~7x faster than json;
-            # what it refuses (bad JSON, a lone surrogate) goes to prepare_arguments as is,
-            # which parses it again and words the error.
-            with contextlib.suppress(ValueError):
-                raw = _from_json(raw)
         try:
             item.args = prepare_arguments(
                 definition,
-                raw,
+                call.arguments,
                 validate=self.validate_arguments,
                 formats=self.validate_formats,
             )

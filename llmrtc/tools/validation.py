@@ -18,6 +18,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import from_json
 from referencing import Registry
 
 from llmrtc.tools._defaults import DefaultFiller, compile_filler, fill_defaults, schema_defaults
@@ -182,9 +183,16 @@ def parse_arguments(arguments: Mapping[str, Any] | str | None) -> dict[str, Any]
         if not arguments.strip():
             return {}
         try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, or absurd nesting
-            raise ArgumentsError([f"arguments are not valid JSON: {exc}"]) from None
+            # pydantic-core parses JSON to the same values as `json`, about 7x faster; what it
+            # refuses (bad JSON, a lone surrogate) is parsed again by `json`, which words the
+            # error (or accepts the surrogate, as it always did).
+            text = arguments
+            arguments = from_json(text)
+        except ValueError:
+            try:
+                arguments = json.loads(text)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, or absurd nesting
+                raise ArgumentsError([f"arguments are not valid JSON: {exc}"]) from None
     if not isinstance(arguments, Mapping):
         raise ArgumentsError([f"arguments must be a JSON object, got {_json_type(arguments)}"])
     return dict(arguments)
