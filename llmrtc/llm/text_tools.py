@@ -1,15 +1,24 @@
 """Tool calls written as text, for models without native tool calling.
 
 Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, inside
-`<tools>…</tools>`, or in a json code fence. `TextToolCallParser` finds them in streamed text:
+`<tools>…</tools>`, in a json code fence, as `<function=NAME>{args}</function>`, or keyed by the
+tool's name (`{"issue_refund": {args}}`). `TextToolCallParser` finds them in streamed text:
 text around the calls still streams as text; text that may be the start of a call is held back
 until decided (a voice must never speak JSON); only declared tool names are accepted; and a call
 that names a declared tool but does not parse still becomes a `ToolCall` carrying the raw
 string, so the executor answers it with `invalid_arguments` and the model can correct itself.
+
+Tool-protocol markup is never spoken: `<tool_response>…</tool_response>` (a result the model
+imagined) is dropped with what it wraps, and stray closing tags are dropped. A declared tool
+named as code (`` `lookupWeather` ``) is how these models introduce a call ("you can use the
+`lookupWeather` function. Here's how:"): from that mention on, text is held until a call (then
+it is dropped: it only described the call) or the end of the answer (then it is released).
+Normal answers never name a tool as code, so they still stream at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -33,7 +42,20 @@ _WRAPPERS = (
     ("```json", "```", False),
     ("```", "```", False),
 )
-_TAGS = {opening: closing for opening, closing, _ in _WRAPPERS}
+# `<function=NAME>{args}</function>` (Llama 3.x style): the name is in the tag.
+_FUNCTION_TAG = "<function="
+_FUNCTION_CLOSE = "</function>"
+# A result the model imagined: never spoken and never a call (acting on it could repeat a
+# side effect such as a refund), whatever it wraps.
+_RESPONSE_TAG, _RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+# Closing tags without their opening: markup, never spoken.
+_STRAY_CLOSINGS = ("</tool_call>", "</tools>", _RESPONSE_CLOSE, _FUNCTION_CLOSE)
+_TAGS = (
+    *(opening for opening, _, _ in _WRAPPERS),
+    _FUNCTION_TAG,
+    _RESPONSE_TAG,
+    *_STRAY_CLOSINGS,
+)
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
@@ -132,7 +154,22 @@ class TextToolCallParser:
         self.tool_names = frozenset(tool_names)
         self._buffer = ""
         self.dropped: list[str] = []
-        """Call-like text that named no declared tool and was not spoken (for diagnostics)."""
+        """Text that was not spoken: call-like text naming no declared tool, imagined tool
+        results, and the talk that introduced a call (for diagnostics)."""
+        # Talk about a tool, held since a declared name appeared as code: dropped if a call
+        # follows, released at the end otherwise. None: not holding.
+        self._talk: str | None = None
+        # "`name`" and "`name(": a declared tool written as code.
+        self._mentions = tuple(
+            f"`{name}{end}" for name in sorted(self.tool_names) for end in ("`", "(")
+        )
+        self._keyed = (
+            re.compile(
+                r'\{\s*"(' + "|".join(map(re.escape, sorted(self.tool_names))) + r')"\s*:\s*\{'
+            )
+            if self.tool_names
+            else None
+        )
 
     def feed(self, delta: str) -> list[ParsedEvent]:
         """Add streamed text; returns what is decided so far."""
@@ -141,7 +178,11 @@ class TextToolCallParser:
 
     def finish(self) -> list[ParsedEvent]:
         """The stream ended: decide everything still held back."""
-        return self._drain(final=True)
+        events = self._drain(final=True)
+        if self._talk:  # no call followed: it was an answer that named a tool
+            events.append(LLMTextDelta(self._talk))
+        self._talk = None
+        return events
 
     def _drain(self, *, final: bool) -> list[ParsedEvent]:
         events: list[ParsedEvent] = []
@@ -165,10 +206,14 @@ class TextToolCallParser:
         start = self._candidate_start()
         text = self._buffer if start is None else self._buffer[:start]
         self._buffer = ""
+        if self._talk is not None:  # it may have introduced a call: never spoken
+            self.dropped.append(self._talk + text)
+            self._talk = None
+            return []
         return [LLMTextDelta(text)] if text else []
 
     def _candidate_start(self) -> int | None:
-        positions = [self._buffer.find(tag) for tag in _TAGS]
+        positions = [self._buffer.find(tag) for tag in (*_TAGS, *self._mentions)]
         for opener in "{[":
             at = self._buffer.find(opener)
             while at >= 0 and not _may_open_json(self._buffer, at):
@@ -178,15 +223,31 @@ class TextToolCallParser:
         return min(found) if found else None
 
     def _partial_tag_suffix(self) -> int:
-        """Length of a buffer suffix that could still grow into an opening tag."""
-        for length in range(min(len(self._buffer), 10), 0, -1):
+        """Length of a buffer suffix that could still grow into a tag or a tool mention."""
+        tags = (*_TAGS, *self._mentions)
+        for length in range(min(len(self._buffer), max(map(len, tags))), 0, -1):
             suffix = self._buffer[-length:]
-            if any(tag.startswith(suffix) for tag in _TAGS):
+            if any(tag.startswith(suffix) for tag in tags):
                 return length
         return 0
 
     def _consume_candidate(self, events: list[ParsedEvent], *, final: bool) -> bool:
         buffer = self._buffer
+        for closing in _STRAY_CLOSINGS:
+            if buffer.startswith(closing):
+                self._buffer = buffer[len(closing) :]
+                return True
+        if buffer.startswith(_RESPONSE_TAG):
+            return self._consume_response(final=final)
+        if buffer.startswith(_FUNCTION_TAG):
+            return self._consume_function(events, final=final)
+        mention = next((m for m in self._mentions if buffer.startswith(m)), None)
+        if mention is not None:
+            if self._talk is None:
+                self._talk = ""
+            self._emit_text(events, mention)  # held with the talk
+            self._buffer = buffer[len(mention) :]
+            return True
         for opening, closing, explicit in _WRAPPERS:
             if buffer.startswith(opening):
                 end = buffer.find(closing, len(opening))
@@ -209,7 +270,8 @@ class TextToolCallParser:
                 return False
             # Never closed. A call cut short (it names a tool) is a call or is dropped; any
             # other brace was text.
-            if _NAME.search(buffer) and _ARGUMENTS.search(buffer):
+            keyed = self._keyed is not None and self._keyed.match(buffer) is not None
+            if keyed or (_NAME.search(buffer) and _ARGUMENTS.search(buffer)):
                 self._emit_calls(events, buffer, explicit=True)
             else:
                 self._emit_text(events, buffer)
@@ -220,6 +282,54 @@ class TextToolCallParser:
             self._emit_text(events, chunk)  # JSON that is not a call is just text
         self._buffer = buffer[json_end:]
         return True
+
+    def _consume_response(self, *, final: bool) -> bool:
+        """`<tool_response>…</tool_response>`: dropped whole, even unclosed at the end."""
+        end = self._buffer.find(_RESPONSE_CLOSE)
+        if end < 0 and not final:
+            return False
+        cut = len(self._buffer) if end < 0 else end + len(_RESPONSE_CLOSE)
+        self._drop(self._buffer[:cut], "an imagined tool result")
+        self._buffer = self._buffer[cut:]
+        return True
+
+    def _consume_function(self, events: list[ParsedEvent], *, final: bool) -> bool:
+        """`<function=NAME>{args}</function>`: a call to NAME (dropped if not declared)."""
+        buffer = self._buffer
+        name_end = buffer.find(">", len(_FUNCTION_TAG))
+        end = buffer.find(_FUNCTION_CLOSE, max(name_end, 0))
+        if (name_end < 0 or end < 0) and not final:
+            return False
+        cut = len(buffer) if end < 0 else end + len(_FUNCTION_CLOSE)
+        name = buffer[len(_FUNCTION_TAG) : name_end].strip() if name_end >= 0 else ""
+        raw = (
+            buffer[name_end + 1 : end if end >= 0 else len(buffer)].strip() if name_end >= 0 else ""
+        )
+        self._buffer = buffer[cut:]
+        if name not in self.tool_names:
+            self._drop(buffer[:cut], "a tool call naming no declared tool")
+            return True
+        arguments: Any = raw  # kept raw if it does not parse: the executor answers it
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(raw) if raw else {}
+        if not isinstance(arguments, dict | str):
+            arguments = json.dumps(arguments)
+        self._call_found()
+        events.append(LLMToolCall(ToolCall(new_call_id(), name, arguments)))
+        return True
+
+    def _drop(self, text: str, what: str) -> None:
+        self.dropped.append(text)
+        # Debug only, and the content only there: it is the model's own (possibly sensitive)
+        # text, and a warning would land in a chat between turns.
+        logger.debug("dropped %s: %.200s", what, text)
+
+    def _call_found(self) -> None:
+        """A call (or call-shaped text) came: talk held since a tool mention introduced it."""
+        if self._talk is not None:
+            if self._talk:
+                self.dropped.append(self._talk)
+            self._talk = None
 
     @staticmethod
     def _looks_like_calls(text: str) -> bool:
@@ -233,7 +343,9 @@ class TextToolCallParser:
         return bool(items) and all(_call_shaped(item) for item in items)
 
     def _emit_text(self, events: list[ParsedEvent], text: str) -> None:
-        if text:
+        if text and self._talk is not None:
+            self._talk += text
+        elif text:
             if events and isinstance(events[-1], LLMTextDelta):
                 events[-1] = LLMTextDelta(events[-1].text + text)
             else:
@@ -244,12 +356,11 @@ class TextToolCallParser:
         calls = self._calls_in(text.strip())
         if calls is None:
             if explicit:  # call-shaped but naming no declared tool: never speak it
-                self.dropped.append(text)
-                # Debug only, and the content only there: it is the model's own (possibly
-                # sensitive) text, and a warning would land in a chat between turns.
-                logger.debug("dropped a tool call naming no declared tool: %.200s", text)
+                self._call_found()
+                self._drop(text, "a tool call naming no declared tool")
                 return True
             return False
+        self._call_found()
         for call in calls:
             events.append(LLMToolCall(call))
         return True
@@ -282,6 +393,12 @@ class TextToolCallParser:
 
     def _call_from(self, item: Any) -> ToolCall | None:
         if isinstance(item, str):  # a call that did not parse
+            keyed = self._keyed.match(item) if self._keyed is not None else None
+            if keyed is not None:  # {"name": {args... cut short
+                raw = item[keyed.end() - 1 :].rstrip()
+                if raw.endswith("}") and raw.count("}") > raw.count("{"):
+                    raw = raw[:-1]
+                return ToolCall(new_call_id(), keyed.group(1), raw)
             match = _NAME.search(item)
             if match is None or match.group(1) not in self.tool_names:
                 return None
@@ -296,6 +413,10 @@ class TextToolCallParser:
             return None
         if isinstance(item.get("function"), dict):  # {"function": {"name", "arguments"}}
             item = item["function"]
+        if len(item) == 1:  # {"issue_refund": {args}}: keyed by a declared tool's name
+            ((key, value),) = item.items()
+            if key in self.tool_names and isinstance(value, dict):
+                return ToolCall(new_call_id(), key, value)
         name = item.get("name")
         if name not in self.tool_names:
             return None

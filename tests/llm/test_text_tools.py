@@ -76,6 +76,38 @@ CASES = [
     ),
     ("Code:\n```python\nprint({1: 2})\n```", "Code:\n```python\nprint({1: 2})\n```", []),
     ("An unclosed { brace", "An unclosed { brace", []),
+    # Keyed by a declared tool's name: a call to it; by any other key: ordinary JSON.
+    ('{"book": {"n": 2}}', "", [("book", {"n": 2})]),
+    ('Ok. {"book": {"n": 1}', "Ok. ", [("book", '{"n": 1}')]),  # never closed
+    ('Data: {"invented": {"a": 1}}', 'Data: {"invented": {"a": 1}}', []),
+    # An imagined tool result is never spoken and never a call, whatever it wraps.
+    ('<tool_response>{"book": {"n": 1}}</tool_response> Done.', " Done.", []),
+    ('Refunded. <tool_response>{"status": "ok"}</tool_response>', "Refunded. ", []),
+    ("Hi <tool_response>it worked", "Hi ", []),  # unclosed at the end
+    # Llama-style tags, and closing tags without an opening.
+    (
+        '<function=lookupWeather>{"city": "Oslo"}</function>',
+        "",
+        [("lookupWeather", {"city": "Oslo"})],
+    ),
+    ('<function=invented>{"x": 1}</function>Hi', "Hi", []),
+    ('{"name": "book", "arguments": {}}</tool_call>\n', "\n", [("book", {})]),
+    ("Done.</tool_response>", "Done.", []),
+    # Talk introducing a call (the tool named as code) is dropped with the call.
+    (
+        "To check, you can use the `lookupWeather` function. Here's how you can call it:\n\n"
+        '```json\n{\n  "name": "lookupWeather",\n  "arguments": {"city": "Oslo"}\n}\n```',
+        "To check, you can use the ",
+        [("lookupWeather", {"city": "Oslo"})],
+    ),
+    (
+        'Call `book()` like this: {"name": "invented", "arguments": {}} ok',
+        "Call  ok",
+        [],
+    ),
+    # A tool named as code with no call after it: an answer, released at the end.
+    ("The `book` tool is not needed here.", "The `book` tool is not needed here.", []),
+    ("Use `grep` or a `book`.", "Use `grep` or a `book`.", []),
 ]
 
 
@@ -162,3 +194,34 @@ def test_a_fenced_call_to_an_undeclared_tool_is_dropped_quietly(
     assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["Sure.\n"]
     assert parser.dropped
     assert all(r.levelno <= logging.DEBUG for r in caplog.records)  # never in a chat
+
+
+def test_the_refund_the_model_printed_as_a_result_is_neither_run_nor_spoken() -> None:
+    # Seen in the support playbook's billing stage: a call-shaped result in a result tag.
+    text = '<tool_response>{"issue_refund": {"order_id": "A-17", "amount": 20}}</tool_response>'
+    for step in (None, 1, 5):
+        parser = TextToolCallParser({"issue_refund", "lookup_order"})
+        pieces = [text] if step is None else [text[i : i + step] for i in range(0, len(text), step)]
+        events = [event for piece in pieces for event in parser.feed(piece)] + parser.finish()
+        assert events == []
+        assert parser.dropped == [text]
+
+
+def test_text_after_a_tool_named_as_code_waits_and_nothing_else_does() -> None:
+    parser = TextToolCallParser(NAMES)
+    assert texts(parser.feed("Sure, it is sunny. `")) == "Sure, it is sunny. "  # may be a mention
+    assert texts(parser.feed("ls` lists files. You can use the `look")) == (
+        "`ls` lists files. You can use the "
+    )
+    assert parser.feed("upWeather` tool. Here:") == []  # held: it may introduce a call
+    events = parser.feed('{"name": "lookupWeather", "arguments": {"city": "Oslo"}} Then')
+    assert calls(events) == [("lookupWeather", {"city": "Oslo"})] and texts(events) == " Then"
+    assert parser.dropped == ["`lookupWeather` tool. Here:"]
+    assert parser.finish() == []
+
+
+def test_an_abort_never_releases_talk_that_may_introduce_a_call() -> None:
+    parser = TextToolCallParser(NAMES)
+    assert texts(parser.feed("One moment. I will use `book` to ")) == "One moment. I will use "
+    assert parser.discard_undecided() == []
+    assert parser.dropped == ["`book` to "]
