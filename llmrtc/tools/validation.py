@@ -8,6 +8,7 @@ words the errors when a call fails.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,9 +24,12 @@ from referencing import Registry
 
 from llmrtc.tools._defaults import DefaultFiller, compile_filler, fill_defaults, schema_defaults
 from llmrtc.tools._errors import error_texts, format_path, rs_error_texts, wording_validator
+from llmrtc.tools.errors import ToolError
 
 if TYPE_CHECKING:
     from llmrtc.tools.definition import ToolDefinition
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ArgumentsError",
@@ -261,8 +265,22 @@ def prepare_arguments(
                 for err in exc.errors(include_url=False)
             ]
         ) from None
-    except Exception as exc:  # a user validator that raised something else: still bad input
-        raise ArgumentsError([f"{type(exc).__name__}: {exc}"]) from exc
+    except ToolError as exc:  # a validator's message meant for the model
+        raise ArgumentsError([str(exc)]) from exc
+    except Exception as exc:
+        # A validator that raised something pydantic does not wrap (a lookup that failed, a
+        # bug): its text may hold internals (a connection string), and a voice agent speaks
+        # what the model is told. The detail goes to the log only.
+        logger.warning(
+            "a validator of tool %r raised %s; the model was told the arguments could not "
+            "be checked",
+            definition.name,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        raise ArgumentsError(
+            ["the arguments could not be checked because of an internal error"]
+        ) from exc
 
 
 def validate_tool_arguments(

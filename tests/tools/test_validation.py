@@ -236,3 +236,31 @@ def test_a_branch_failing_only_on_format_is_reported_inside_the_any_of() -> None
 def test_values_json_cannot_hold_are_reported_not_raised() -> None:
     result = validate_tool_arguments(CITY, {"city": "Oslo", "day": {1, 2}})
     assert result.errors == ["arguments must hold only JSON values: Unsupported type: 'set'"]
+
+
+def test_a_validator_that_crashes_tells_the_model_nothing_internal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pydantic import BaseModel, field_validator
+
+    from llmrtc import ToolError
+
+    class Order(BaseModel):
+        order_id: str
+
+        @field_validator("order_id")
+        @classmethod
+        def exists(cls, value: str) -> str:
+            if value == "bad":
+                raise ToolError("There is no order bad; ask the caller to read the number again.")
+            raise ConnectionError("could not connect to postgres://admin:hunter2@db:5432/orders")
+
+    definition = ToolDefinition(name="lookup_order", description="Find an order.", parameters=Order)
+    with caplog.at_level("WARNING", logger="llmrtc.tools.validation"):
+        crashed = validate_tool_arguments(definition, '{"order_id": "A-1"}')
+    assert not crashed.valid
+    assert crashed.errors == ["the arguments could not be checked because of an internal error"]
+    assert "hunter2" not in " ".join(crashed.errors)
+    assert "ConnectionError" in caplog.text  # the detail goes to the log
+    refused = validate_tool_arguments(definition, '{"order_id": "bad"}')
+    assert refused.errors == ["There is no order bad; ask the caller to read the number again."]
