@@ -177,15 +177,22 @@ class TurnRunner:
         self._settings = settings
         self._view = view
 
-    def _view_for(self, settings: TurnSettings) -> ToolRegistry:
-        """The one set of tools these settings offer, and the only ones a batch may run."""
+    def _view_for(self, settings: TurnSettings, *, strict: bool = True) -> ToolRegistry:
+        """The one set of tools these settings offer, and the only ones a batch may run.
+
+        `strict`: a name the registry lacks is a `ValueError` (when settings are assigned);
+        otherwise (at the start of a turn, in a live session) it is left out and logged.
+        """
         registry = self.executor.registry
         names = registry.names() if settings.tools is None else settings.tools
         unknown = [name for name in names if not registry.has(name)]
         if unknown:
-            raise ValueError(
-                f"unknown tools {unknown}; the executor's registry has {registry.names()}"
-            )
+            if strict:
+                raise ValueError(
+                    f"unknown tools {unknown}; the executor's registry has {registry.names()}"
+                )
+            logger.warning("tools %s left the registry: no longer offered", unknown)
+            names = [name for name in names if name not in unknown]
         scope = f"stage {self.stage_id!r}" if self.stage_id is not None else None
         return registry.scoped(names, extra_tools=settings.extra_tools, scope=scope)
 
@@ -279,9 +286,9 @@ class TurnRunner:
         A model failure (`LLMError`) does not raise: see the class docstring. Anything else
         raised (a bug, a callback's error) propagates, after the history was left valid.
         """
-        if self._settings.tools is None:
-            # "Every registered tool" means the ones registered now, not at construction.
-            self._view = self._view_for(self._settings)
+        # The view follows the registry as it is now: "every registered tool" means the ones
+        # registered now, and a named tool unregistered since is no longer offered or run.
+        self._view = self._view_for(self._settings, strict=False)
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
         turn = TurnState(self.history)

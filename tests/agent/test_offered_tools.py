@@ -103,3 +103,16 @@ async def test_every_registered_tool_means_the_ones_registered_when_the_turn_sta
     events = [e async for e in runner.run_turn("go")]
     assert [t.name for t in llm.requests[0].tools] == ["safe", "danger"]
     assert ran == ["danger"] and results(events)["c1"].status == "ok"
+
+
+async def test_a_named_tool_unregistered_between_turns_is_neither_offered_nor_run() -> None:
+    ran.clear()
+    registry = ToolRegistry([safe, danger])
+    llm = ScriptedLLM(["Hi.", [ToolCall("c1", "danger", {})], "Done."])
+    runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="s", tools=["safe", "danger"])
+    assert [e async for e in runner.run_turn("hello")]
+    registry.unregister("danger")  # e.g. a permission switched off mid-session
+    events = [e async for e in runner.run_turn("go")]
+    assert [t.name for t in llm.requests[1].tools] == ["safe"]
+    assert ran == []
+    assert results(events)["c1"].status == "not_found"
