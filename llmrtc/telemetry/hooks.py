@@ -8,6 +8,8 @@ How hooks are called (by `emit`, which every layer uses):
 - A sync hook runs inline and must be quick (it runs on the event loop, maybe in the audio path).
 - An async hook is awaited at once (never deferred), shielded from the caller's cancellation and
   bounded by its object's `hook_timeout`: past it the hook is cancelled and a warning is logged.
+  On asyncio a native cancellation of the caller's task (`asyncio.timeout`, `Task.cancel()`)
+  cannot be shielded: it cuts the hook short and propagates, as it would anywhere else.
 - A hook that raises is logged with its name and never changes what the library does.
 
 `Hooks.tool_call_context` is not an event but a context each hook may wrap around a tool's
@@ -17,6 +19,7 @@ Floor 0: this module imports nothing of ours but the events.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Iterable, Sequence
@@ -262,7 +265,10 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
         event: The event object.
         shield: Protect async hooks from the caller's cancellation (an abort must not cut short
             the hooks that report it). Hooks that announce work about to start pass False, so
-            an abort arriving meanwhile is not delayed by them.
+            an abort arriving meanwhile is not delayed by them. A native asyncio cancellation
+            of the caller (`asyncio.timeout`) cannot be held off and propagates either way;
+            with a shield, a cancellation the hook raised of its own making is logged and
+            ignored.
     """
     for hook in hooks:
         try:
@@ -270,25 +276,49 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
             if outcome is None:  # a sync hook (the common case): nothing to await
                 continue
             if inspect.isawaitable(outcome):
-                # Bounded so a slow hook cannot stall a turn or the audio path.
-                with anyio.CancelScope(shield=shield):
-                    with anyio.move_on_after(hook.hook_timeout) as scope:
-                        await outcome
-                if scope.cancelled_caught:
-                    logger.warning(
-                        "hook %s.%s took longer than %.3g s and was cancelled",
-                        type(hook).__name__,
-                        name,
-                        hook.hook_timeout,
-                    )
+                await _await_hook(hook, name, outcome, shield=shield)
         except Exception:
             logger.exception("hook %s.%s raised; ignored", type(hook).__name__, name)
-        except anyio.get_cancelled_exc_class():
-            if not shield:
-                raise  # the caller is being cancelled: let it
-            # Inside a shield only the hook itself can have raised this (it awaited something
-            # cancelled elsewhere): it must not cancel the library's work.
-            logger.warning("hook %s.%s raised a cancellation; ignored", type(hook).__name__, name)
+
+
+async def _await_hook(hook: Hooks, name: str, outcome: Awaitable[object], *, shield: bool) -> None:
+    """Await an async hook's `outcome`, bounded by its `hook_timeout`; see `emit`."""
+    # On asyncio anyio's shield holds off anyio's own cancel scopes but not a native
+    # `Task.cancel()` (`asyncio.timeout`, a `TaskGroup` failing, a cancelled task): those reach
+    # the hook anyway. The task's count of pending cancellation requests tells them apart from
+    # a cancellation the hook made itself, which anyio balances out or never counted.
+    task = _current_asyncio_task()
+    requests = task.cancelling() if task is not None else 0
+    try:
+        # Bounded so a slow hook cannot stall a turn or the audio path.
+        with anyio.CancelScope(shield=shield):
+            with anyio.move_on_after(hook.hook_timeout) as scope:
+                await outcome
+    except anyio.get_cancelled_exc_class():
+        if not shield or (task is not None and task.cancelling() > requests):
+            raise  # the caller is being cancelled: let it
+        # Otherwise only the hook itself can have raised this (it awaited something cancelled
+        # elsewhere): it must not cancel the library's work.
+        logger.warning("hook %s.%s raised a cancellation; ignored", type(hook).__name__, name)
+        return
+    if task is not None and task.cancelling() > requests:
+        # The hook caught and dropped the caller's cancellation: it must not be lost.
+        raise asyncio.CancelledError(f"cancelled while hook {type(hook).__name__}.{name} ran")
+    if scope.cancelled_caught:
+        logger.warning(
+            "hook %s.%s took longer than %.3g s and was cancelled",
+            type(hook).__name__,
+            name,
+            hook.hook_timeout,
+        )
+
+
+def _current_asyncio_task() -> asyncio.Task[Any] | None:
+    """The running asyncio task, or None on another event loop (trio)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no asyncio loop running in this thread
+        return None
 
 
 def combined_tool_call_context(
