@@ -33,7 +33,14 @@ from llmrtc.execution import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from llmrtc.llm import LLMError, LLMProvider, ModelSettings, OpenAIProvider
+from llmrtc.llm import (
+    CompatProfile,
+    LLMError,
+    LLMProvider,
+    ModelSettings,
+    OpenAIProvider,
+    RetryPolicy,
+)
 from llmrtc.llm.default import open_default_provider
 from llmrtc.playbook import (
     Playbook,
@@ -79,6 +86,7 @@ from llmrtc.tools import (
     ToolCallStatus,
     ToolContext,
     ToolDefinition,
+    ToolDefinitionWarning,
     ToolError,
     ToolRegistry,
     ValidationResult,
@@ -124,6 +132,8 @@ __all__ = [
     "LLMError",
     "LLMFirstTokenEvent",
     "LLMProvider",
+    "RetryPolicy",
+    "CompatProfile",
     "LLMStartEvent",
     "ModelSettings",
     "OpenAIProvider",
@@ -152,6 +162,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolContext",
     "ToolDefinition",
+    "ToolDefinitionWarning",
     "ToolEndEvent",
     "ToolError",
     "ToolErrorEvent",
@@ -172,6 +183,7 @@ __all__ = [
     "TurnStartEvent",
     "ValidationResult",
     "__version__",
+    "install_log_correlation",
     "define_tool",
     "load_playbook",
     "load_playbook_tools",

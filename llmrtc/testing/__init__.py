@@ -13,7 +13,12 @@ from llmrtc.testing.openai_server import (
     tool_call_reply,
 )
 from llmrtc.testing.recording import RecordingHooks
-from llmrtc.testing.scripted import ScriptedLLM, ScriptedResponse, ScriptExhaustedError
+from llmrtc.testing.scripted import (
+    ScriptedLLM,
+    ScriptedResponse,
+    ScriptExhaustedError,
+    check_chat_messages,
+)
 from llmrtc.testing.telemetry import InMemoryTelemetry
 
 __all__ = [
@@ -27,6 +32,7 @@ __all__ = [
     "ScriptedResponse",
     "StreamReply",
     "abort_after",
+    "check_chat_messages",
     "chunk",
     "text_reply",
     "tool_call_reply",

@@ -5,7 +5,14 @@ from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
-from llmrtc.tools.tool import FunctionTool, Tool, ToolHandler, define_tool, tool
+from llmrtc.tools.tool import (
+    FunctionTool,
+    Tool,
+    ToolDefinitionWarning,
+    ToolHandler,
+    define_tool,
+    tool,
+)
 from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
 
 __all__ = [
@@ -18,6 +25,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolContext",
     "ToolDefinition",
+    "ToolDefinitionWarning",
     "ToolError",
     "ToolHandler",
     "ToolRegistry",

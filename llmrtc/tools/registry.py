@@ -146,9 +146,11 @@ class ToolRegistry:
         message = f"unknown tool {name!r}"
         if close:
             message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        else:
+            message += "."
         if available:
             return message + " Available tools: " + ", ".join(available) + "."
-        return message + " (no tools are registered)."
+        return message + " No tools are registered."
 
     def _known_outside(self, name: str) -> bool:
         """Whether a registry this view was cut from (at any depth) has `name`."""

@@ -66,6 +66,31 @@ def test_validate_reports_errors_with_path_and_line(
     assert "'elsewhere'" in err
 
 
+def test_validate_reports_errors_and_warnings_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        "id: broken\n"
+        "initial_stage: start\n"
+        "stages:\n"
+        "  - {id: start}\n"
+        "  - {id: orphan}\n"
+        "  - {id: deadend}\n"
+        "transitions:\n"
+        "  - {id: t1, from_stage: start, condition: {type: keyword, keywords: [a]},"
+        " action: {target_stage: missing}}\n"
+        "  - {id: t2, from_stage: start, condition: {type: keyword, keywords: [b]},"
+        " action: {target_stage: deadend}}\n"
+    )
+    assert main(["validate", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert "targets unknown stage 'missing'" in err
+    assert "stage 'orphan' cannot be reached" in err  # not only on a second run
+    assert "stage 'deadend' is not terminal but has no way out" in err
+    assert "1 errors, 3 warnings" in err
+
+
 def test_validate_prints_warnings_but_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
