@@ -4,6 +4,7 @@ in finish order)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -87,22 +88,25 @@ async def run_group(batch: Batch, items: list[CallState], run_call: RunCall) -> 
         return
     # asyncio: bare tasks cost a fifth of task-group tasks. Each call still runs inside its
     # own anyio cancel scope (see `ToolExecutor._run_call`), so timeouts, aborts and the
-    # caller's cancellation reach it as anyio cancellations that respect its shields.
-    # Without reporting, nobody waits on the caller's task while the calls run, so the first
-    # call runs in it (one task fewer), as a lone call does.
-    first = 0 if batch.reporting else 1
-    tasks = [loop.create_task(run_call(batch, item, finished)) for item in items[first:]]
+    # caller's cancellation reach it as anyio cancellations that respect its shields. Every
+    # call gets a task (none runs in the caller's), so an abort or a cancellation of the
+    # caller reaches the caller at once, and it cancels every call's scope together.
+    tasks = [loop.create_task(run_call(batch, item, finished)) for item in items]
     try:
-        if first:
-            remaining -= 1  # counted now: if it raises, it is over too
-            await run_call(batch, items[0], None)
         await take_finished()
     except BaseException:
         for item in items:
             if item.scope is not None:
                 item.scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await finished.wait(remaining)
+        # Wait until every call has ended, as an anyio task group does: a further native
+        # `task.cancel()` pierces the shield, so it is caught and the wait goes on; the
+        # first cancellation propagates once no call's task is left running.
+        while len(finished.items) < remaining:
+            try:
+                with anyio.CancelScope(shield=True):
+                    await finished.wait(remaining)
+            except asyncio.CancelledError:
+                continue
         raise
     for task in tasks:  # a call's task never raises, unless the executor itself is misused
         error = None if task.cancelled() else task.exception()

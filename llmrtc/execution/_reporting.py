@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from llmrtc.execution.errors import ToolExecutionError
 from llmrtc.telemetry.correlation import current_call_id
 from llmrtc.telemetry.hooks import (
     Hooks,
@@ -44,18 +43,21 @@ class Dispatch:
         self.active = bool(self.wants_start_event or self.end or self.error)
 
 
-def message_for_model(call: ToolCall, error: BaseException) -> str:
+def message_for_model(call: ToolCall, error: BaseException, *, raised: bool) -> str:
     """What the model is told about a failure.
 
-    A `ToolError`'s own words; the executor's status texts (timeout, not found, …); for any
-    other exception a short generic sentence, since a voice agent may speak it and exception
-    text can hold secrets. The full exception is logged here (WARNING with its traceback) and
-    goes to hooks as `ToolEndEvent.exception`.
+    The executor's own status texts (timeout, not found, …) for the errors it created itself
+    (`raised` False); for what a handler raised (`raised` True), a `ToolError`'s own words, and
+    for anything else a short generic sentence, since a voice agent may speak it and exception
+    text can hold secrets. That includes the executor's own error classes raised by a handler
+    (e.g. a nested lookup's `ToolNotFoundError`): its text was never meant for the model. The
+    full exception is logged here (WARNING with its traceback) and goes to hooks as
+    `ToolEndEvent.exception`.
     """
+    if not raised:
+        return str(error)
     if isinstance(error, ToolError):
         logger.debug("tool %r (call %s) reported: %s", call.name, call.call_id, error)
-        return str(error)
-    if isinstance(error, ToolExecutionError):
         return str(error)
     logger.warning(
         "tool %r (call %s) raised %s; the model was told it failed with an internal error",

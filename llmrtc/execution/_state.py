@@ -189,7 +189,7 @@ class Batch:
             if item.result is None:
                 name = item.call.name
                 text = f"tool call {name!r} aborted"
-                if reason is not None:
+                if _speakable(reason):
                     text += f" ({reason})"
                 error = ToolAbortedError(name, text, reason)
                 duration_s = now - item.started if item.started else 0.0
@@ -223,8 +223,24 @@ def finish(
         call.name,
         status,
         value,
-        None if error is None else message_for_model(call, error),
+        # Only a handler's failure has status "error"; every other status's error is ours.
+        None if error is None else message_for_model(call, error, raised=status == "error"),
         duration_s * 1000,
     )
     item.duration_s = duration_s
     item.error = error
+
+
+_SPEAKABLE_REASON_CHARS = 40
+
+
+def _speakable(reason: object) -> bool:
+    """Whether an abort reason may reach the model: a short one-line `str` the application
+    chose as a word for it (`"barge-in"`, `"timeout"`). Anything else (an exception, a long
+    text) may hold addresses or tokens; the model is then told only that the call was aborted
+    (hooks still get the reason in `ToolAbortedError.reason`)."""
+    return (
+        isinstance(reason, str)
+        and 0 < len(reason) <= _SPEAKABLE_REASON_CHARS
+        and reason.isprintable()
+    )

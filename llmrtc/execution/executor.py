@@ -171,10 +171,11 @@ class ToolExecutor:
 
         Parallel calls run concurrently (within `max_concurrency`); a sequential call is a
         barrier: it starts after every earlier call finished, and later calls wait for it.
-        Aborting `abort_signal` cancels running handlers and skips queued ones (`"aborted"`);
-        calls that already finished keep their results. When this returns, every hook for these
-        calls has returned. Cancelling the caller propagates, after the unfinished calls were
-        reported `"aborted"` to the hooks and their signals set.
+        Aborting `abort_signal`, or its deadline (or a parent's) passing, cancels running
+        handlers and skips queued ones (`"aborted"`), all at once; calls that already finished
+        keep their results. When this returns, every hook for these calls has returned and no
+        handler task is left running. Cancelling the caller propagates, after the unfinished
+        calls were reported `"aborted"` to the hooks and their signals set.
 
         Example:
             offered = registry.scoped(["lookup_weather"], scope="stage 'weather'")
@@ -187,7 +188,9 @@ class ToolExecutor:
             session_id: Passed to handlers in `ToolContext.session_id` and to hook events.
             turn_id: Passed to handlers in `ToolContext.turn_id` and to hook events.
             stage_id: The playbook stage, for hook events.
-            abort_signal: Aborts the whole batch (e.g. on barge-in). May be set from any thread.
+            abort_signal: Aborts the whole batch (e.g. on barge-in), also when its deadline
+                passes. May be set from any thread. The model is told the abort reason only
+                when it is a short one-line `str` (e.g. `"barge-in"`), else just "aborted".
             metadata: Read-only values handed to every handler in `ToolContext.metadata`.
             hooks: Extra hooks for this batch only, called after the executor's own (a hook
                 object that already is the executor's is not called twice).
@@ -230,17 +233,17 @@ class ToolExecutor:
             stage_id=stage_id,
             metadata=MappingProxyType(dict(metadata)) if metadata else _EMPTY_METADATA,
         )
+        # Every tool is looked up (in the batch's view) before anything is reported, also for a
+        # batch aborted before it starts: the end events carry each tool's sensitive fields.
+        segments = self._segments(batch)
         try:
             if call_list and not batch.aborted():
                 if abort_signal is None:
-                    await self._run(batch)
+                    await self._run(batch, segments)
                 else:
-                    with anyio.CancelScope() as scope:
-                        unsubscribe = abort_signal.subscribe(scope.cancel)
-                        try:
-                            await self._run(batch)
-                        finally:
-                            unsubscribe()
+                    # Cancelled by an abort, and by the signal's (or a parent's) deadline.
+                    with abort_signal.cancel_scope():
+                        await self._run(batch, segments)
         finally:
             batch.disarm()
             # Whatever has no result now was aborted: by the signal, or by the caller cancelling
@@ -255,9 +258,9 @@ class ToolExecutor:
 
     # Scheduling ----------------------------------------------------------------------------
 
-    async def _run(self, batch: Batch) -> None:
+    async def _run(self, batch: Batch, segments: list[list[CallState]]) -> None:
         reporting = batch.reporting
-        for segment in self._segments(batch):
+        for segment in segments:
             if batch.aborted():
                 return  # aborted from another thread; the cancel is on its way to our loop
             ready: list[CallState] = []

@@ -127,3 +127,24 @@ async def test_listeners_are_let_go_when_the_block_ends() -> None:
     with signal.cancel_scope():
         await signal.sleep(0)
     assert signal._listeners == [] and signal._watchers == []  # nothing kept alive
+
+
+async def test_a_childs_block_lets_go_of_every_signal_up_its_chain() -> None:
+    root = AbortController(deadline=time.monotonic() + 60)
+    child = AbortController(parent=root.signal)
+    with child.signal.cancel_scope() as scope:
+        assert root.signal._listeners != [] and root.signal._watchers != []
+        await anyio.sleep(0)
+    assert not scope.cancelled_caught
+    for signal in (root.signal, child.signal):
+        assert signal._listeners == [] and signal._watchers == []
+
+
+async def test_a_block_entered_after_the_parent_aborted_is_cancelled_at_once() -> None:
+    root = AbortController()
+    root.abort("hang-up")
+    child = AbortController(parent=root.signal)
+    with anyio.fail_after(5), child.signal.cancel_scope() as scope:
+        await anyio.sleep(10)
+    assert scope.cancelled_caught
+    assert root.signal._watchers == [] and child.signal._listeners == []

@@ -1,12 +1,16 @@
-"""Offered == runnable: a batch runs only the tools of the view it is given (issue 8, defect 1)."""
+"""Offered == runnable: a batch runs only the tools of the view it is given (issue 8, defect 1),
+and every call is reported with the view's tool, also when it never ran."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from llmrtc import (
+    AbortController,
+    CompositeHooks,
     ToolCall,
     ToolCallResult,
     ToolContext,
@@ -16,6 +20,7 @@ from llmrtc import (
     define_tool,
 )
 from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.testing import InMemoryTelemetry
 
 pytestmark = pytest.mark.anyio
 
@@ -107,3 +112,45 @@ async def test_extra_tools_of_a_view_run_and_take_their_policy_from_the_view() -
     assert order == ["a", "b", "c"]  # the extra tool's sequential policy was a barrier
     assert [r.call_id for r in ended] == ["a", "b", "c"]
     assert executor.registry.names() == ["step"]  # the executor's registry is untouched
+
+
+CARD = "4111111111111111"
+PAY_SCHEMA = {"type": "object", "properties": {"card": {"type": "string"}, "amount": {}}}
+
+
+@pytest.mark.parametrize("how", ["aborted", "past its deadline"])
+async def test_calls_of_a_batch_aborted_before_it_starts_are_reported_with_their_tool(
+    how: str,
+) -> None:
+    async def pay(args: Any, ctx: ToolContext) -> str:
+        return "paid"
+
+    pay_tool = define_tool(
+        ToolDefinition("pay", "Pay a bill", PAY_SCHEMA, sensitive_fields=["card"]), pay
+    )
+    ends: list[ToolEndEvent] = []
+
+    class Ends(Hooks):
+        def on_tool_end(self, event: ToolEndEvent) -> None:
+            ends.append(event)
+
+    telemetry = InMemoryTelemetry(capture_content=True)
+    executor = ToolExecutor(ToolRegistry(), hooks=CompositeHooks([telemetry.hooks, Ends()]))
+    if how == "aborted":
+        controller = AbortController()
+        controller.abort("barge-in")
+    else:
+        controller = AbortController(deadline=time.monotonic() - 1)
+    arguments = f'{{"card": "{CARD}", "amount": 5}}'
+    [result] = await executor.execute(
+        [ToolCall("c1", "pay", arguments)],
+        abort_signal=controller.signal,
+        tools=ToolRegistry().scoped([], extra_tools=[pay_tool]),  # the view's tool, no other
+    )
+    assert result.status == "aborted"
+    [end] = ends
+    assert (end.tool_description, tuple(end.sensitive_fields)) == ("Pay a bill", ("card",))
+    [span] = telemetry.exporter.get_finished_spans()
+    assert span.attributes is not None
+    recorded = " ".join(str(value) for value in span.attributes.values())
+    assert CARD not in recorded and "***" in recorded

@@ -1,5 +1,7 @@
 """What the caller and the model receive: `on_result` per call, and errors meant for the model
-(`ToolError`) versus internal errors, whose detail goes to hooks and logs only (defect 4)."""
+(`ToolError`) versus internal errors, whose detail goes to hooks and logs only (defect 4):
+also the executor's own error classes when a handler raises them, and abort reasons that are
+not a short word."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ import pytest
 
 from llmrtc import (
     AbortController,
+    InvalidToolArgumentsError,
+    ToolAbortedError,
     ToolCall,
     ToolCallResult,
     ToolContext,
     ToolDefinition,
     ToolExecutor,
+    ToolNotFoundError,
     ToolRegistry,
+    ToolTimeoutError,
     define_tool,
 )
 from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolErrorEvent
@@ -173,17 +179,94 @@ async def test_an_on_result_that_raises_is_logged_and_changes_nothing(caplog: An
 
 
 async def test_json_string_arguments_arrive_exactly_as_the_model_wrote_them() -> None:
-    seen: list[Any] = []
+    seen: dict[str, Any] = {}  # by call id: the two sync handlers run in two worker threads
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "n": {}}}
-    echo = define_tool(ToolDefinition("echo", parameters=schema), lambda a, c: seen.append(a))
+    echo = define_tool(
+        ToolDefinition("echo", parameters=schema), lambda a, c: seen.__setitem__(c.call_id, a)
+    )
     raw = '{"city": "Z\\u00fcrich \\u09ea \\ud83d\\ude00", "n": 123456789012345678901234567890}'
     lone = '{"city": "\\ud800"}'  # a lone surrogate: Python's json takes it
     results = await ToolExecutor(ToolRegistry([echo])).execute(
         [ToolCall("1", "echo", raw), ToolCall("2", "echo", lone), ToolCall("3", "echo", "{")]
     )
     assert [r.status for r in results] == ["ok", "ok", "invalid_arguments"]
-    assert seen == [
-        {"city": "Zürich \u09ea \U0001f600", "n": 123456789012345678901234567890},
-        {"city": "\ud800"},
-    ]
+    assert seen == {
+        "1": {"city": "Zürich \u09ea \U0001f600", "n": 123456789012345678901234567890},
+        "2": {"city": "\ud800"},
+    }
     assert "arguments are not valid JSON" in (results[2].error or "")
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        ToolNotFoundError("db", f"db at {SECRET} is missing"),
+        ToolTimeoutError("db", 3.0),
+        InvalidToolArgumentsError("db", [f"bad dsn {SECRET}"]),
+        ToolAbortedError("db", f"aborted talking to {SECRET}"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+async def test_the_executors_error_classes_raised_by_a_handler_are_internal_errors(
+    raised: Exception,
+) -> None:
+    async def nested(args: Any, ctx: ToolContext) -> None:
+        raise raised  # e.g. a handler that runs a nested lookup of its own
+
+    hooks = Recorder()
+    executor = ToolExecutor(
+        ToolRegistry([define_tool(ToolDefinition("nested"), nested)]), hooks=hooks
+    )
+    result = await executor.execute_single(ToolCall("c", "nested"))
+    assert result.status == "error"
+    assert result.error == "tool 'nested' failed because of an internal error"
+    assert hooks.ends["c"].exception is raised
+
+
+async def test_a_tool_error_that_is_also_an_executor_error_speaks_its_own_words() -> None:
+    class NoSuchTable(ToolError, ToolNotFoundError):
+        pass
+
+    async def book(args: Any, ctx: ToolContext) -> None:
+        raise NoSuchTable("table", "There is no table by the window; offer the terrace.")
+
+    executor = ToolExecutor(ToolRegistry([define_tool(ToolDefinition("book"), book)]))
+    result = await executor.execute_single(ToolCall("c", "book"))
+    assert (result.status, result.error) == (
+        "error",
+        "There is no table by the window; offer the terrace.",
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "told"),
+    [
+        ("barge-in", "tool call 'nap' aborted (barge-in)"),
+        (ConnectionResetError(f"peer 10.1.2.3:443 reset, {SECRET}"), "tool call 'nap' aborted"),
+        ("user hung up; " + SECRET, "tool call 'nap' aborted"),  # too long to be a word
+        ("line\nbreak", "tool call 'nap' aborted"),
+        (None, "tool call 'nap' aborted"),
+    ],
+    ids=["short word", "exception", "long text", "two lines", "none"],
+)
+async def test_the_model_hears_an_abort_reason_only_when_it_is_a_short_word(
+    reason: object, told: str
+) -> None:
+    hooks = Recorder()
+    controller = AbortController()
+    executor = ToolExecutor(registry(), hooks=hooks)
+    async with anyio.create_task_group() as group:
+        group.start_soon(_abort_after, controller, 0.05, reason)
+        [running, sibling] = await executor.execute(
+            [ToolCall("run", "nap", {"s": 10}), ToolCall("q", "nap", {"s": 10})],
+            abort_signal=controller.signal,
+        )
+    assert running.status == sibling.status == "aborted"
+    assert running.error == sibling.error == told
+    error = hooks.errors["run"].error
+    assert isinstance(error, ToolAbortedError) and error.reason is reason  # hooks get it all
+
+
+async def _abort_after(controller: AbortController, delay: float, reason: object) -> None:
+    await anyio.sleep(delay)
+    controller.abort(reason)
