@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from llmrtc.abort import AbortSignal
-from llmrtc.llm._aborting import ABORTED, END, next_or_end, sleep_unless_aborted, until_aborted
+from llmrtc.llm._aborting import abort_scope
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import TruncatedStreamError, connection_errors, describe_failure
 from llmrtc.llm.messages import SystemMessage, ToolMessage
@@ -45,6 +45,9 @@ schemas go into the system prompt and calls are parsed from the answer text (the
 parses a call, so it cannot fail on one). `auto`: native, and calls a model writes as text are
 still recognised (no schemas in the prompt). In `text` and `auto`, call-shaped JSON naming no
 declared tool is dropped, in every request, with or without tools."""
+
+_END: Any = object()
+"""What the stream's iterator gives at its end."""
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": "stop",
@@ -167,10 +170,9 @@ class OpenAIProvider:
                 yield LLMDone("aborted")
                 return
             try:
-                response = await until_aborted(
-                    self.client.chat.completions.create(**params), abort_signal
-                )
-                if response is None:
+                with abort_scope(abort_signal) as scope:
+                    response = await self.client.chat.completions.create(**params)
+                if scope.cancelled_caught:
                     yield LLMDone("aborted")
                     return
                 events = self._events(response, request, abort_signal)
@@ -216,7 +218,9 @@ class OpenAIProvider:
                 delay = self._backoff(attempt, exc)
                 attempt += 1
                 logger.info("transient model error (%s); retry %d in %.2f s", exc, attempt, delay)
-                if not await sleep_unless_aborted(delay, abort_signal):
+                with abort_scope(abort_signal) as scope:
+                    await anyio.sleep(delay)
+                if scope.cancelled_caught:
                     yield LLMDone("aborted")
                     return
 
@@ -336,13 +340,15 @@ class OpenAIProvider:
         iterator = response.__aiter__()
         try:
             while True:
-                chunk = await until_aborted(next_or_end(iterator), abort_signal, default=ABORTED)
-                if chunk is ABORTED:
+                # One scope per chunk: the yields below must stay outside any cancel scope.
+                with abort_scope(abort_signal) as scope:
+                    chunk = await anext(iterator, _END)
+                if scope.cancelled_caught:
                     for event in parser.discard_undecided() if parser else ():
                         yield event  # text before anything call-like; the rest is dropped
                     yield LLMDone("aborted", usage, model)
                     return
-                if chunk is END:
+                if chunk is _END:
                     break
                 model = chunk.model or model
                 if chunk.usage is not None:

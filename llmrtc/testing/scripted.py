@@ -6,9 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
-from llmrtc.abort import AbortSignal
+from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.types import (
@@ -142,12 +140,15 @@ class ScriptedLLM:
         self._next += 1
         if response.error is not None and not (response.text or response.tool_calls):
             raise self._error(response.error)
-        if not await _wait(response.delay, abort_signal):
+        # Without a signal, one that never aborts: every wait is then the same (and even a
+        # zero delay is a checkpoint, as a real stream's network reads are).
+        signal = abort_signal if abort_signal is not None else AbortController().signal
+        if not await signal.sleep(response.delay):
             yield LLMDone("aborted")
             return
         produced = 0
         for index, piece in enumerate(_pieces(response.text or "")):
-            if index and not await _wait(response.chunk_delay, abort_signal):
+            if index and not await signal.sleep(response.chunk_delay):
                 yield LLMDone("aborted", Usage(_count(request), produced))
                 return
             produced += 1
@@ -175,19 +176,3 @@ def _pieces(text: str) -> list[str]:
 
 def _count(request: LLMRequest) -> int:
     return sum(len(getattr(m, "content", "").split()) for m in request.messages)
-
-
-async def _wait(seconds: float, signal: AbortSignal | None) -> bool:
-    """Wait `seconds` (at least a checkpoint); False if `signal` aborted."""
-    if signal is not None and signal.aborted:
-        return False
-    if seconds <= 0:
-        await anyio.lowlevel.checkpoint()
-        return not (signal is not None and signal.aborted)
-    if signal is None:
-        await anyio.sleep(seconds)
-        return True
-    with anyio.move_on_after(seconds):
-        await signal.wait()
-        return False
-    return True

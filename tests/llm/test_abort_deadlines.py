@@ -1,0 +1,174 @@
+"""A deadline on the abort signal (its own or a parent's) stops a model request as an abort does:
+while waiting for the server to answer, mid-stream, and in the retry backoff."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from llmrtc import AbortController, AbortSignal, ToolExecutor, ToolRegistry
+from llmrtc.agent import TurnRunner
+from llmrtc.llm import (
+    LLMDone,
+    LLMRequest,
+    LLMTextDelta,
+    OpenAIProvider,
+    RetryPolicy,
+    SystemMessage,
+    UserMessage,
+)
+from llmrtc.testing import (
+    ErrorReply,
+    ScriptedLLM,
+    ScriptedOpenAIServer,
+    ScriptedResponse,
+    StreamReply,
+    chunk,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])]
+
+SLOW = 3.0
+"""Seconds the server takes per chunk: the whole answer takes many times the test's bound."""
+BOUND = 10.0
+"""What a stopped request may take at most: generous, far below the time it would run."""
+REQUEST = LLMRequest([SystemMessage("Be brief."), UserMessage("Hi.")])
+
+
+def slow_answer(words: int = 5) -> StreamReply:
+    return StreamReply(
+        [*(chunk(content=f"word{i} ") for i in range(words)), chunk(finish_reason="stop")],
+        delay=SLOW,
+    )
+
+
+def provider(base_url: str, **options: Any) -> OpenAIProvider:
+    return OpenAIProvider("m", base_url=base_url, api_key="test", **options)
+
+
+def soon(seconds: float) -> float:
+    """A deadline `seconds` from now."""
+    return time.monotonic() + seconds
+
+
+async def events_of(llm: OpenAIProvider, signal: AbortSignal) -> tuple[list[Any], float]:
+    started = time.monotonic()
+    with anyio.fail_after(BOUND * 2):  # a hang fails the test instead of stalling the suite
+        events = [event async for event in llm.stream(REQUEST, abort_signal=signal)]
+    return events, time.monotonic() - started
+
+
+@asynccontextmanager
+async def silent_server() -> AsyncIterator[tuple[str, list[float]]]:
+    """A server that accepts each connection and never answers: its base URL, and when it
+    accepted each connection."""
+    accepted: list[float] = []
+
+    async def never_answer(stream: SocketStream) -> None:
+        accepted.append(time.monotonic())
+        async with stream:
+            await anyio.sleep_forever()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, never_answer)
+        yield f"http://127.0.0.1:{port}/v1", accepted
+        group.cancel_scope.cancel()
+
+
+async def test_a_deadline_passing_mid_stream_ends_the_answer_as_aborted(
+    anyio_backend: str,
+) -> None:
+    async with ScriptedOpenAIServer([slow_answer()]) as server:
+        llm = provider(server.base_url)  # first: the first import of openai takes a while
+        controller = AbortController(deadline=soon(0.2))
+        events, took = await events_of(llm, controller.signal)
+    assert events == [LLMDone("aborted")]  # nothing arrived before the deadline
+    assert len(server.requests) == 1  # it was under way when the deadline passed
+    assert took < BOUND
+
+
+async def test_a_deadline_passing_before_the_server_answers_ends_the_request(
+    anyio_backend: str,
+) -> None:
+    async with silent_server() as (base_url, accepted):
+        llm = provider(base_url)
+        controller = AbortController(deadline=soon(0.2))
+        events, took = await events_of(llm, controller.signal)
+    assert events == [LLMDone("aborted")]
+    assert len(accepted) == 1 and accepted[0] < controller.deadline  # sent, then timed out
+    assert took < BOUND
+
+
+async def test_a_parents_deadline_stops_the_request_too(anyio_backend: str) -> None:
+    async with ScriptedOpenAIServer([slow_answer()]) as server:
+        llm = provider(server.base_url)
+        turn = AbortController(deadline=soon(0.2))
+        request = AbortController(parent=turn.signal)
+        events, took = await events_of(llm, request.signal)
+    assert events == [LLMDone("aborted")]
+    assert len(server.requests) == 1 and took < BOUND
+
+
+async def test_a_deadline_set_while_streaming_applies_at_once(anyio_backend: str) -> None:
+    async with ScriptedOpenAIServer([slow_answer()]) as server:
+        llm = provider(server.base_url)
+        controller = AbortController()
+        started = time.monotonic()
+        events: list[Any] = []
+        with anyio.fail_after(BOUND * 2):
+            async with anyio.create_task_group() as group:
+
+                async def tighten() -> None:
+                    await anyio.sleep(0.2)
+                    controller.deadline = time.monotonic()  # e.g. the user started speaking
+
+                group.start_soon(tighten)
+                async for event in llm.stream(REQUEST, abort_signal=controller.signal):
+                    events.append(event)
+        took = time.monotonic() - started
+    assert events == [LLMDone("aborted")]
+    assert len(server.requests) == 1 and took < BOUND
+
+
+async def test_a_deadline_ends_the_retry_backoff(anyio_backend: str) -> None:
+    wait_long = ErrorReply(429, headers={"retry-after": str(BOUND * 3)})
+    async with ScriptedOpenAIServer([wait_long]) as server:
+        llm = provider(server.base_url, retry=RetryPolicy(max_retries=1, max_delay=BOUND * 3))
+        controller = AbortController(deadline=soon(0.3))
+        events, took = await events_of(llm, controller.signal)
+    assert events == [LLMDone("aborted")]
+    assert len(server.requests) == 1 and took < BOUND
+
+
+async def test_a_turn_with_a_deadline_stops_its_model_request(anyio_backend: str) -> None:
+    async with ScriptedOpenAIServer([slow_answer()]) as server:
+        runner = TurnRunner(
+            provider(server.base_url), ToolExecutor(ToolRegistry()), system_prompt="Be brief."
+        )
+        controller = AbortController(deadline=soon(0.2))
+        started = time.monotonic()
+        with anyio.fail_after(BOUND * 2):
+            events = [e async for e in runner.run_turn("hi", abort_signal=controller.signal)]
+        took = time.monotonic() - started
+    assert events[-1].stop_reason == "aborted"
+    assert events[-1].text == ""  # not one word: the deadline passed before the first
+    assert len(server.requests) == 1 and took < BOUND
+
+
+async def test_the_scripted_model_follows_a_deadline_between_deltas(anyio_backend: str) -> None:
+    llm = ScriptedLLM([ScriptedResponse(text="one two three", chunk_delay=SLOW)])
+    controller = AbortController(deadline=soon(0.2))
+    started = time.monotonic()
+    with anyio.fail_after(BOUND * 2):
+        events = [e async for e in llm.stream(REQUEST, abort_signal=controller.signal)]
+    assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["one"]
+    assert events[-1].stop_reason == "aborted"
+    assert time.monotonic() - started < BOUND
