@@ -41,6 +41,15 @@ TOOL_HINT: Final = (
 
 Without it the small Qwen models often wrap the call in prose or markdown fences. Its exact
 wording moved tool decisions from 5/12 to 10/12 in measurements: change it only with numbers.
+
+Not added, by measurement (1.5B, temperature 0; 12 shop questions with four tools, 8 needing
+one; six chat questions with the weather tool): this hint gives 11/12 decisions, and on four
+of the six the model names the tool in a lead-in ("you can use the `lookupWeather` function.
+Here's how you can call it:"). Every sentence that stopped the lead-in ("no words before it",
+"never mention a tool or a function to the user") also made it call a tool for every question
+(8/12: "What is 2 plus 2?" became a weather call); milder ones ("Do not explain how to call a
+tool": 10/12, 2 of 6 lead-ins) traded decisions for part of the fix. `TextToolCallParser`
+holds such talk back instead: from a declared tool named as code until the call, then drops it.
 """
 
 PLAIN_ANSWER_HINT: Final = (
