@@ -3,6 +3,7 @@ told about a failure."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -190,6 +191,20 @@ async def report(batch: Batch, item: CallState) -> None:
             )
     finally:
         current_call_id.reset(token)
+
+
+async def report_all(batch: Batch) -> None:
+    """Report every call not reported yet, in request order. A further native cancellation
+    of the caller (asyncio's `Task.cancel()` pierces anyio's shield) cuts short only the hook
+    it lands in: the other calls are still reported, then it propagates."""
+    cancelled: BaseException | None = None
+    for item in batch.calls:
+        try:
+            await report(batch, item)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
 
 
 def _error_type(status: str, error: BaseException | None) -> str | None:

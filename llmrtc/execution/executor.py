@@ -25,6 +25,7 @@ from llmrtc.execution._reporting import (
     enter_call_contexts,
     exit_call_contexts,
     report,
+    report_all,
 )
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._state import Batch, CallState, ResultCallback, finish
@@ -252,8 +253,7 @@ class ToolExecutor:
             if batch.unsettled():
                 with anyio.CancelScope(shield=True):
                     batch.settle()
-                    for item in batch.calls:
-                        await report(batch, item)
+                    await report_all(batch)
         return [item.result for item in batch.calls]  # type: ignore[misc]  # all set above
 
     # Scheduling ----------------------------------------------------------------------------

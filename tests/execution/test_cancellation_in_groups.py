@@ -21,6 +21,7 @@ from llmrtc import (
     ToolRegistry,
     define_tool,
 )
+from llmrtc.telemetry.hooks import Hooks, ToolEndEvent
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -149,6 +150,35 @@ async def test_a_second_native_cancel_still_waits_for_every_call() -> None:
     assert results == ["aborted"] * 2
     assert asyncio.all_tasks() <= tasks_before
     assert executor.in_flight == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # task.cancel() is asyncio's
+async def test_a_cancel_landing_in_a_hook_still_lets_every_call_be_reported() -> None:
+    ended: list[str] = []
+
+    class SlowEnd(Hooks):
+        hook_timeout = 5.0
+
+        async def on_tool_end(self, event: ToolEndEvent) -> None:
+            await anyio.sleep(0.2)  # e.g. an exporter's network write
+            ended.append(event.call_id)
+
+    executor = ToolExecutor(sleeper_registry([]), hooks=SlowEnd())
+    results: list[str] = []
+
+    async def runner() -> None:
+        calls = [ToolCall(f"c{i}", "sleeper") for i in range(3)]
+        await executor.execute(calls, on_result=lambda r: results.append(r.call_id))
+
+    task = asyncio.get_running_loop().create_task(runner())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.sleep(0.1)  # the first call's end hook is running
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert results == ["c0", "c1", "c2"]  # every call got its one result
+    assert ended == ["c1", "c2"]  # only the hook the cancel landed in was cut short
 
 
 def sleeper_registry(ended: list[str]) -> ToolRegistry:
