@@ -91,7 +91,14 @@ async def run_group(batch: Batch, items: list[CallState], run_call: RunCall) -> 
     # caller's cancellation reach it as anyio cancellations that respect its shields. Every
     # call gets a task (none runs in the caller's), so an abort or a cancellation of the
     # caller reaches the caller at once, and it cancels every call's scope together.
-    tasks = [loop.create_task(run_call(batch, item, finished)) for item in items]
+    # Each call is handed back by its task's done callback, not by `run_call` itself: a task
+    # cancelled natively before its first step (say, an app cancelling every task) is closed
+    # without running its body, so only the callback is sure to hand it back, exactly once.
+    tasks = []
+    for item in items:
+        task = loop.create_task(run_call(batch, item, None))
+        task.add_done_callback(lambda _task, item=item: finished.put(item))
+        tasks.append(task)
     try:
         await take_finished()
     except BaseException:

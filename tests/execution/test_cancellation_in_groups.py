@@ -6,6 +6,7 @@ cancels like an abort."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -225,3 +226,38 @@ async def _set_deadline_after(controller: AbortController, delay: float) -> None
 async def _abort_after(controller: AbortController, delay: float) -> None:
     await anyio.sleep(delay)
     controller.abort("barge-in")
+
+
+def test_a_group_whose_unstarted_calls_are_cancelled_natively_still_ends() -> None:
+    # An app shutting down cancels every asyncio task at once, from a handler: the second call's
+    # task is cancelled before its first step, so its body never runs. `execute` must still end.
+    async def quit_app(args: Any, ctx: ToolContext) -> str:
+        for task in asyncio.all_tasks():
+            task.cancel()
+        await asyncio.sleep(0.01)
+        return "bye"
+
+    async def other(args: Any, ctx: ToolContext) -> int:
+        await asyncio.sleep(0.01)
+        return 1
+
+    registry = ToolRegistry(
+        [
+            define_tool(ToolDefinition("quit", execution_policy="parallel"), quit_app),
+            define_tool(ToolDefinition("other", execution_policy="parallel"), other),
+        ]
+    )
+    outcome: list[str] = []
+
+    def run() -> None:
+        calls = [ToolCall("1", "quit"), ToolCall("2", "other")]
+        try:
+            asyncio.run(ToolExecutor(registry).execute(calls))
+            outcome.append("returned")
+        except BaseException as exc:
+            outcome.append(type(exc).__name__)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert outcome == ["CancelledError"], "execute() hung after its tasks were cancelled"
