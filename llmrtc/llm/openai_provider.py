@@ -175,6 +175,12 @@ class OpenAIProvider:
                 if scope.cancelled_caught:
                     yield LLMDone("aborted")
                     return
+                if _aborted(scope, abort_signal):
+                    # Aborted while `create` finished without a checkpoint: the stream is open.
+                    with anyio.CancelScope(shield=True):
+                        await response.close()
+                    yield LLMDone("aborted")
+                    return
                 events = self._events(response, request, abort_signal)
                 async with aclosing(events) as stream:
                     async for event in stream:
@@ -343,7 +349,10 @@ class OpenAIProvider:
                 # One scope per chunk: the yields below must stay outside any cancel scope.
                 with abort_scope(abort_signal) as scope:
                     chunk = await anext(iterator, _END)
-                if scope.cancelled_caught:
+                # A chunk already buffered comes without a checkpoint, so an abort that landed
+                # meanwhile (while the consumer spoke the last delta) cancelled nothing: drop
+                # the chunk all the same, nothing after a barge-in is said.
+                if scope.cancelled_caught or _aborted(scope, abort_signal):
                     for event in parser.discard_undecided() if parser else ():
                         yield event  # text before anything call-like; the rest is dropped
                     yield LLMDone("aborted", usage, model)
@@ -391,3 +400,9 @@ class OpenAIProvider:
         if emitted_calls and stop == "stop":
             stop = "tool_calls"  # servers differ; a response that called tools ended for them
         yield LLMDone(stop, usage, model)
+
+
+def _aborted(scope: anyio.CancelScope, signal: AbortSignal | None) -> bool:
+    """Whether the signal stopped the work of `scope`, also when the awaited call returned
+    without a checkpoint (so the scope's cancellation was never delivered)."""
+    return scope.cancel_called or (signal is not None and signal.aborted)

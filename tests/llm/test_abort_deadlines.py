@@ -1,16 +1,19 @@
 """A deadline on the abort signal (its own or a parent's) stops a model request as an abort does:
-while waiting for the server to answer, mid-stream, and in the retry backoff."""
+while waiting for the server to answer, mid-stream, and in the retry backoff; and an abort that
+lands between chunks already received stops the answer there."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from openai.types.chat import ChatCompletionChunk
 
 from llmrtc import AbortController, AbortSignal, ToolExecutor, ToolRegistry
 from llmrtc.agent import TurnRunner
@@ -172,3 +175,92 @@ async def test_the_scripted_model_follows_a_deadline_between_deltas(anyio_backen
     assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["one"]
     assert events[-1].stop_reason == "aborted"
     assert time.monotonic() - started < BOUND
+
+
+# An abort that lands between chunks, while the next ones are already in memory ------------
+
+
+async def deltas_after_abort_at_the_second(llm: OpenAIProvider) -> list[Any]:
+    """Stream an answer, aborting while the consumer handles its second delta (as a barge-in
+    does while the delta is spoken); what the provider still yields after that."""
+    controller = AbortController()
+    events: list[Any] = []
+    with anyio.fail_after(BOUND * 2):
+        async for event in llm.stream(REQUEST, abort_signal=controller.signal):
+            events.append(event)
+            if len(events) == 2:
+                controller.abort("barge-in")
+    return events[2:]
+
+
+async def test_chunks_already_received_are_not_said_after_an_abort(anyio_backend: str) -> None:
+    # No delay: the server sends the whole answer at once, so the rest sits in the client's
+    # buffer when the abort lands.
+    answer = StreamReply(
+        [*(chunk(content=f"w{i} ") for i in range(50)), chunk(finish_reason="stop")]
+    )
+    async with ScriptedOpenAIServer([answer]) as server:
+        after = await deltas_after_abort_at_the_second(provider(server.base_url))
+    assert [type(e) for e in after] == [LLMDone] and after[0].stop_reason == "aborted"
+
+
+class InMemoryStream:
+    """A response whose chunks are all in memory: `anext` never reaches a checkpoint (as when
+    a fast server's whole answer is in the socket buffer), on any backend."""
+
+    def __init__(self, words: int) -> None:
+        self.words = words
+        self.closed = False
+
+    async def _chunks(self) -> AsyncIterator[ChatCompletionChunk]:
+        for i in range(self.words):
+            yield ChatCompletionChunk.model_validate(chunk(content=f"w{i} "))
+        yield ChatCompletionChunk.model_validate(chunk(finish_reason="stop"))
+
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+        return self._chunks()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class InMemoryClient:
+    """Just enough of `openai.AsyncOpenAI` to hand out one `InMemoryStream`."""
+
+    def __init__(self, response: InMemoryStream) -> None:
+        self.base_url = "http://in-memory/v1/"
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+        self.response = response
+
+    async def create(self, **params: Any) -> InMemoryStream:
+        return self.response
+
+
+async def test_an_abort_between_buffered_chunks_drops_the_rest_and_closes_the_stream(
+    anyio_backend: str,
+) -> None:
+    response = InMemoryStream(words=20)
+    llm = OpenAIProvider("m", client=InMemoryClient(response))  # type: ignore[arg-type]
+    after = await deltas_after_abort_at_the_second(llm)
+    assert [type(e) for e in after] == [LLMDone]  # not one stale delta
+    assert after[0].stop_reason == "aborted"
+    assert response.closed  # the stream was still closed
+
+
+async def test_an_abort_while_the_request_returns_without_a_checkpoint_closes_the_stream(
+    anyio_backend: str,
+) -> None:
+    response = InMemoryStream(words=3)
+    controller = AbortController()
+    client = InMemoryClient(response)
+
+    async def create_and_abort(**params: Any) -> InMemoryStream:
+        controller.abort("barge-in")  # lands while the request is being answered
+        return response
+
+    client.chat.completions.create = create_and_abort
+    llm = OpenAIProvider("m", client=client)  # type: ignore[arg-type]
+    with anyio.fail_after(BOUND * 2):
+        events = [e async for e in llm.stream(REQUEST, abort_signal=controller.signal)]
+    assert events == [LLMDone("aborted")]
+    assert response.closed
