@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -40,6 +41,32 @@ except ImportError:  # anyio no longer needs it; without it, a running asyncio l
 __all__ = ["AbortController", "AbortSignal", "AbortedError"]
 
 _Listener = Callable[[], object]
+
+_log = logging.getLogger(__name__)
+
+
+def _checked_deadline(value: float | None) -> float | None:
+    """`value` as a float deadline; NaN is refused (it compares false with every time, so it
+    would never pass, and anyio refuses it as a scope deadline)."""
+    if value is None:
+        return None
+    deadline = float(value)
+    if math.isnan(deadline):
+        raise ValueError(
+            f"AbortController deadline: got {value!r}; expected a time.monotonic() time "
+            "(a number, inf for never) or None"
+        )
+    return deadline
+
+
+def _fire_all(listeners: list[_LoopListener]) -> None:
+    """Fire every listener; one that raises is logged and never keeps the others (cancel scopes
+    among them) from being told."""
+    for listener in listeners:
+        try:
+            listener.fire()
+        except Exception:
+            _log.exception("abort signal listener %r raised", listener.callback)
 
 
 class AbortedError(Exception):
@@ -113,8 +140,16 @@ class _SignalScope:
 
     def __init__(self, signal: AbortSignal) -> None:
         self._signal = signal
+        self._listener: _LoopListener | None = None
+        self._chain: list[AbortSignal] = []
 
     def __enter__(self) -> anyio.CancelScope:
+        if self._listener is not None:
+            # Its one listener and scope are in use: a second entry would replace them.
+            raise RuntimeError(
+                "this signal.cancel_scope() is already entered; nested or concurrent blocks "
+                "each need their own: call signal.cancel_scope() again"
+            )
         token = _native_token()
         is_asyncio = hasattr(token, "call_soon_threadsafe")
         scope_class = _scope_classes.get(is_asyncio)
@@ -128,17 +163,21 @@ class _SignalScope:
         self._offset = now - time.monotonic()
         listener = self._listener = _LoopListener(self._update, token)
         chain: list[AbortSignal] = []
-        signal: AbortSignal | None = self._signal
-        while signal is not None:
-            with signal._lock:
-                signal._watchers.append(listener)
-                if not signal._aborted:
-                    signal._listeners.append(listener)
-            chain.append(signal)
-            signal = signal._parent
         self._chain = chain
-        self._update()  # an abort or deadline that came first applies at once
-        scope.__enter__()
+        try:
+            signal: AbortSignal | None = self._signal
+            while signal is not None:
+                with signal._lock:
+                    chain.append(signal)
+                    signal._watchers.append(listener)
+                    if not signal._aborted:
+                        signal._listeners.append(listener)
+                signal = signal._parent
+            self._update()  # an abort or deadline that came first applies at once
+            scope.__enter__()
+        except BaseException:
+            self._unregister()
+            raise
         return scope
 
     def __exit__(
@@ -147,13 +186,20 @@ class _SignalScope:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool:
+        self._unregister()
+        return bool(self._scope.__exit__(exc_type, exc, traceback))
+
+    def _unregister(self) -> None:
+        """Remove the listener from every signal it was added to; the object may be re-entered."""
         listener = self._listener
         for signal in self._chain:
             with signal._lock:
-                signal._watchers.remove(listener)
+                if listener in signal._watchers:
+                    signal._watchers.remove(listener)
                 if listener in signal._listeners:
                     signal._listeners.remove(listener)
-        return bool(self._scope.__exit__(exc_type, exc, traceback))
+        self._chain = []
+        self._listener = None
 
     def _update(self) -> None:
         """An abort or a deadline change somewhere in the chain (in the loop's thread)."""
@@ -317,8 +363,7 @@ class AbortSignal:
         if self._watchers:  # only blocks inside cancel_scope()/wait()/sleep() need telling
             with self._lock:
                 watchers = list(self._watchers)
-            for watcher in watchers:
-                watcher.fire()
+            _fire_all(watchers)
 
     def _abort(self, reason: object) -> bool:
         with self._lock:
@@ -327,8 +372,7 @@ class AbortSignal:
             self._aborted = True
             self._reason = reason
             listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            listener.fire()
+        _fire_all(listeners)
         return True
 
     def __repr__(self) -> str:
@@ -361,8 +405,7 @@ class AbortController:
                 with reason `"timeout"` (see `deadline`).
         """
         self.signal = AbortSignal(parent)
-        if deadline is not None:
-            self.signal._deadline = float(deadline)
+        self.signal._deadline = _checked_deadline(deadline)
 
     @property
     def deadline(self) -> float | None:
@@ -377,7 +420,7 @@ class AbortController:
 
     @deadline.setter
     def deadline(self, value: float | None) -> None:
-        self.signal._set_deadline(None if value is None else float(value))
+        self.signal._set_deadline(_checked_deadline(value))
 
     def abort(self, reason: Any = None) -> bool:
         """Abort the signal. Idempotent and thread-safe; returns True only for the first call."""

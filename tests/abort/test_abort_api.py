@@ -148,3 +148,65 @@ async def test_a_block_entered_after_the_parent_aborted_is_cancelled_at_once() -
         await anyio.sleep(10)
     assert scope.cancelled_caught
     assert root.signal._watchers == [] and child.signal._listeners == []
+
+
+async def test_a_listener_that_raises_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    controller = AbortController()
+    told: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("listener bug")
+
+    controller.signal.subscribe(broken)  # registered before the block: fired first
+    controller.signal.subscribe(lambda: told.append("after"))
+    with anyio.fail_after(10):
+        with controller.signal.cancel_scope() as scope:
+            controller.abort("barge-in")  # in the loop thread: listeners run right here
+            await anyio.sleep(5)
+    assert scope.cancelled_caught and told == ["after"]
+    assert any("listener bug" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+async def test_a_listener_that_raises_does_not_stop_a_deadline_change_reaching_a_block() -> None:
+    controller = AbortController()
+    with anyio.fail_after(10):
+        with controller.signal.cancel_scope() as scope:
+            controller.signal._watchers.insert(0, _RaisingListener())  # a watcher that fails
+            controller.deadline = time.monotonic() - 1
+            await anyio.sleep(5)
+    assert scope.cancelled_caught
+
+
+class _RaisingListener:
+    callback = None
+
+    def fire(self) -> None:
+        raise RuntimeError("watcher bug")
+
+
+@pytest.mark.parametrize("where", ["constructor", "setter"])
+async def test_a_nan_deadline_is_refused_and_leaves_nothing_behind(where: str) -> None:
+    controller = AbortController()
+    with pytest.raises(ValueError, match="nan"):
+        if where == "constructor":
+            AbortController(deadline=float("nan"))
+        else:
+            with controller.signal.cancel_scope():
+                controller.deadline = float("nan")
+    assert controller.deadline is None
+    assert controller.signal._listeners == [] and controller.signal._watchers == []
+
+
+async def test_entering_the_same_cancel_scope_object_twice_at_once_is_refused() -> None:
+    controller = AbortController()
+    block = controller.signal.cancel_scope()
+    with block:
+        with pytest.raises(RuntimeError, match="already entered"):
+            with block:
+                pass
+    assert controller.signal._listeners == [] and controller.signal._watchers == []
+    with block:  # one after the other is fine
+        pass
+    assert controller.signal._listeners == [] and controller.signal._watchers == []
