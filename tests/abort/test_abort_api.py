@@ -202,10 +202,8 @@ async def test_a_nan_deadline_is_refused_and_leaves_nothing_behind(where: str) -
 async def test_entering_the_same_cancel_scope_object_twice_at_once_is_refused() -> None:
     controller = AbortController()
     block = controller.signal.cancel_scope()
-    with block:
-        with pytest.raises(RuntimeError, match="already entered"):
-            with block:
-                pass
+    with block, pytest.raises(RuntimeError, match="already entered"), block:
+        pass
     assert controller.signal._listeners == [] and controller.signal._watchers == []
     with block:  # one after the other is fine
         pass
