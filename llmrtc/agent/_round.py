@@ -3,6 +3,7 @@ with its hook events."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -25,6 +26,8 @@ from llmrtc.telemetry.hooks import (
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.registry import ToolRegistry
+
+logger = logging.getLogger(__name__)
 
 
 class TurnState:
@@ -86,21 +89,48 @@ def model_request(
     *,
     final: bool = False,
     without_tools: bool = False,
+    strict: bool = False,
 ) -> LLMRequest:
     """The request of a turn's round `round_index`: `final` forbids tool use (the round
     limit, a two-phase answer); `without_tools` also leaves the definitions out (the retry of an
-    empty answer). Raises `ValueError` for a tool_choice naming a tool not offered."""
+    empty answer).
+
+    `strict` (when settings are assigned): a tool_choice naming a tool not offered is a
+    `ValueError`. Otherwise (a live session, where the tool may have left the registry since)
+    a forcing choice that can no longer be met is logged and relaxed: to `"auto"`, or to
+    `"none"` when no tools are left.
+    """
     choice: ToolChoice = settings.tool_choice
     if final or without_tools:
         choice = "none"
     elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
         choice = "auto"  # forcing applies to the first round only
+    tools = [] if without_tools else offered.definitions()
+    if not strict:
+        choice = _reachable_choice(choice, {t.name for t in tools})
     return LLMRequest(
         messages=history.for_request(settings.system_prompt),
-        tools=[] if without_tools else offered.definitions(),
+        tools=tools,
         tool_choice=choice,
         settings=settings.model,
     )
+
+
+def _reachable_choice(choice: ToolChoice, names: set[str]) -> ToolChoice:
+    """`choice`, or what is left of it when the tools it forces are not offered."""
+    relaxed: ToolChoice = "auto" if names else "none"
+    if isinstance(choice, Mapping) and choice.get("name") not in names:
+        logger.warning(
+            "tool_choice forces %r, which is not offered (tools: %s): using %r instead",
+            choice.get("name"),
+            sorted(names),
+            relaxed,
+        )
+        return relaxed
+    if choice == "required" and not names:
+        logger.warning("tool_choice 'required' but no tools are offered: using 'none' instead")
+        return "none"
+    return choice
 
 
 async def stream_model_round(

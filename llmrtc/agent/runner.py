@@ -173,7 +173,8 @@ class TurnRunner:
     @settings.setter
     def settings(self, settings: TurnSettings) -> None:
         view = self._view_for(settings)
-        model_request(self.history, settings, view, 0)  # checks tool_choice against the tools
+        # Checks tool_choice against the tools (strict: a mistake in these settings raises now).
+        model_request(self.history, settings, view, 0, strict=True)
         self._settings = settings
         self._view = view
 
@@ -205,7 +206,10 @@ class TurnRunner:
     @stage_id.setter
     def stage_id(self, stage_id: str | None) -> None:
         self._stage_id = stage_id
-        self._view = self._view_for(self._settings)  # its refusals name the stage
+        # Only the scope's name changes (its refusals name the stage): the settings were checked
+        # when assigned, and a tool that left the registry since is dropped, not an error (the
+        # orchestrator sets the stage just before the stage's own settings).
+        self._view = self._view_for(self._settings, strict=False)
 
     @property
     def system_prompt(self) -> str:

@@ -116,3 +116,53 @@ async def test_a_named_tool_unregistered_between_turns_is_neither_offered_nor_ru
     assert [t.name for t in llm.requests[1].tools] == ["safe"]
     assert ran == []
     assert results(events)["c1"].status == "not_found"
+
+
+async def test_a_stage_change_after_a_tool_left_the_registry_does_not_raise() -> None:
+    registry = ToolRegistry([safe, danger])
+    llm = ScriptedLLM(["Hi."])
+    runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="s", tools=["safe", "danger"])
+    registry.unregister("danger")
+    runner.stage_id = "billing"  # only renames the scope: the settings were checked already
+    assert runner.stage_id == "billing"
+    assert [t.name for t in runner.tool_definitions()] == ["safe"]
+    with pytest.raises(ValueError, match="unknown tools"):  # assigning settings stays strict
+        runner.settings = replace(runner.settings, system_prompt="t")
+
+
+async def test_a_forced_tool_that_left_the_registry_relaxes_to_auto_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = ToolRegistry([safe, danger])
+    llm = ScriptedLLM(["Hi."])
+    runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="s", tools=["safe", "danger"])
+    runner.settings = replace(runner.settings, tool_choice={"name": "danger"})
+    registry.unregister("danger")
+    events = [e async for e in runner.run_turn("go")]
+    assert events[-1].stop_reason == "stop" and events[-1].text == "Hi."
+    assert llm.requests[0].tool_choice == "auto"
+    assert [t.name for t in llm.requests[0].tools] == ["safe"]
+    assert "tool_choice forces 'danger', which is not offered" in caplog.text
+
+
+async def test_a_required_choice_with_no_tools_left_relaxes_to_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = ToolRegistry([danger])
+    llm = ScriptedLLM(["Hi."])
+    runner = TurnRunner(
+        llm, ToolExecutor(registry), system_prompt="s", tools=["danger"], tool_choice="required"
+    )
+    registry.unregister("danger")
+    events = [e async for e in runner.run_turn("go")]
+    assert events[-1].text == "Hi."
+    assert llm.requests[0].tool_choice == "none" and not llm.requests[0].tools
+    assert "tool_choice 'required' but no tools are offered" in caplog.text
+
+
+async def test_a_tool_choice_naming_a_tool_not_offered_is_still_refused_when_assigned() -> None:
+    runner = TurnRunner(
+        ScriptedLLM([]), ToolExecutor(ToolRegistry([safe, danger])), system_prompt="s"
+    )
+    with pytest.raises(ValueError, match="tool_choice names 'danger'"):
+        runner.settings = replace(runner.settings, tools=("safe",), tool_choice={"name": "danger"})
