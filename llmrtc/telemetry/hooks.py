@@ -266,9 +266,9 @@ async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool
         shield: Protect async hooks from the caller's cancellation (an abort must not cut short
             the hooks that report it). Hooks that announce work about to start pass False, so
             an abort arriving meanwhile is not delayed by them. A native asyncio cancellation
-            of the caller (`asyncio.timeout`) cannot be held off and propagates either way;
-            with a shield, a cancellation the hook raised of its own making is logged and
-            ignored.
+            of the caller (`asyncio.timeout`) cannot be held off and propagates either way.
+            On asyncio a cancellation the hook raised of its own making (it awaited something
+            cancelled elsewhere) is logged and ignored either way; on trio only with a shield.
     """
     for hook in hooks:
         try:
@@ -295,8 +295,14 @@ async def _await_hook(hook: Hooks, name: str, outcome: Awaitable[object], *, shi
             with anyio.move_on_after(hook.hook_timeout) as scope:
                 await outcome
     except anyio.get_cancelled_exc_class():
-        if not shield or (task is not None and task.cancelling() > requests):
-            raise  # the caller is being cancelled: let it
+        if task is None:  # trio: unshielded, any cancellation may be the caller's
+            if not shield:
+                raise
+        elif task.cancelling() > requests or requests:
+            # The caller is being cancelled: anyio's own scopes (an abort, a timeout) cancel
+            # through `Task.cancel()` too, so they count; a request pending since before the
+            # hook began (thrown at its first await) counts as well.
+            raise
         # Otherwise only the hook itself can have raised this (it awaited something cancelled
         # elsewhere): it must not cancel the library's work.
         logger.warning("hook %s.%s raised a cancellation; ignored", type(hook).__name__, name)

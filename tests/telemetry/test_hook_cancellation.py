@@ -12,9 +12,20 @@ from typing import Any
 import anyio
 import pytest
 
-from llmrtc import Hooks, ToolCall, ToolEndEvent, ToolExecutor, ToolRegistry, tool
+from llmrtc import (
+    AbortController,
+    Hooks,
+    ToolCall,
+    ToolContext,
+    ToolDefinition,
+    ToolEndEvent,
+    ToolExecutor,
+    ToolRegistry,
+    define_tool,
+    tool,
+)
 from llmrtc.agent import TurnRunner
-from llmrtc.telemetry.hooks import LLMEndEvent, emit, hooks_for
+from llmrtc.telemetry.hooks import LLMEndEvent, ToolStartEvent, emit, hooks_for
 from llmrtc.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -151,3 +162,53 @@ async def test_an_unshielded_hook_is_cut_short_by_the_callers_cancellation(
         with anyio.move_on_after(0.05) as scope:
             await emit(hooks_for([hooks], "on_tool_end"), "on_tool_end", None, shield=False)
     assert scope.cancelled_caught and not hooks.finished
+
+
+class AwaitsACancelledFutureAtStart(Hooks):
+    """A start hook whose own await is cancelled (say, an exporter shutting down)."""
+
+    async def on_tool_start(self, event: ToolStartEvent) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future  # raises CancelledError, yet nobody cancelled the caller
+
+
+@pytest.mark.parametrize("count", [1, 2], ids=["one call", "a parallel group"])
+async def test_a_start_hook_awaiting_something_cancelled_elsewhere_changes_nothing(
+    count: int, caplog: Any
+) -> None:
+    async def answer(args: Any, ctx: ToolContext) -> str:
+        return "ok"
+
+    registry = ToolRegistry(
+        [define_tool(ToolDefinition("answer", execution_policy="parallel"), answer)]
+    )
+    calls = [ToolCall(str(i), "answer") for i in range(count)]
+    with caplog.at_level(logging.WARNING, logger="llmrtc"), anyio.fail_after(SLOW / 3):
+        results = await ToolExecutor(registry, hooks=AwaitsACancelledFutureAtStart()).execute(calls)
+        await anyio.sleep(0)  # the caller goes on normally: nothing pending for it
+    assert [(r.status, r.result) for r in results] == [("ok", "ok")] * count
+    assert "on_tool_start raised a cancellation; ignored" in caplog.text
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_an_abort_still_cuts_a_slow_start_hook_short(anyio_backend: str) -> None:
+    class SlowStart(Hooks):
+        hook_timeout = SLOW * 2
+
+        async def on_tool_start(self, event: ToolStartEvent) -> None:
+            await anyio.sleep(SLOW)
+
+    controller = AbortController()
+    with anyio.fail_after(SLOW / 3):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_abort_after, controller, 0.05)
+            (result,) = await executor(SlowStart()).execute(
+                [ToolCall("1", "quick")], abort_signal=controller.signal
+            )
+    assert result.status == "aborted"
+
+
+async def _abort_after(controller: AbortController, delay: float) -> None:
+    await anyio.sleep(delay)
+    controller.abort("barge-in")
