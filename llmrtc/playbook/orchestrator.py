@@ -8,8 +8,9 @@ them to the hooks, and owns the stage timer the engine deliberately does not hav
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
@@ -48,6 +49,8 @@ from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool, define_tool
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["PlaybookOrchestrator", "StageChanged"]
 
@@ -157,7 +160,22 @@ class PlaybookOrchestrator:
         runnable ones), tool choice and model settings, in one settings assignment."""
         stage = self.engine.current_stage
         names = tuple(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
+        # The playbook was checked against the registry when the orchestrator was built; a
+        # tool the application unregistered since (a permission switched off) is dropped
+        # here, in a live session, instead of failing the stage change half-way.
+        registry = self.runner.executor.registry
+        gone = [name for name in names if not registry.has(name)]
+        if gone:
+            logger.warning("stage %r: tools %s left the registry; not offered", stage.id, gone)
+            names = tuple(name for name in names if name not in gone)
         targets = [] if self.engine.completed else self.playbook.llm_decision_targets(stage.id)
+        extra_tools = (self._transition_tool(targets),) if targets else ()
+        choice = stage.tool_choice
+        offered = {*names, *(t.definition.name for t in extra_tools)}
+        if (isinstance(choice, Mapping) and choice.get("name") not in offered) or (
+            choice == "required" and not offered
+        ):
+            choice = "auto" if offered else "none"
         prompts = [self.playbook.global_system_prompt, stage.system_prompt]
         runner = self.runner
         runner.stage_id = stage.id  # first: refusals of tools the stage lacks name it
@@ -165,8 +183,8 @@ class PlaybookOrchestrator:
             runner.settings,
             system_prompt="\n\n".join(p.strip() for p in prompts if p.strip()),
             tools=names,
-            extra_tools=(self._transition_tool(targets),) if targets else (),
-            tool_choice=stage.tool_choice,
+            extra_tools=extra_tools,
+            tool_choice=choice,
             model=self._model_settings(stage),
         )
 

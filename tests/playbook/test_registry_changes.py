@@ -80,3 +80,19 @@ async def test_moving_on_after_the_stages_tool_left_the_registry_completes_the_t
     events = [e async for e in orchestrator.run_turn("and now?")]
     assert events[-1].text == "Still B."
     assert offered(llm.requests[3])[0] == "finish"
+
+
+async def test_moving_into_a_stage_whose_tool_left_the_registry_completes_the_turn() -> None:
+    registry = ToolRegistry([note, finish])
+    move = ToolCall("t1", "playbook_transition", {"target_stage": "b"})
+    llm = ScriptedLLM(["Hello.", [move], "Now in B."])
+    orchestrator = PlaybookOrchestrator(two_stages(), llm, registry)
+    assert [e async for e in orchestrator.run_turn("hi")]
+    registry.unregister("finish")  # stage b's only tool
+
+    events = [e async for e in orchestrator.run_turn("take me to B")]
+    assert isinstance(events[-1], TurnCompleted) and events[-1].stop_reason != "error"
+    assert orchestrator.engine.current_stage.id == "b"
+    assert orchestrator.runner.stage_id == "b"
+    assert orchestrator.runner.tools == ()
+    assert offered(llm.requests[2]) == []
