@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from llmrtc.cli.errors import describe_tools_file_error
 
 if TYPE_CHECKING:
+    from llmrtc.playbook import PlaybookError
     from llmrtc.tools import ToolRegistry
 
 __all__ = ["build_parser", "main"]
@@ -147,13 +148,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         playbook: Playbook = load_playbook(args.playbook)
         registry = _load_tools(load_playbook_tools, playbook) if playbook.tools_file else None
     except PlaybookError as exc:
-        print(exc, file=sys.stderr)
-        errors = sum(f.severity == "error" for f in exc.findings)
-        print(
-            f"{args.playbook}: {errors} errors, {len(exc.findings) - errors} warnings",
-            file=sys.stderr,
-        )
-        return 1
+        return _playbook_error(exc, args.playbook)
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))
     except _ToolsFileError as exc:
@@ -170,6 +165,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.graph:
         print(to_mermaid(playbook))
     return 1 if errors else 0
+
+
+def _playbook_error(exc: PlaybookError, path: str) -> int:
+    """Print every finding of a playbook that cannot be used, and a count; exit status 1."""
+    print(exc, file=sys.stderr)
+    errors = sum(f.severity == "error" for f in exc.findings)
+    print(f"{path}: {errors} errors, {len(exc.findings) - errors} warnings", file=sys.stderr)
+    return 1
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -194,13 +197,7 @@ def _chat_session(args: argparse.Namespace) -> int:
         if args.tools is not None:
             registry = _load_tools(load_tools_file, args.tools)
     except PlaybookError as exc:
-        print(exc, file=sys.stderr)
-        errors = sum(f.severity == "error" for f in exc.findings)
-        print(
-            f"{args.playbook}: {errors} errors, {len(exc.findings) - errors} warnings",
-            file=sys.stderr,
-        )
-        return 1
+        return _playbook_error(exc, args.playbook)
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))
     except _ToolsFileError as exc:
