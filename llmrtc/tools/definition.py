@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from llmrtc.tools._schema import compact_model_schema
-from llmrtc.tools.validation import compile_validator
+from llmrtc.tools.ids import DEFAULT_TOOL_VERSION, format_tool_id, parse_tool_id, to_wire_name
+from llmrtc.tools.validation import compile_validator, validate_tool_arguments
 
-__all__ = ["ExecutionPolicy", "ToolDefinition", "TOOL_NAME_PATTERN"]
+__all__ = ["ExecutionPolicy", "InterruptPolicy", "ToolDefinition", "TOOL_NAME_PATTERN"]
 
 ExecutionPolicy = Literal["parallel", "sequential"]
 """`"parallel"` calls of a batch run concurrently; a `"sequential"` call is a barrier in request
 order."""
+
+InterruptPolicy = Literal["cancel", "finish"]
+"""What a barge-in (an abort of the turn) does to a running call: `"cancel"` cancels its handler
+(result `aborted`); `"finish"` lets it run to completion under its own timeout (a payment, a
+booking), and its real result answers the call."""
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names OpenAI-style chat APIs accept."""
@@ -58,14 +64,40 @@ class ToolDefinition:
     sensitive_fields: Sequence[str] = ()
     """Argument/result keys whose values are always masked in recorded telemetry content, at
     any depth and wherever the value reappears (stored as a tuple)."""
+    on_interrupt: InterruptPolicy = "cancel"
+    """What an abort of the turn (barge-in) does to a running call of this tool: `"cancel"`
+    (default) cancels it; `"finish"` lets it complete under its own timeout. An explicit
+    `ToolExecutor` abort signal of the call itself, a timeout, or cancelling `execute()` from
+    outside still stop a `"finish"` call."""
+    namespace: str | None = None
+    """Groups tools (`crm`, `billing`): a namespaced tool is named `namespace.name` wherever
+    users and the model see it and `namespace__name` on the wire. `name="crm.lookup"` sets it
+    too."""
+    version: str = DEFAULT_TOOL_VERSION
+    """Semver `MAJOR.MINOR.PATCH`; part of `tool_id`."""
+    tags: Sequence[str] = ()
+    """Keywords for catalog search and filtering (stored as a tuple)."""
+    aliases: Sequence[str] = ()
+    """Other names or phrases the tool is found by, in any language (`"lire un fichier"`)."""
+    side_effects: Sequence[str] = ()
+    """What calling it changes in the world, in words (`"charges the card"`); empty for a
+    read-only tool. Shown by discovery's `get_tool`."""
+    examples: Sequence[Mapping[str, Any]] = ()
+    """Example argument objects, each valid against `parameters` (checked here)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.match(self.name):
+        self._qualify_name()
+        if not isinstance(self.name, str) or not TOOL_NAME_PATTERN.match(self.local_name):
             raise ValueError(
                 f"invalid tool name {self.name!r}: names must be 1-64 characters of letters, "
                 "digits, '_' or '-' (pattern ^[a-zA-Z0-9_-]{1,64}$)"
+            )
+        if len(self.wire_name) > 64:
+            raise ValueError(
+                f"tool {self.name!r}: its wire name {self.wire_name!r} is longer than the 64 "
+                "characters chat APIs accept; shorten the namespace or the name"
             )
         if not isinstance(self.description, str):
             raise ValueError(f"tool {self.name!r}: description must be a string")
@@ -104,12 +136,94 @@ class ToolDefinition:
                 f"tool {self.name!r}: timeout must be a positive number of seconds (math.inf for "
                 f"no limit) or None, got {self.timeout!r}"
             )
+        if self.on_interrupt not in ("cancel", "finish"):
+            raise ValueError(
+                f"tool {self.name!r}: on_interrupt must be 'cancel' or 'finish', "
+                f"got {self.on_interrupt!r}"
+            )
+        self._check_metadata()
         try:
             validator = compile_validator(self.parameters)  # type: ignore[arg-type]
         except ValueError as exc:
             raise ValueError(f"tool {self.name!r}: {exc}") from None
         # Compiled once here; every call of this tool reuses it.
         object.__setattr__(self, "_validator", validator)
+        self._check_examples()
+
+    def _qualify_name(self) -> None:
+        """`name="crm.lookup"` or `name="lookup", namespace="crm"` → `name == "crm.lookup"`."""
+        name, namespace = self.name, self.namespace
+        if not isinstance(name, str):
+            raise ValueError(f"invalid tool name {name!r}: expected a string")
+        if namespace is not None:
+            if not isinstance(namespace, str):
+                raise ValueError(f"tool {name!r}: namespace must be a string or None")
+            format_tool_id(namespace, "x")  # checks the namespace's characters
+            if name.startswith(namespace + "."):
+                name = name[len(namespace) + 1 :]
+        elif "." in name:
+            namespace, _, name = name.partition(".")
+            try:
+                format_tool_id(namespace, "x")
+            except ValueError:
+                raise ValueError(
+                    f"invalid tool name {self.name!r}: a dotted name is 'namespace.name', and "
+                    "the namespace may hold only letters, digits, '_' or '-'"
+                ) from None
+        if namespace is not None and "." in name:
+            raise ValueError(
+                f"invalid tool name {self.name!r}: only one '.' is allowed (namespace.name)"
+            )
+        object.__setattr__(self, "namespace", namespace)
+        object.__setattr__(self, "name", f"{namespace}.{name}" if namespace else name)
+
+    def _check_metadata(self) -> None:
+        try:
+            parse_tool_id(f"x@{self.version}")
+        except ValueError:
+            raise ValueError(
+                f"tool {self.name!r}: version must be semver MAJOR.MINOR.PATCH (e.g. 1.2.0), "
+                f"got {self.version!r}"
+            ) from None
+        for key in ("tags", "aliases", "side_effects"):
+            values = getattr(self, key)
+            if isinstance(values, str) or not all(isinstance(v, str) and v.strip() for v in values):
+                raise ValueError(
+                    f"tool {self.name!r}: {key} must be a list of non-empty strings, got {values!r}"
+                )
+            object.__setattr__(self, key, tuple(values))
+        if isinstance(self.examples, Mapping) or not all(
+            isinstance(e, Mapping) for e in self.examples
+        ):
+            raise ValueError(
+                f"tool {self.name!r}: examples must be a list of argument objects, "
+                f"got {self.examples!r}"
+            )
+        object.__setattr__(self, "examples", tuple(dict(e) for e in self.examples))
+
+    def _check_examples(self) -> None:
+        for index, example in enumerate(self.examples):
+            checked = validate_tool_arguments(self, example)
+            if not checked.valid:
+                raise ValueError(
+                    f"tool {self.name!r}: examples[{index}] does not match the parameters: "
+                    + "; ".join(checked.errors)
+                )
+
+    @property
+    def local_name(self) -> str:
+        """The name without its namespace (`lookup` for `crm.lookup`)."""
+        return self.name.rpartition(".")[2]
+
+    @property
+    def wire_name(self) -> str:
+        """The name sent to chat APIs: `crm__lookup` for `crm.lookup`, else `name`."""
+        return to_wire_name(self.name)
+
+    @property
+    def tool_id(self) -> str:
+        """`namespace:name@version` (`name@version` without a namespace)."""
+        return format_tool_id(self.namespace, self.local_name, self.version)
 
     @property
     def json_schema(self) -> dict[str, Any]:
@@ -121,7 +235,7 @@ class ToolDefinition:
         return {
             "type": "function",
             "function": {
-                "name": self.name,
+                "name": self.wire_name,
                 "description": self.description,
                 "parameters": self.parameters,
             },

@@ -6,14 +6,15 @@ import functools
 import inspect
 import sys
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, overload
 
 from pydantic import BaseModel
 
 from llmrtc.tools._signature import signature_model
 from llmrtc.tools.context import ToolContext
-from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
+from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
+from llmrtc.tools.ids import DEFAULT_TOOL_VERSION
 
 __all__ = ["Tool", "FunctionTool", "ToolDefinitionWarning", "ToolHandler", "define_tool", "tool"]
 
@@ -154,6 +155,13 @@ def tool(
     execution_policy: ExecutionPolicy | None = None,
     timeout: float | None = None,
     sensitive_fields: Sequence[str] = (),
+    on_interrupt: InterruptPolicy = "cancel",
+    namespace: str | None = None,
+    version: str = DEFAULT_TOOL_VERSION,
+    tags: Sequence[str] = (),
+    aliases: Sequence[str] = (),
+    side_effects: Sequence[str] = (),
+    examples: Sequence[Mapping[str, Any]] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -164,6 +172,13 @@ def tool(
     execution_policy: ExecutionPolicy | None = None,
     timeout: float | None = None,
     sensitive_fields: Sequence[str] = (),
+    on_interrupt: InterruptPolicy = "cancel",
+    namespace: str | None = None,
+    version: str = DEFAULT_TOOL_VERSION,
+    tags: Sequence[str] = (),
+    aliases: Sequence[str] = (),
+    side_effects: Sequence[str] = (),
+    examples: Sequence[Mapping[str, Any]] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool from a function's signature and Google-style docstring.
 
@@ -189,6 +204,14 @@ def tool(
         execution_policy: `"parallel"`, `"sequential"` or None (the executor's default).
         timeout: Seconds the call may run; overrides the executor's default.
         sensitive_fields: Argument/result keys always masked in recorded telemetry content.
+        on_interrupt: What a barge-in does to a running call: `"cancel"` (default) or
+            `"finish"` (runs to completion under its own timeout; see `ToolDefinition`).
+        namespace: Groups the tool; it is then named `namespace.name` (wire: `namespace__name`).
+        version: Semver of the tool (`tool_id` is `namespace:name@version`).
+        tags: Keywords for catalog search and filtering.
+        aliases: Other names or phrases (any language) the catalog finds the tool by.
+        side_effects: What a call changes in the world, in words.
+        examples: Example argument objects (checked against the schema).
     """
 
     def build(func: Callable[..., Any], call_site: dict[str, Any]) -> FunctionTool:
@@ -201,6 +224,13 @@ def tool(
             execution_policy=execution_policy,
             timeout=timeout,
             sensitive_fields=sensitive_fields,
+            on_interrupt=on_interrupt,
+            namespace=namespace,
+            version=version,
+            tags=tags,
+            aliases=aliases,
+            side_effects=side_effects,
+            examples=examples,
         )
         _warn_if_incomplete(definition, signature.unannotated)
         handler = _function_handler(func, signature.context_param, signature.positional)

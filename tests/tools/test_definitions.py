@@ -41,7 +41,7 @@ def test_parameters_default_to_an_empty_object_schema() -> None:
     assert ToolDefinition("ping").parameters == {"type": "object", "properties": {}}
 
 
-@pytest.mark.parametrize("name", ["", "has space", "x" * 65, "dot.name", "ümlaut", None])
+@pytest.mark.parametrize("name", ["", "has space", "x" * 65, "a.b.c", ".name", "ümlaut", None])
 def test_bad_names_are_rejected_at_definition(name: object) -> None:
     with pytest.raises(ValueError, match="invalid tool name"):
         ToolDefinition(name, "d")  # type: ignore[arg-type]
