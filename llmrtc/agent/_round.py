@@ -33,9 +33,9 @@ logger = logging.getLogger(__name__)
 class TurnState:
     """The running state of one turn, and how it writes to the conversation history."""
 
-    def __init__(self, history: ConversationHistory) -> None:
+    def __init__(self, history: ConversationHistory, turn_id: str | None = None) -> None:
         self.history = history
-        self.id = f"turn_{uuid.uuid4().hex[:12]}"
+        self.id = turn_id or f"turn_{uuid.uuid4().hex[:12]}"
         self.started = time.perf_counter()
         self.texts: list[str] = []  # everything yielded as text, in order
         self.partial: list[str] = []  # text of the response being streamed, not yet stored

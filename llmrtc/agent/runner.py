@@ -256,7 +256,7 @@ class TurnRunner:
         return None
 
     async def run_timeout_turn(
-        self, *, abort_signal: AbortSignal | None = None
+        self, *, abort_signal: AbortSignal | None = None, turn_id: str | None = None
     ) -> AsyncGenerator[AgentEvent, None]:
         """Yields nothing: a plain runner has no deadline (`next_deadline()` is None)."""
         return
@@ -271,6 +271,7 @@ class TurnRunner:
         abort_signal: AbortSignal | None = None,
         after_batch: AfterBatch | None = None,
         after_answer: AfterAnswer | None = None,
+        turn_id: str | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
 
@@ -286,6 +287,8 @@ class TurnRunner:
             after_answer: Called once the turn is answered, inside the turn (its events come
                 just before `TurnCompleted`); the orchestrator checks after-answer
                 transitions here. Not called for an aborted or failed turn.
+            turn_id: The id hooks and spans carry for this turn (a voice loop passes the id
+                its speech hooks already used); None makes a fresh one.
 
         A model failure (`LLMError`) does not raise: see the class docstring. Anything else
         raised (a bug, a callback's error) propagates, after the history was left valid.
@@ -295,7 +298,7 @@ class TurnRunner:
         self._view = self._view_for(self._settings, strict=False)
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
-        turn = TurnState(self.history)
+        turn = TurnState(self.history, turn_id)
         self.current_turn_id = turn.id
         if user_text is not None:
             self.history.append(UserMessage(user_text))

@@ -252,15 +252,20 @@ class PlaybookOrchestrator:
     # Turns ---------------------------------------------------------------------------------
 
     async def run_turn(
-        self, user_text: str | None, *, abort_signal: AbortSignal | None = None
+        self,
+        user_text: str | None,
+        *,
+        abort_signal: AbortSignal | None = None,
+        turn_id: str | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn in the current stage; yields `TurnRunner`'s events plus `StageChanged`.
 
         `TurnCompleted` comes last, with the text of both phases; a `StageChanged` decided after
         the answer comes just before it. A model failure ends the turn as `TurnRunner`
         describes (an apology, no stage change); the next turn runs in the same stage.
+        `turn_id` names the turn in hooks and spans (None: a fresh id).
         """
-        async with aclosing(self._run(user_text, abort_signal)) as events:
+        async with aclosing(self._run(user_text, abort_signal, turn_id=turn_id)) as events:
             async for event in events:
                 yield event
 
@@ -275,7 +280,7 @@ class PlaybookOrchestrator:
         return self._last_activity + transition.condition.seconds  # type: ignore[union-attr]
 
     async def run_timeout_turn(
-        self, *, abort_signal: AbortSignal | None = None
+        self, *, abort_signal: AbortSignal | None = None, turn_id: str | None = None
     ) -> AsyncGenerator[AgentEvent, None]:
         """Apply the stage's `timeout` transition and run a turn without a user message in the
         new stage (the agent speaks up). Yields `StageChanged`, then the turn's events; yields
@@ -290,12 +295,17 @@ class PlaybookOrchestrator:
         self._turn = _TurnState()
         yield await self._apply(transition, reason="timeout", user_text=None)
         self._turn.transitioned = True
-        async with aclosing(self._run(None, abort_signal, fresh=False)) as events:
+        async with aclosing(self._run(None, abort_signal, fresh=False, turn_id=turn_id)) as events:
             async for event in events:
                 yield event
 
     async def _run(
-        self, user_text: str | None, abort_signal: AbortSignal | None, *, fresh: bool = True
+        self,
+        user_text: str | None,
+        abort_signal: AbortSignal | None,
+        *,
+        fresh: bool = True,
+        turn_id: str | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         await self._announce()
         if fresh:
@@ -315,6 +325,7 @@ class PlaybookOrchestrator:
             abort_signal=abort_signal,
             after_batch=self._after_batch,
             after_answer=after_answer,
+            turn_id=turn_id,
         )
         try:
             async with aclosing(runner_events) as events:

@@ -80,7 +80,7 @@ def parse_tool_id(text: str) -> ToolId:
         namespace, _, name = rest.partition(".")
         _check_part("namespace", namespace, text)
     else:
-        namespace, name = None, rest  # type: ignore[assignment]
+        namespace, name = None, rest
     _check_part("name", name, text)
     return ToolId(namespace, name, version if at else None)
 

@@ -83,3 +83,20 @@ async def test_an_orchestrator_deadline_runs_its_timeout_turn_then_has_none() ->
     assert isinstance(events[-1], TurnCompleted)
     assert handler.next_deadline() is None
     assert await drive(handler, None) == []
+
+
+async def test_a_turn_can_carry_the_id_its_caller_chose() -> None:
+    """A voice loop reports STT under an id before the turn starts; the turn keeps that id."""
+    from llmrtc.telemetry.events import TurnStartEvent
+    from llmrtc.testing import RecordingHooks, ScriptedLLM, ScriptedResponse
+
+    hooks = RecordingHooks()
+    runner = TurnRunner(
+        ScriptedLLM([ScriptedResponse(text="Hi.")]),
+        ToolExecutor(ToolRegistry()),
+        system_prompt="Be brief.",
+        hooks=hooks,
+    )
+    async for _ in runner.run_turn("hello", turn_id="turn_voice_1"):
+        pass
+    assert [e.turn_id for e in hooks.of(TurnStartEvent)] == ["turn_voice_1"]

@@ -1,0 +1,48 @@
+"""Floor 5: audio in, audio out around a `TurnHandler`: frames, VAD, STT, TTS, turn-taking,
+streamed speech and barge-in. Transport-free (the `rtc` floor puts it on WebRTC).
+
+Heavy engines (faster-whisper, Silero, piper) are imported only when a provider is opened.
+"""
+
+from llmrtc.voice.config import VoiceConfig
+from llmrtc.voice.events import (
+    AgentSpeechEnded,
+    AgentSpeechStarted,
+    BargeIn,
+    LoopEvent,
+    SpeechError,
+    Transcript,
+    UserSpeechEnded,
+    UserSpeechStarted,
+    VoiceEvent,
+)
+from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
+from llmrtc.voice.loop import VoiceLoop
+from llmrtc.voice.speech import Speech, open_default_speech
+from llmrtc.voice.stt import STT, STTError
+from llmrtc.voice.tts import TTS, TTSError
+from llmrtc.voice.vad import VAD, VADStream
+
+__all__ = [
+    "FRAME_DURATION",
+    "STT",
+    "TTS",
+    "VAD",
+    "AgentSpeechEnded",
+    "AgentSpeechStarted",
+    "AudioFrame",
+    "BargeIn",
+    "LoopEvent",
+    "STTError",
+    "Speech",
+    "SpeechError",
+    "TTSError",
+    "Transcript",
+    "UserSpeechEnded",
+    "UserSpeechStarted",
+    "VADStream",
+    "VoiceConfig",
+    "VoiceEvent",
+    "VoiceLoop",
+    "open_default_speech",
+]

@@ -1,0 +1,71 @@
+"""`VoiceConfig`: the knobs of turn-taking, barge-in and output."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["VoiceConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VoiceConfig:
+    """How a `VoiceLoop` takes turns. All durations are seconds of *audio* time where they
+    measure the input (so audio pushed faster than real time behaves the same).
+
+    Example:
+        VoiceConfig(end_of_speech_silence=0.7, filler_text="Let me check.")
+    """
+
+    end_of_speech_silence: float = 0.5
+    """Silence after speech that ends the user's turn."""
+    barge_in_min_speech: float = 0.2
+    """User speech needed, while the agent speaks or a turn runs, to count as a barge-in
+    (shorter sounds, a cough or a click, are ignored)."""
+    min_speech: float = 0.1
+    """Voiced audio needed to start an utterance at all."""
+    vad_threshold: float = 0.5
+    """Speech probability above which a VAD window counts as voiced."""
+    max_utterance: float = 30.0
+    """An utterance is cut (and transcribed) after this much speech, however it goes on."""
+    filler_after: float = 2.0
+    """A tool batch running this long while nothing plays makes the agent say `filler_text`
+    (once per turn)."""
+    filler_text: str = "One moment, please."
+    """Said while slow tools run; empty: never."""
+    apology_text: str = "Sorry, I didn't catch that. Could you say it again?"
+    """Said when the STT or TTS fails during a turn (model failures use the handler's own
+    apology)."""
+    output_sample_rate: int = 48000
+    """Rate of `audio_out()` frames (mono)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "end_of_speech_silence",
+            "barge_in_min_speech",
+            "min_speech",
+            "max_utterance",
+            "filler_after",
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or math.isnan(value)
+                or value < 0
+            ):
+                raise ValueError(
+                    f"VoiceConfig.{name} must be a number of seconds >= 0, got {value!r}"
+                )
+        if not 0.0 < self.vad_threshold < 1.0:
+            raise ValueError(
+                f"VoiceConfig.vad_threshold must be between 0 and 1, got {self.vad_threshold!r}"
+            )
+        if self.max_utterance <= self.min_speech:
+            raise ValueError("VoiceConfig.max_utterance must be longer than min_speech")
+        rate = self.output_sample_rate
+        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 8000 or rate % 50:
+            raise ValueError(
+                "VoiceConfig.output_sample_rate must be an int >= 8000 divisible by 50 (whole "
+                f"20 ms frames), e.g. 16000, 24000 or 48000; got {rate!r}"
+            )

@@ -1,0 +1,95 @@
+"""What `VoiceLoop.events()` yields besides the handler's own `AgentEvent`s, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from llmrtc.agent.events import AgentEvent
+
+__all__ = [
+    "AgentSpeechEnded",
+    "AgentSpeechStarted",
+    "BargeIn",
+    "LoopEvent",
+    "SpeechError",
+    "Transcript",
+    "UserSpeechEnded",
+    "UserSpeechStarted",
+    "VoiceEvent",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeechStarted:
+    """The VAD heard the user start speaking."""
+
+    audio_time: float = 0.0
+    """Where in the input audio speech started, in seconds since the loop started."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeechEnded:
+    """The user's utterance ended (`VoiceConfig.end_of_speech_silence` of silence)."""
+
+    duration: float = 0.0
+    """Seconds of the utterance, from speech start to the last voiced audio."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What the STT heard. Final transcripts start a turn (an empty one does not)."""
+
+    text: str
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpeechStarted:
+    """The agent's reply started playing (its first non-silent frame went out)."""
+
+    text: str
+    """The first piece of text being spoken."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpeechEnded:
+    """The agent's reply stopped playing: it finished, or a barge-in cut it."""
+
+    interrupted: bool
+    heard_text: str
+    """What was played out before it stopped, to the word (the whole text if not interrupted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BargeIn:
+    """The user spoke over the agent (or `interrupt()` was called): playout stopped, the
+    turn was aborted (each tool by its `on_interrupt` policy)."""
+
+    heard_text: str = ""
+    """What the user had heard of the reply when it was cut."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechError:
+    """STT or TTS failed; the turn ended with a short spoken apology (where TTS still works)."""
+
+    source: Literal["stt", "tts"]
+    message: str
+    """For developers and logs; never spoken."""
+    error_type: str
+
+
+VoiceEvent = (
+    UserSpeechStarted
+    | UserSpeechEnded
+    | Transcript
+    | AgentSpeechStarted
+    | AgentSpeechEnded
+    | BargeIn
+    | SpeechError
+)
+"""The loop's own events."""
+
+LoopEvent = VoiceEvent | AgentEvent
+"""Everything `VoiceLoop.events()` yields: voice events and the handler's events."""

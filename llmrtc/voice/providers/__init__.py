@@ -1,0 +1,1 @@
+"""Speech engines: offline (Silero, faster-whisper, piper, espeak-ng) and OpenAI."""
