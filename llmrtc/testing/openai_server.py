@@ -1,6 +1,7 @@
-"""`ScriptedOpenAIServer`: a real HTTP server on 127.0.0.1 that answers chat-completions
-requests from a script, so the real `openai` client can be tested end to end (streaming SSE,
-split tool-call deltas, HTTP errors, slow streams, clients that hang up)."""
+"""`ScriptedOpenAIServer`: a real HTTP server on 127.0.0.1 that answers chat-completions,
+transcription and speech requests from scripts, so the real `openai` client can be tested end
+to end (streaming SSE, split tool-call deltas, multipart uploads, streamed audio, HTTP errors,
+slow streams, clients that hang up). The audio replies live in `llmrtc.testing.openai_audio`."""
 
 from __future__ import annotations
 
@@ -15,9 +16,20 @@ from typing import Any
 import anyio
 from anyio.abc import SocketStream, TaskGroup
 
+from llmrtc.testing.openai_audio import (
+    SpeechReply,
+    SpeechRequest,
+    TranscriptionReply,
+    TranscriptionRequest,
+    parse_multipart,
+    send_speech,
+    send_transcription,
+)
+
 __all__ = [
     "DisconnectReply",
     "ErrorReply",
+    "RecordedRequest",
     "ScriptedOpenAIServer",
     "StreamReply",
     "chunk",
@@ -133,6 +145,14 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    """The JSON body, or a multipart form's text fields (its files are in `files`)."""
+    files: dict[str, tuple[str, str, bytes]] = field(default_factory=dict)
+    """A multipart form's file parts: name → `(filename, content_type, data)`."""
+
+
+_TRANSCRIPTIONS = "/v1/audio/transcriptions"
+_SPEECH = "/v1/audio/speech"
+_Reply = StreamReply | ErrorReply | DisconnectReply | TranscriptionReply | SpeechReply
 
 
 class ScriptedOpenAIServer:
@@ -144,15 +164,56 @@ class ScriptedOpenAIServer:
             ...
         assert server.requests[0].body["messages"][0]["role"] == "system"
 
-    A request beyond the script gets an HTTP 500 and is recorded in `unexpected`.
-    `disconnects` counts streams the client closed before the server finished sending.
+        async with ScriptedOpenAIServer(
+            [], transcripts=["Weather in Tokyo?"], speech=[tone_reply(0.5)]
+        ) as server:
+            ...  # OpenAISTT / OpenAITTS with base_url=server.base_url
+        upload = server.transcription_requests[0]  # the WAV, the model, the language
+        spoken = server.speech_requests[0]  # the JSON body; bytes sent; finished or cut
+
+    Each endpoint has its own script, so the order of requests across endpoints (a voice
+    loop speaks sentence one while the model still streams) does not matter:
+    `/v1/audio/transcriptions` answers from `transcripts`, `/v1/audio/speech` from `speech`,
+    every other path from `replies` (chat completions). `ErrorReply` and `DisconnectReply`
+    fit every script. Every scripted request is recorded in `requests`, in arrival order.
+
+    A request beyond its script gets an HTTP 500 and is recorded in `unexpected`.
+    `disconnects` counts replies the client hung up on before the server finished sending
+    (a stream, a speech download, or a transcription the client stopped waiting for).
     """
 
-    def __init__(self, replies: Iterable[StreamReply | ErrorReply | DisconnectReply]) -> None:
-        """Serve `replies`, one per request."""
-        self.replies = list(replies)
+    def __init__(
+        self,
+        replies: Iterable[StreamReply | ErrorReply | DisconnectReply],
+        *,
+        transcripts: Iterable[str | TranscriptionReply | ErrorReply | DisconnectReply] = (),
+        speech: Iterable[SpeechReply | ErrorReply | DisconnectReply] = (),
+    ) -> None:
+        """Serve each script, one reply per request to its endpoint.
+
+        Args:
+            replies: Chat-completions replies (`StreamReply`, `text_reply`, ...).
+            transcripts: Transcription replies; a `str` is `TranscriptionReply(text)`.
+            speech: Speech replies (`SpeechReply`, `speech_reply`, `tone_reply`).
+
+        Raises:
+            TypeError: a reply in a script it cannot answer (say, a `SpeechReply` among the
+                transcripts).
+        """
+        common = (ErrorReply, DisconnectReply)
+        self.replies: list[_Reply] = _script("replies", replies, (StreamReply, *common))
+        self.transcripts: list[_Reply] = _script(
+            "transcripts",
+            (TranscriptionReply(r) if isinstance(r, str) else r for r in transcripts),
+            (TranscriptionReply, *common),
+        )
+        self.speech: list[_Reply] = _script("speech", speech, (SpeechReply, *common))
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[RecordedRequest] = []
+        self.transcription_requests: list[TranscriptionRequest] = []
+        """What each transcription request uploaded, in order."""
+        self.speech_requests: list[SpeechRequest] = []
+        """Each speech request's JSON and how much of its reply went out, in order."""
         self.disconnects = 0
         self.disconnected_at: list[float] = []
         self.port = 0
@@ -187,22 +248,50 @@ class ScriptedOpenAIServer:
                 request = await _read_request(stream)
             except (anyio.EndOfStream, anyio.BrokenResourceError, ValueError):
                 return
-            if not self.replies:
+            path = request.path.partition("?")[0]
+            script = {_TRANSCRIPTIONS: self.transcripts, _SPEECH: self.speech}.get(
+                path, self.replies
+            )
+            if not script:
                 self.unexpected.append(request)
                 await _send_error(stream, ErrorReply(500, "request beyond the script"))
                 return
             self.requests.append(request)
-            reply = self.replies.pop(0)
+            reply = script.pop(0)
+            self._record_audio(path, request, reply)
             if isinstance(reply, ErrorReply):
                 await _send_error(stream, reply)
                 return
             if isinstance(reply, DisconnectReply):
                 return
             try:
-                await self._send_stream(stream, reply)
+                if await self._answer(stream, request, reply):
+                    return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
-                self.disconnects += 1
-                self.disconnected_at.append(time.monotonic())
+                pass
+            self.disconnects += 1
+            self.disconnected_at.append(time.monotonic())
+
+    def _record_audio(self, path: str, request: RecordedRequest, reply: _Reply) -> None:
+        """Keep what an audio request carried, whatever its scripted reply."""
+        if path == _TRANSCRIPTIONS:
+            filename, content_type, audio = request.files.get("file", ("", "", b""))
+            upload = TranscriptionRequest(dict(request.body), filename, content_type, audio)
+            self.transcription_requests.append(upload)
+        elif path == _SPEECH:
+            chunks = reply.chunks if isinstance(reply, SpeechReply) else ()
+            total = sum(len(data) for data in chunks)
+            self.speech_requests.append(SpeechRequest(dict(request.body), total=total))
+
+    async def _answer(self, stream: SocketStream, request: RecordedRequest, reply: _Reply) -> bool:
+        """Send a `200` reply; False when the client hung up before it was all sent."""
+        if isinstance(reply, TranscriptionReply):
+            return await send_transcription(stream, reply)
+        if isinstance(reply, SpeechReply):
+            return await send_speech(stream, reply, self.speech_requests[-1])
+        assert isinstance(reply, StreamReply)
+        await self._send_stream(stream, reply)
+        return True
 
     async def _send_stream(self, stream: SocketStream, reply: StreamReply) -> None:
         head = (
@@ -224,6 +313,17 @@ class ScriptedOpenAIServer:
         await stream.send(b"data: [DONE]\n\n")
 
 
+def _script(name: str, replies: Iterable[Any], allowed: tuple[type, ...]) -> list[_Reply]:
+    script = list(replies)
+    for index, reply in enumerate(script):
+        if not isinstance(reply, allowed):
+            names = ", ".join(kind.__name__ for kind in allowed)
+            raise TypeError(
+                f"{name}[{index}] is a {type(reply).__name__}; this script takes {names}"
+            )
+    return script
+
+
 async def _read_request(stream: SocketStream) -> RecordedRequest:
     data = b""
     while b"\r\n\r\n" not in data:
@@ -237,18 +337,47 @@ async def _read_request(stream: SocketStream) -> RecordedRequest:
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        body += await stream.receive()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = await _read_chunked(stream, body)
+    else:
+        length = int(headers.get("content-length", "0"))
+        while len(body) < length:
+            body += await stream.receive()
+    content_type = headers.get("content-type", "")
+    if content_type.lower().startswith("multipart/form-data"):
+        fields, files = parse_multipart(content_type, body)
+        return RecordedRequest(method, path, headers, dict(fields), files)
     parsed = json.loads(body) if body else {}
     return RecordedRequest(method, path, headers, parsed)
+
+
+async def _read_chunked(stream: SocketStream, data: bytes) -> bytes:
+    """The body of a chunked upload (`data` is what already came after the head)."""
+    body = b""
+    while True:
+        while b"\r\n" not in data:
+            data += await stream.receive()
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        while len(data) < size + 2:
+            data += await stream.receive()
+        body += data[:size]
+        data = data[size + 2 :]
+        if size == 0:
+            return body
 
 
 async def _send_error(stream: SocketStream, reply: ErrorReply) -> None:
     body = json.dumps(
         {"error": {"message": reply.message, "type": "scripted", "code": reply.status}}
     ).encode()
-    reasons = {400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}
+    reasons = {
+        400: "Bad Request",
+        401: "Unauthorized",
+        404: "Not Found",
+        429: "Too Many Requests",
+        500: "Internal Server Error",
+    }
     head = f"HTTP/1.1 {reply.status} {reasons.get(reply.status, 'Error')}\r\n"
     head += "Content-Type: application/json\r\nConnection: close\r\n"
     head += f"Content-Length: {len(body)}\r\n"
