@@ -1,0 +1,151 @@
+"""Catalog search: seed 000's keyword scores, and their blend with semantic similarity.
+
+Keyword scores (seed 000), the best rule that matches a tool:
+
+| rule | score |
+| --- | --- |
+| the query is a name (dotted `files.read`, local `read`, or an alias) | 100 |
+| a name starts with the query | 80 |
+| a name contains the query | 60 |
+| the query is a tag | 50 |
+| a tag contains the query | 40 |
+| the description contains the query | 20 |
+
+Matching ignores case and treats `_`, `-` and whitespace alike (`issue refund` finds
+`issue_refund`). A query of several words is also scored word by word (stop words left out);
+a tool's score is then the better of the whole query's score and the mean of its words' scores,
+so `refund payment` still finds `billing.issue_refund` (60 for "refund", 0 for "payment": 30).
+
+Hybrid scores follow seed 001: `10 x cosine similarity + keyword boost`, the boost being
+`3 x keyword / 100` (an exact name adds 3, a description match 0.6), so meaning ranks and exact
+words break ties and lift literal hits.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.ids import WIRE_SEPARATOR
+from llmrtc.tools.tool import Tool
+
+__all__ = [
+    "EXACT_NAME",
+    "KEYWORD_BOOST",
+    "MIN_SIMILARITY",
+    "SEMANTIC_WEIGHT",
+    "KeywordEntry",
+    "SearchHit",
+    "hybrid_score",
+    "keyword_score",
+]
+
+EXACT_NAME, NAME_PREFIX, NAME_SUBSTRING = 100.0, 80.0, 60.0
+EXACT_TAG, TAG_SUBSTRING, DESCRIPTION = 50.0, 40.0, 20.0
+SEMANTIC_WEIGHT = 10.0
+"""Seed 001: the semantic score weighs x10."""
+KEYWORD_BOOST = 3.0
+"""Seed 001: a keyword match adds up to +3 (an exact name); lesser rules add in proportion."""
+MIN_SIMILARITY = 0.3
+"""Below this cosine a tool with no keyword match is not a hit: MiniLM puts unrelated short
+texts at 0.0-0.25, and listing them would only pad the results."""
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
+_WORDS = re.compile(r"\w+")
+_STOP_WORDS = frozenset(
+    {
+        *("the", "and", "for", "with", "from", "into", "about", "please", "can", "could"),
+        *("would", "you", "your", "this", "that", "these", "those", "what", "which", "who"),
+        *("how", "when", "where", "why", "does", "did", "are", "was", "were", "has", "have"),
+        *("had", "will", "want", "need", "some", "any", "all", "its", "our", "their", "them"),
+        *("une", "les", "des", "pour", "mon", "mes", "est", "dans", "sur", "avec"),
+    }
+)
+
+
+def _normalize(text: str) -> str:
+    return _SEPARATORS.sub(" ", text.replace(WIRE_SEPARATOR, ".")).strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordEntry:
+    """A tool's searchable text, normalized once per catalog cache."""
+
+    names: tuple[str, ...]
+    """Dotted name, local name and aliases."""
+    tags: tuple[str, ...]
+    description: str
+
+    @classmethod
+    def of(cls, definition: ToolDefinition) -> KeywordEntry:
+        """The entry for one tool definition."""
+        names = dict.fromkeys(
+            _normalize(n) for n in (definition.name, definition.local_name, *definition.aliases)
+        )
+        return cls(
+            names=tuple(names),
+            tags=tuple(_normalize(tag) for tag in definition.tags),
+            description=definition.description.lower(),
+        )
+
+
+def _score_phrase(entry: KeywordEntry, query: str) -> tuple[float, str]:
+    names, tags = entry.names, entry.tags
+    if query in names:
+        return EXACT_NAME, f"name {query!r}"
+    for name in names:
+        if name.startswith(query):
+            return NAME_PREFIX, f"name {name!r} starts with {query!r}"
+    for name in names:
+        if query in name:
+            return NAME_SUBSTRING, f"name {name!r} contains {query!r}"
+    if query in tags:
+        return EXACT_TAG, f"tag {query!r}"
+    for tag in tags:
+        if query in tag:
+            return TAG_SUBSTRING, f"tag {tag!r} contains {query!r}"
+    if query in entry.description:
+        return DESCRIPTION, f"description contains {query!r}"
+    return 0.0, ""
+
+
+def query_terms(query: str) -> tuple[str, tuple[str, ...]]:
+    """The normalized query and its content words (empty when it is a single word)."""
+    phrase = _normalize(query)
+    words = [w for w in _WORDS.findall(phrase) if len(w) > 2 and w not in _STOP_WORDS]
+    return phrase, tuple(dict.fromkeys(words)) if len(words) > 1 else ()
+
+
+def keyword_score(entry: KeywordEntry, phrase: str, terms: tuple[str, ...]) -> tuple[float, str]:
+    """A tool's keyword score (0-100) for a query split by `query_terms`, and why."""
+    if not phrase:
+        return 0.0, ""
+    score, why = _score_phrase(entry, phrase)
+    if terms and score < EXACT_NAME:
+        scored = [(_score_phrase(entry, term), term) for term in terms]
+        mean = sum(s for (s, _), _ in scored) / len(terms)
+        if mean > score:
+            reasons = "; ".join(w for (s, w), _ in scored if s)
+            return mean, f"words: {reasons}"
+    return score, why
+
+
+def hybrid_score(keyword: float, similarity: float) -> float:
+    """Seed 001's blend: `SEMANTIC_WEIGHT x similarity + KEYWORD_BOOST x keyword / 100`."""
+    return SEMANTIC_WEIGHT * similarity + KEYWORD_BOOST * keyword / EXACT_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One search result: the tool, its rank score, and what matched."""
+
+    tool: Tool
+    score: float
+    """Keyword searches: the keyword score (0-100). Hybrid: `hybrid_score(keyword, similarity)`."""
+    keyword: float
+    """The keyword score alone (0-100)."""
+    similarity: float | None
+    """Cosine similarity of the query and the tool's text; None in keyword-only search."""
+    why: str
+    """The rules that matched, in words (for logs, `llmrtc tools --search`, and tests)."""
