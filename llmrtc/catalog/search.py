@@ -111,10 +111,12 @@ def _score_phrase(entry: KeywordEntry, query: str) -> tuple[float, str]:
 
 
 def query_terms(query: str) -> tuple[str, tuple[str, ...]]:
-    """The normalized query and its content words (empty when it is a single word)."""
+    """The normalized query and its content words (empty when the query is one word)."""
     phrase = _normalize(query)
     words = [w for w in _WORDS.findall(phrase) if len(w) > 2 and w not in _STOP_WORDS]
-    return phrase, tuple(dict.fromkeys(words)) if len(words) > 1 else ()
+    if len(words) == 1 and words[0] == phrase:
+        return phrase, ()
+    return phrase, tuple(dict.fromkeys(words))
 
 
 def keyword_score(entry: KeywordEntry, phrase: str, terms: tuple[str, ...]) -> tuple[float, str]:
