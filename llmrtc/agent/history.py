@@ -73,6 +73,27 @@ class ConversationHistory:
         """Forget the conversation, keeping only `keep` (e.g. the current user message)."""
         self._messages = list(keep)
 
+    def replace(self, old: AnyMessage, new: AnyMessage | None) -> None:
+        """Put `new` where `old` is (the very object, not an equal one), or remove `old` when
+        `new` is None. A voice loop uses it after a barge-in to leave in the turn's assistant
+        messages only what the user heard; keeping the history valid is the caller's part.
+
+        Raises:
+            ValueError: `old` is not in the history.
+            TypeError: `new` is not a chat message.
+        """
+        for index, message in enumerate(self._messages):
+            if message is old:
+                break
+        else:
+            raise ValueError(f"replace: {old!r} is not in the history")
+        if new is None:
+            del self._messages[index]
+        elif isinstance(new, SystemMessage | UserMessage | AssistantMessage | ToolMessage):
+            self._messages[index] = new
+        else:
+            raise TypeError(f"expected a chat message, got {type(new).__name__}")
+
     def _trim(self) -> None:
         excess = len(self._messages) - self.max_messages
         if excess <= 0:

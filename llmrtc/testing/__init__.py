@@ -19,11 +19,15 @@ from llmrtc.testing.scripted import (
     ScriptExhaustedError,
     check_chat_messages,
 )
+from llmrtc.testing.speech import FakeSTT, FakeTTS, FakeVAD
 from llmrtc.testing.telemetry import InMemoryTelemetry
 
 __all__ = [
     "DisconnectReply",
     "ErrorReply",
+    "FakeSTT",
+    "FakeTTS",
+    "FakeVAD",
     "InMemoryTelemetry",
     "RecordingHooks",
     "ScriptExhaustedError",

@@ -1,0 +1,256 @@
+"""Playout: the agent's speech as one 20 ms frame every 20 ms, and what the user heard of it.
+
+A clock task produces frame *n* at `start + n * 0.02` s (it sleeps until that absolute time,
+so sleep overshoot never accumulates into drift) and hands it to every `frames()` subscriber:
+speech while segments are queued, digital silence otherwise. Frames are "played" on schedule
+whether or not anyone consumes them, so heard text and speech events stay right headless.
+
+What was heard is estimated per segment (a sentence's audio): its duration is spread over its
+words in proportion to their characters, and a word counts as heard once its estimated end has
+been played. While a segment's synthesis is still running its total duration is not known yet;
+it is estimated from the seconds per character of the segments finished so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Callable
+
+import anyio
+
+from llmrtc.voice._broadcast import Broadcast, Subscription
+from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
+
+__all__ = ["Playout", "Segment", "SpokenReply"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_LAG = 0.1
+"""A clock this far behind (the event loop stalled) re-anchors instead of bursting frames out."""
+_FRAME_BUFFER = 10
+"""Frames each `frames()` subscriber may lag (200 ms) before its oldest are dropped."""
+_WORD = re.compile(r"\S+")
+
+
+class Segment:
+    """One piece of text being spoken: its audio arrives with `append` while it plays."""
+
+    def __init__(self, reply: SpokenReply, text: str, *, filler: bool) -> None:
+        self.reply = reply
+        self.text = text
+        self.filler = filler
+        """Said while tools run: not part of the reply's heard text."""
+        self._pcm = bytearray()
+        self._offset = 0  # bytes played
+        self.done = False
+        """Synthesis finished: no more audio will come."""
+        self.finished = False
+        """Played to its end."""
+        self.cleared = False
+        """Dropped by a barge-in before it finished."""
+
+    @property
+    def samples(self) -> int:
+        """Samples received so far."""
+        return len(self._pcm) // 2
+
+    @property
+    def played(self) -> int:
+        """Samples played so far."""
+        return self._offset // 2
+
+    def append(self, pcm: bytes) -> None:
+        """Add synthesised audio (mono s16le at the playout's rate); ignored once cleared."""
+        if not self.cleared and not self.done:
+            self._pcm += pcm
+
+    def finish(self) -> None:
+        """No more audio will come for this segment."""
+        self.done = True
+
+    def heard_words(self, seconds_per_char: float, rate: int) -> int:
+        """How many of the text's words were heard (see the module docstring)."""
+        spans = [m.end() for m in _WORD.finditer(self.text)]
+        if self.finished:
+            return len(spans)
+        total = self.samples
+        if not self.done:
+            total = max(total, round(len(self.text) * seconds_per_char * rate))
+        played, length = self.played, len(self.text)
+        if not played or not length:
+            return 0
+        return sum(1 for end in spans if played * length >= end * total)
+
+    def heard_text(self, seconds_per_char: float, rate: int) -> str:
+        """The text up to the end of its last heard word."""
+        words = self.heard_words(seconds_per_char, rate)
+        if not words:
+            return ""
+        return self.text[: list(_WORD.finditer(self.text))[words - 1].end()]
+
+
+class SpokenReply:
+    """Everything one turn says, in order; `played()` returns when it has been heard (or cut)."""
+
+    def __init__(self, playout: Playout) -> None:
+        self._playout = playout
+        self.segments: list[Segment] = []
+        self.started = False
+        """Its first audio went out (`AgentSpeechStarted` was due)."""
+        self.cleared = False
+        """A barge-in dropped what was left of it."""
+        self.closed = False
+        self._pending = 0
+        self._played = anyio.Event()
+
+    def add_segment(self, text: str, *, filler: bool = False) -> Segment:
+        """Queue a segment for `text` after everything queued; feed it with `Segment.append`."""
+        segment = Segment(self, text, filler=filler)
+        self.segments.append(segment)
+        if self.cleared or self.closed:
+            segment.cleared = True
+            return segment
+        self._pending += 1
+        self._playout._queue.append(segment)
+        return segment
+
+    def close(self) -> None:
+        """No more segments will be added."""
+        self.closed = True
+        self._check_played()
+
+    async def played(self) -> None:
+        """Wait until the reply is closed and played to its end, or cleared."""
+        await self._played.wait()
+
+    def heard_text(self) -> str:
+        """What the user heard of the reply's own text (fillers left out), to the word."""
+        rate, spc = self._playout.sample_rate, self._playout.seconds_per_char
+        parts = [s.heard_text(spc, rate) for s in self.segments if not s.filler]
+        return " ".join(p for p in parts if p)
+
+    def _segment_done(self) -> None:
+        self._pending -= 1
+        self._check_played()
+
+    def _clear(self) -> None:
+        self.cleared = True
+        self._pending = 0
+        self._played.set()
+
+    def _check_played(self) -> None:
+        if self.closed and self._pending <= 0:
+            self._played.set()
+
+
+class Playout:
+    """The outbound audio clock of one `VoiceLoop`.
+
+    Example:
+        playout = Playout(48000, on_started=lambda reply, text: print("speaking", text))
+        task_group.start_soon(playout.run)
+        reply = playout.open_reply()
+        segment = reply.add_segment("Hello.")
+        segment.append(pcm48k); segment.finish(); reply.close()
+        await reply.played()
+    """
+
+    def __init__(self, sample_rate: int, *, on_started: Callable[[SpokenReply, str], None]) -> None:
+        """A playout at `sample_rate` (mono); `on_started(reply, text)` runs when a reply's
+        first audio goes out, in the clock task."""
+        self.sample_rate = sample_rate
+        self._frame_bytes = 2 * round(sample_rate * FRAME_DURATION)
+        self._silence = bytes(self._frame_bytes)
+        self._queue: deque[Segment] = deque()
+        self._on_started = on_started
+        self._frames: Broadcast[AudioFrame] = Broadcast(_FRAME_BUFFER, "audio_out()")
+        self.seconds_per_char = 0.07
+        """Speaking rate estimate (updated from finished segments) for unfinished segments."""
+        self.frames_out = 0
+        """Frames produced since the clock started."""
+        self.last_frame_speech = False
+        """Whether the most recent frame held speech."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued to play."""
+        return not self._queue
+
+    def open_reply(self) -> SpokenReply:
+        """A new reply whose segments play after everything queued."""
+        return SpokenReply(self)
+
+    def frames(self) -> Subscription[AudioFrame]:
+        """Every frame from now on (bounded buffer: a slow consumer loses its oldest frames)."""
+        return self._frames.subscribe()
+
+    def clear(self) -> None:
+        """Drop everything queued: the next frame is silence. Synchronous, for barge-in."""
+        replies: dict[int, SpokenReply] = {}
+        for segment in self._queue:
+            segment.cleared = True
+            replies[id(segment.reply)] = segment.reply
+        self._queue.clear()
+        for reply in replies.values():
+            reply._clear()
+
+    def drop(self, segments: list[Segment]) -> None:
+        """Take `segments` out of the queue unplayed (or cut where they are playing)."""
+        for segment in segments:
+            if segment in self._queue:
+                self._queue.remove(segment)
+                segment.reply._segment_done()
+            segment.cleared = True
+
+    def close(self) -> None:
+        """End the `frames()` iterators."""
+        self.clear()
+        self._frames.close()
+
+    async def run(self) -> None:
+        """The clock: one frame every 20 ms against the monotonic clock, until cancelled."""
+        start = anyio.current_time()
+        index = 0
+        while True:
+            deadline = start + index * FRAME_DURATION
+            now = anyio.current_time()
+            if now - deadline > _MAX_LAG:
+                logger.debug("playout clock %.0f ms late: re-anchored", (now - deadline) * 1000)
+                start, index, deadline = now, 0, now
+            await anyio.sleep_until(deadline)
+            self._frames.publish(AudioFrame(self._next_frame(), self.sample_rate))
+            self.frames_out += 1
+            index += 1
+
+    def _next_frame(self) -> bytes:
+        """The next 20 ms of audio: queued speech (gapless across segments), silence padded."""
+        out = bytearray()
+        need = self._frame_bytes
+        speech = False
+        while self._queue and len(out) < need:
+            segment = self._queue[0]
+            available = len(segment._pcm) - segment._offset
+            if available > 0:
+                take = min(available, need - len(out))
+                out += segment._pcm[segment._offset : segment._offset + take]
+                segment._offset += take
+                speech = True
+                reply = segment.reply
+                if not reply.started:
+                    reply.started = True
+                    self._on_started(reply, segment.text)
+                continue
+            if not segment.done:
+                break  # synthesis is behind: an underrun, filled with silence
+            self._queue.popleft()
+            segment.finished = True
+            if segment.samples and segment.text:
+                spc = segment.samples / self.sample_rate / len(segment.text)
+                self.seconds_per_char = 0.8 * self.seconds_per_char + 0.2 * spc
+            segment.reply._segment_done()
+        self.last_frame_speech = speech
+        if len(out) < need:
+            out += self._silence[: need - len(out)]
+        return bytes(out)

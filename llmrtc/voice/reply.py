@@ -1,0 +1,302 @@
+"""`Reply`: how one turn is spoken. The handler's events stream in, its text is cut into
+sentences, each sentence is synthesised while the one before it plays, and a barge-in cuts it
+all at once. What the user heard is tracked to the word.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import anyio
+
+from llmrtc.abort import AbortController
+from llmrtc.agent.events import (
+    AgentEvent,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+)
+from llmrtc.telemetry.hooks import (
+    ErrorEvent,
+    Hooks,
+    TTSEndEvent,
+    TTSStartEvent,
+    emit,
+    hooks_for,
+)
+from llmrtc.voice._heard import WordLedger
+from llmrtc.voice.config import VoiceConfig
+from llmrtc.voice.events import AgentSpeechEnded, LoopEvent, SpeechError
+from llmrtc.voice.frames import AudioFrame
+from llmrtc.voice.playout import Playout, Segment
+from llmrtc.voice.segmenter import SentenceSegmenter, SpeechChunk
+from llmrtc.voice.tts import TTS
+
+__all__ = ["Reply", "Voice"]
+
+logger = logging.getLogger(__name__)
+
+_FILLER_POLL = 0.05
+"""How often a running tool batch is checked against `filler_after` (seconds)."""
+
+
+@dataclass(eq=False)
+class Voice:
+    """What every reply of one loop shares."""
+
+    tts: TTS
+    playout: Playout
+    config: VoiceConfig
+    publish: Callable[[LoopEvent], None]
+    hooks: Hooks | None = None
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        self._hooks = {
+            name: hooks_for([self.hooks], name)
+            for name in ("on_tts_start", "on_tts_end", "on_error")
+        }
+
+    async def report(self, name: str, event: object) -> None:
+        """Call hook `name` of the loop's hooks (failures isolated, as for every hook)."""
+        await emit(self._hooks[name], name, event)
+
+    async def report_error(self, error: BaseException, where: str, turn_id: str | None) -> None:
+        """`on_error` for a failure the loop recovered from."""
+        await self.report(
+            "on_error",
+            ErrorEvent(error=error, where=where, session_id=self.session_id, turn_id=turn_id),
+        )
+
+
+class Reply:
+    """One turn's speech: feed it the handler's events (`speak_turn`) or a fixed text (`say`),
+    then `finish()` waits until it was heard and reports `AgentSpeechEnded`.
+
+    Two abort controllers: `controller` is the handler's (a barge-in or a TTS failure stops
+    the model and the tools), `_speech` stops synthesis (a barge-in only: after a TTS failure
+    the apology still has to be synthesised).
+    """
+
+    def __init__(self, voice: Voice, *, turn_id: str, started_at: float) -> None:
+        """A reply for turn `turn_id`; `started_at` (`time.monotonic()`) is when the user
+        stopped speaking (or typed), for `time_to_first_audio_s`."""
+        self.voice = voice
+        self.turn_id = turn_id
+        self.started_at = started_at
+        self.controller = AbortController()
+        self._speech = AbortController()
+        self.spoken = voice.playout.open_reply()
+        self.ledger = WordLedger()
+        self.interrupted = False
+        """A barge-in (or a TTS failure) cut the reply: the history keeps only what was heard."""
+        self.ended = False
+        """`AgentSpeechEnded` was published."""
+        self._queue: deque[Segment] = deque()
+        self._wakeup = anyio.Event()
+        self._no_more = False
+        self._speaking = True
+        self._first_audio = True
+        self._open_calls = 0
+        self._batch_since: float | None = None
+        self._filler_said = False
+
+    # Feeding ---------------------------------------------------------------------------------
+
+    async def speak_turn(self, events: AsyncIterator[AgentEvent]) -> TurnCompleted | None:
+        """Publish and speak a turn's events to its end (also after a barge-in: the events
+        go on, nothing more is spoken). Returns its `TurnCompleted`."""
+        segmenter = SentenceSegmenter()
+        completed: TurnCompleted | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._speaker)
+            filler_scope = anyio.CancelScope()
+            group.start_soon(self._filler, filler_scope)
+            try:
+                async with aclosing(events) as stream:  # type: ignore[type-var]
+                    async for event in stream:
+                        self.voice.publish(event)
+                        if isinstance(event, TextDelta):
+                            self.ledger.add_delta(event.text)
+                            self._queue_chunks(segmenter.push(event.text))
+                        elif isinstance(event, ToolCallStarted):
+                            segmenter.drop_unfinished()  # a lead-in cut off by the call
+                            self.ledger.skip_rest()
+                            if not self._open_calls:
+                                self._batch_since = time.monotonic()
+                            self._open_calls += 1
+                        elif isinstance(event, ToolCallFinished):
+                            self._open_calls = max(0, self._open_calls - 1)
+                            if not self._open_calls:
+                                self._batch_since = None
+                        elif isinstance(event, TurnCompleted):
+                            completed = event
+                            self._queue_chunks(segmenter.flush())
+                            self.ledger.skip_rest()
+            finally:
+                filler_scope.cancel()
+                self._close_queue()
+        return completed
+
+    async def say(self, text: str, *, filler: bool = False) -> None:
+        """Speak `text` alone (an apology when no turn could run), through the same speaker."""
+        self._queue.append(self.spoken.add_segment(text, filler=filler))
+        self._close_queue()
+        await self._speaker()
+
+    def _queue_chunks(self, chunks: list[SpeechChunk]) -> None:
+        for chunk in chunks:
+            if not self._speaking:
+                continue
+            segment = self.spoken.add_segment(chunk.text.strip())
+            self.ledger.add_chunk(segment, chunk.raw)
+            self._queue.append(segment)
+        self._wake()
+
+    def _close_queue(self) -> None:
+        self._no_more = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    # Interrupting ----------------------------------------------------------------------------
+
+    def barge_in(self, reason: str) -> str:
+        """Stop the model, the tools (by their policy) and synthesis; returns what was heard.
+        The caller cleared the playout first (so the next frame is silence)."""
+        self.interrupted = True
+        self._speaking = False
+        self.controller.abort(reason)
+        self._speech.abort(reason)
+        return self.spoken.heard_text()
+
+    # Finishing -------------------------------------------------------------------------------
+
+    async def finish(self) -> None:
+        """Wait until the reply was played to its end (or cut), then report
+        `AgentSpeechEnded` if it had started and a barge-in has not reported it already."""
+        self.spoken.close()
+        await self.spoken.played()
+        self.end_speech()
+
+    def end_speech(self) -> None:
+        """Publish `AgentSpeechEnded` once, if the reply had started playing."""
+        if self.spoken.started and not self.ended:
+            self.ended = True
+            self.voice.publish(AgentSpeechEnded(self.interrupted, self.spoken.heard_text()))
+
+    # The speaker and the filler ----------------------------------------------------------------
+
+    async def _speaker(self) -> None:
+        """Synthesise queued segments in order, one at a time (the next one is synthesised
+        while the previous plays, since the playout plays from its own queue)."""
+        with self._speech.signal.cancel_scope():
+            while True:
+                while not self._queue:
+                    if self._no_more:
+                        return
+                    self._wakeup = anyio.Event()
+                    await self._wakeup.wait()
+                segment = self._queue.popleft()
+                if segment.cleared:
+                    continue
+                if not segment.text:
+                    segment.finish()  # nothing speakable (code, JSON): it plays as no audio
+                    continue
+                await self._synthesize(segment)
+
+    async def _synthesize(self, segment: Segment) -> None:
+        voice = self.voice
+        tts, rate = voice.tts, voice.playout.sample_rate
+        from llmrtc.voice.audio import Resampler
+
+        resampler = Resampler(rate)
+        started = time.perf_counter()
+        audio_samples = 0
+        announced = False
+        error: Exception | None = None
+        with self._speech.signal.cancel_scope() as scope:
+            try:
+                async with aclosing(tts.synthesize(segment.text)) as chunks:  # type: ignore[type-var]
+                    async for pcm in chunks:
+                        if not announced:
+                            announced = True
+                            await self._tts_started(segment.text)
+                        if pcm:
+                            audio_samples += len(pcm) // 2
+                            segment.append(resampler.convert(AudioFrame(pcm, tts.sample_rate)))
+                segment.append(resampler.flush())
+            except Exception as exc:  # a TTSError, or any engine failure: never spoken
+                error = exc
+        interrupted = scope.cancelled_caught or error is not None
+        if not announced:
+            await self._tts_started(segment.text)
+        await voice.report(
+            "on_tts_end",
+            TTSEndEvent(
+                session_id=voice.session_id,
+                turn_id=self.turn_id,
+                duration_s=time.perf_counter() - started,
+                audio_duration_s=audio_samples / tts.sample_rate,
+                interrupted=interrupted,
+            ),
+        )
+        if error is None:
+            segment.finish()
+            return
+        await self._tts_failed(segment, error)
+
+    async def _tts_started(self, text: str) -> None:
+        first, self._first_audio = self._first_audio, False
+        await self.voice.report(
+            "on_tts_start",
+            TTSStartEvent(
+                session_id=self.voice.session_id,
+                turn_id=self.turn_id,
+                text=text,
+                voice=self.voice.tts.name,
+                time_to_first_audio_s=time.monotonic() - self.started_at if first else None,
+            ),
+        )
+
+    async def _tts_failed(self, segment: Segment, error: Exception) -> None:
+        """A sentence could not be synthesised: stop the turn (the history keeps what was
+        heard), drop the rest of its speech, and apologise once (if TTS works again)."""
+        logger.warning("turn %s: TTS failed, the agent apologises: %s", self.turn_id, error)
+        self.interrupted = True
+        self._speaking = False
+        self.controller.abort("tts failed")
+        self.voice.playout.drop([segment, *self._queue])
+        self._queue.clear()
+        self.voice.publish(SpeechError("tts", str(error), type(error).__name__))
+        await self.voice.report_error(error, "tts", self.turn_id)
+        if segment.filler and segment.text == self.voice.config.apology_text:
+            return  # the apology itself failed: nothing more to try
+        apology = self.spoken.add_segment(self.voice.config.apology_text, filler=True)
+        self._queue.append(apology)
+
+    async def _filler(self, scope: anyio.CancelScope) -> None:
+        """Say `filler_text` once when a tool batch runs `filler_after` while nothing plays."""
+        config = self.voice.config
+        if not config.filler_text:
+            return
+        with scope:
+            while not self._filler_said:
+                await anyio.sleep(_FILLER_POLL)
+                since = self._batch_since
+                if (
+                    since is not None
+                    and time.monotonic() - since >= config.filler_after
+                    and self.voice.playout.idle
+                    and not self.controller.signal.aborted
+                ):
+                    self._filler_said = True
+                    self._queue.append(self.spoken.add_segment(config.filler_text, filler=True))
+                    self._wake()
