@@ -217,6 +217,7 @@ class ScriptedOpenAIServer:
         self.disconnects = 0
         self.disconnected_at: list[float] = []
         self.port = 0
+        self._listener: anyio.abc.Listener[SocketStream] | None = None
         self._group: TaskGroup | None = None
 
     @property
@@ -227,6 +228,7 @@ class ScriptedOpenAIServer:
     async def __aenter__(self) -> ScriptedOpenAIServer:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        self._listener = listener
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         self._group.start_soon(listener.serve, self._handle)
@@ -238,9 +240,14 @@ class ScriptedOpenAIServer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        assert self._group is not None
+        assert self._group is not None and self._listener is not None
         self._group.cancel_scope.cancel()
-        return await self._group.__aexit__(exc_type, exc, traceback)
+        try:
+            return await self._group.__aexit__(exc_type, exc, traceback)
+        finally:
+            # Closed, not left to the garbage collector: a client of a stopped server is
+            # refused at once instead of waiting in the kernel's backlog until it times out.
+            await self._listener.aclose()
 
     async def _handle(self, stream: SocketStream) -> None:
         async with stream:
