@@ -68,6 +68,10 @@ WHISPER_BASE: Final = WhisperWeights(
 )
 
 
+_VERIFIED: dict[Path, tuple[int, int, int]] = {}
+"""model.bin files whose sha256 this process checked, with their (size, mtime_ns, inode) then."""
+
+
 def _package_files(weights: WhisperWeights) -> tuple[list[Path], dict[str, Path]]:
     """The installed `model.bin` parts in join order, and the other files by name."""
     parts: list[tuple[int, Path]] = []
@@ -145,14 +149,20 @@ def _cached_ok(directory: Path, weights: WhisperWeights, progress: Progress | No
     if not model.is_file():
         return False
     # Hashing 145 MB takes ~0.3 s, small beside loading the model, so the cached file is checked
-    # on every load: a truncated or corrupted cache is rebuilt instead of crashing CTranslate2.
+    # once per process: a truncated or corrupted cache is rebuilt instead of crashing CTranslate2.
+    # Later loads in the same process skip it while the file's identity and mtime are unchanged.
+    stat = model.stat()
+    signature = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if _VERIFIED.get(model) == signature:
+        return ok
     if (
-        model.stat().st_size != weights.model_size
+        stat.st_size != weights.model_size
         or sha256_of(model, progress=progress) != weights.model_sha256
     ):
         logger.warning("%s does not match its pinned sha256; joining it again", model)
         model.unlink(missing_ok=True)
         return False
+    _VERIFIED[model] = signature
     return ok
 
 
@@ -173,7 +183,8 @@ def ensure_whisper_model(
 
     Returns:
         The model directory (`model.bin`, `config.json`, `tokenizer.json`, `vocabulary.json`),
-        every file checked against its pinned sha256 on this call.
+        every file checked against its pinned sha256 (`model.bin` once per process while its
+        size, mtime and inode stay the same).
 
     Raises:
         VoiceModelError: A package is missing or at the wrong version (the message names
@@ -204,4 +215,6 @@ def ensure_whisper_model(
         except LocalModelError as exc:
             raise VoiceModelError(str(exc)) from exc
         logger.info("joined %s in %.1f s", model, time.perf_counter() - started)
+        stat = model.stat()
+        _VERIFIED[model] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
     return directory

