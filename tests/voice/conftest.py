@@ -1,13 +1,14 @@
-"""Shared voice test fixtures: speech synthesised at test time with espeak-ng, and the real
-offline speech models loaded once per test session.
+"""Shared voice test fixtures: speech synthesised at test time with espeak-ng (22.05 kHz,
+converted by the library's own `llmrtc.voice.audio.resample`), and the real offline speech
+models loaded once per test session.
 
 Use them as fixtures (``--import-mode=importlib`` makes ``from tests.voice.conftest import ...``
 fail):
 
-    def test_something(spoken: Speak) -> None:
+    def test_something(spoken, frames_of) -> None:
         frame = spoken("What is the weather in Tokyo?")             # AudioFrame, 16 kHz mono
         frame = spoken("Hello there", sample_rate=48000, trail_silence=0.6)
-        frames = split_frames(frame)                                 # fixture `frames_of`
+        frames = frames_of(frame)                                    # 20 ms AudioFrames
 
     @pytest.mark.voice_model
     async def test_stt(whisper_stt: WhisperSTT, spoken: Speak) -> None: ...
@@ -67,13 +68,12 @@ def _resample(pcm: bytes, rate_in: int, rate_out: int) -> bytes:
     if rate_in == rate_out:
         return pcm
     try:
-        import numpy as np
-        import soxr
+        import av  # noqa: F401  (the library's resampler runs on PyAV)
     except ImportError:
-        _missing('resampling test speech needs numpy and soxr: pip install "llmrtc[voice]"')
-    samples = np.frombuffer(pcm, dtype=np.int16)
-    out = soxr.resample(samples, rate_in, rate_out, quality="HQ")
-    return bytes(np.asarray(out, dtype=np.int16).tobytes())
+        _missing('resampling test speech needs PyAV: pip install "llmrtc[voice]"')
+    from llmrtc.voice.audio import resample
+
+    return resample(pcm, rate_in, rate_out)
 
 
 def _espeak(text: str, voice: str, words_per_minute: int) -> tuple[bytes, int]:
