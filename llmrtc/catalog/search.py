@@ -47,7 +47,7 @@ SEMANTIC_WEIGHT = 10.0
 """Seed 001: the semantic score weighs x10."""
 KEYWORD_BOOST = 3.0
 """Seed 001: a keyword match adds up to +3 (an exact name); lesser rules add in proportion."""
-MIN_SIMILARITY = 0.3
+MIN_SIMILARITY = 0.15
 """Below this cosine a tool with no keyword match is not a hit: MiniLM puts unrelated short
 texts at 0.0-0.25, and listing them would only pad the results."""
 
