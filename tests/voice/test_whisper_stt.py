@@ -290,3 +290,21 @@ def test_cache_dir_environment_variable(tmp_path: Path, monkeypatch: pytest.Monk
     wm = _weights_or_skip()
     monkeypatch.setenv("LLMRTC_CACHE_DIR", str(tmp_path))
     assert wm.ensure_whisper_model() == tmp_path / "models" / "whisper-base"
+
+
+def test_missing_faster_whisper_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from llmrtc.voice.providers.whisper import VoiceModelError, WhisperSTT
+
+    monkeypatch.setitem(sys.modules, "faster_whisper", None)  # makes the import fail
+    with pytest.raises(VoiceModelError, match=r'pip install "llmrtc\[voice\]"'):
+        WhisperSTT.load()
+
+
+@voice_model
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_one_model_serves_asyncio_and_trio(whisper_stt: WhisperSTT, spoken: Any) -> None:
+    # The session's model was first used under asyncio; each event loop gets its own limiter.
+    text = await whisper_stt.transcribe(spoken(SENTENCES[0]).pcm)
+    assert overlap(SENTENCES[0], text) >= 0.8, text

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["SileroVAD", "SileroVADStream"]
+__all__ = ["SileroVAD", "SileroVADStream", "VoiceModelError"]
 
 SAMPLE_RATE: Final = 16000
 WINDOW_SAMPLES: Final = 512

