@@ -317,10 +317,20 @@ class PiperTTS:
             raise RuntimeError("PiperTTS.start(): already started (or closed)")
         self._pool = [_Worker(self._command) for _ in range(self._workers)]
         self._slots = anyio.Semaphore(self._workers)
+        failures: list[TTSError] = []
+
+        async def start(worker: _Worker) -> None:
+            try:
+                await worker.start()
+            except TTSError as exc:  # one error for the caller, not a group of identical ones
+                failures.append(exc)
+
         try:
             async with anyio.create_task_group() as group:
                 for worker in self._pool:
-                    group.start_soon(worker.start)
+                    group.start_soon(start, worker)
+            if failures:
+                raise failures[0]
         except BaseException:
             await self.aclose()
             raise
