@@ -12,6 +12,9 @@ from llmrtc.voice.frames import AudioFrame
 
 __all__ = ["read_wav", "write_wav"]
 
+_STREAMED_SIZE = 0x7FFF0000
+"""A data size this large is a streaming writer's placeholder, not a real length."""
+
 
 def read_wav(source: str | os.PathLike[str] | bytes) -> AudioFrame:
     """The whole audio of a 16-bit PCM WAV file, as one frame (any rate, any channels).
@@ -23,6 +26,8 @@ def read_wav(source: str | os.PathLike[str] | bytes) -> AudioFrame:
         FileNotFoundError: the path does not exist.
         ValueError: not a WAV file, not 16-bit PCM (e.g. float, 8-bit, 24-bit or compressed),
             truncated, or holding no samples; the message names the file and what is allowed.
+            (A size left as a placeholder by a writer streaming to a pipe is not an error:
+            the data is read to its end.)
     """
     if isinstance(source, bytes | bytearray):
         name, stream = "WAV bytes", io.BytesIO(source)
@@ -44,7 +49,11 @@ def read_wav(source: str | os.PathLike[str] | bytes) -> AudioFrame:
             "(convert with e.g. `ffmpeg -i in.wav -c:a pcm_s16le out.wav`)"
         )
     whole = len(pcm) - len(pcm) % (2 * channels)
-    if whole < 2 * channels * frames:
+    # Writers that stream to a pipe (espeak-ng --stdout, ffmpeg to "-") cannot go back to fill
+    # in the sizes and leave a placeholder near 2 GiB: read such data to its end. Any other
+    # shortfall is a file cut short.
+    streamed = 2 * channels * frames >= _STREAMED_SIZE
+    if whole < 2 * channels * frames and not streamed:
         raise ValueError(
             f"{name}: truncated: the header promises {frames} samples per channel, the file "
             f"holds {whole // (2 * channels)}"
