@@ -2,17 +2,49 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol, runtime_checkable
 
+from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.tool import Tool
 
-__all__ = ["ToolRegistry"]
+__all__ = ["CallRouter", "ToolRegistry"]
+
+
+@runtime_checkable
+class CallRouter(Protocol):
+    """A tool that stands for another: `route_call` turns a call of it into the call to run.
+
+    Discovery's `execute_tool(name=..., params=...)` is one: the executor asks the registry to
+    `resolve` each call before it looks anything up, so the call that runs (and that hooks,
+    spans, policy and timeouts see) is the real tool's, under the model's call id.
+    """
+
+    def route_call(self, call: ToolCall) -> ToolCall | None:
+        """The call to run instead of `call`, or None to run `call` itself (e.g. its own
+        arguments are malformed: its schema then says why)."""
+        ...
+
+
+def _keys(definition: ToolDefinition) -> list[str]:
+    """Every form a tool is looked up by: dotted name, wire name, id with and without version."""
+    tool_id = definition.tool_id
+    return list(
+        dict.fromkeys([definition.name, definition.wire_name, tool_id, tool_id.split("@")[0]])
+    )
 
 
 class ToolRegistry:
     """Tools by name, in registration order. One registry may serve many sessions.
+
+    A tool is found by its name (`crm.lookup`), its wire name (`crm__lookup`, what chat APIs
+    send back) or its id (`crm:lookup@1.2.0` or `crm:lookup`); `get`, `has` and `in` accept each.
+    A tool registered `hidden=True` runs when called but is never offered (`names()`,
+    `definitions()`, iteration and `len` leave it out): discovery mode keeps the real tools
+    there so a call that names one directly is auto-routed.
 
     Example:
         registry = ToolRegistry().register(lookupWeather).register(book_table)
@@ -20,7 +52,10 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         """Create a registry, optionally registering `tools` at once."""
-        self._tools: dict[str, Tool] = {}
+        self._tools: dict[str, Tool] = {}  # offered, by name
+        self._hidden: dict[str, Tool] = {}  # runnable, never offered, by name
+        self._index: dict[str, str] = {}  # every lookup form -> name
+        self._refused: dict[str, str] = {}  # every lookup form of a refused tool -> reason
         # Set only on a view made by `scoped()`: the registry it was cut from (to tell "not
         # offered here" from "unknown") and the phrase naming where it applies.
         self._base: ToolRegistry | None = None
@@ -40,7 +75,9 @@ class ToolRegistry:
         what may run in that batch. A call to a tool registered here but not offered by the view
         never runs; it gets a `not_found` result whose message says the tool "is not available"
         (in `scope`, when given) and lists the tools that are. This registry is not modified,
-        and the view keeps the tools it was given even if this registry changes later.
+        and the view keeps the tools it was given even if this registry changes later. When
+        the view offers a `CallRouter` (discovery's `execute_tool`), it keeps this registry's
+        hidden tools too, so the router's targets still run.
 
         Example:
             billing = registry.scoped(
@@ -51,7 +88,7 @@ class ToolRegistry:
             results = await executor.execute(calls, tools=billing)
 
         Args:
-            names: Registered tool names to offer, in the order to offer them.
+            names: Registered tool names to offer (any lookup form), in the order to offer them.
             extra_tools: Tools that exist only in this view (e.g. a playbook stage's
                 `playbook_transition`), offered after `names`.
             scope: Where the view applies, as a phrase that follows "not available in", e.g.
@@ -63,22 +100,32 @@ class ToolRegistry:
                 `names` is offered once.)
         """
         names = list(names)
-        unknown = [name for name in names if name not in self._tools]
+        unknown = [name for name in names if self.get(name) is None]
         if unknown:
             raise ValueError(
                 f"cannot offer unregistered tools {unknown}; registered: {self.names()}"
             )
-        view = ToolRegistry([self._tools[name] for name in dict.fromkeys(names)])
+        offered = [self.get(name) for name in names]
+        view = ToolRegistry(dict.fromkeys(t for t in offered if t is not None))
         view.register_all(extra_tools)
+        if any(isinstance(t, CallRouter) for t in view):
+            for hidden in self._hidden.values():
+                if hidden.name not in view._index:
+                    view.register(hidden, hidden=True)
         view._base = self
         view._scope = scope
         return view
 
-    def register(self, tool: Tool) -> ToolRegistry:
+    def register(self, tool: Tool, *, hidden: bool = False) -> ToolRegistry:
         """Add a tool; returns the registry so calls can be chained.
 
+        Args:
+            tool: The tool.
+            hidden: Run it when called, but never offer it to the model.
+
         Raises:
-            ValueError: if a tool with the same name is already registered.
+            ValueError: if a tool with the same name, wire name or id is already registered
+                (`crm.lookup` and a tool named `crm__lookup` would be one name on the wire).
             TypeError: if `tool` is not a `Tool` (use `define_tool` or `@tool`).
         """
         if not isinstance(tool, Tool):
@@ -86,61 +133,120 @@ class ToolRegistry:
                 f"register() takes a Tool (from define_tool or @tool), got {type(tool).__name__}"
             )
         name = tool.definition.name
-        if name in self._tools:
+        if name in self._tools or name in self._hidden:
             raise ValueError(f"a tool named {name!r} is already registered")
-        self._tools[name] = tool
+        keys = _keys(tool.definition)
+        for key in keys:
+            other = self._index.get(key)
+            if other is not None:
+                raise ValueError(
+                    f"tool {name!r} collides with the registered tool {other!r}: both are "
+                    f"found as {key!r} (the wire form turns '.' into '__'); rename one"
+                )
+        (self._hidden if hidden else self._tools)[name] = tool
+        for key in keys:
+            self._index[key] = name
         return self
 
-    def register_all(self, tools: Iterable[Tool]) -> ToolRegistry:
+    def register_all(self, tools: Iterable[Tool], *, hidden: bool = False) -> ToolRegistry:
         """Register several tools in order; returns the registry."""
         for item in tools:
-            self.register(item)
+            self.register(item, hidden=hidden)
+        return self
+
+    def refuse(self, definition: ToolDefinition, reason: str) -> ToolRegistry:
+        """Remember a tool that exists but may not run here, so a model that names it anyway
+        is told `reason` (e.g. "not permitted by the tools configuration") instead of
+        "unknown tool". The tool is not registered: it never runs and is never offered.
+        Views cut from this registry refuse it too."""
+        for key in _keys(definition):
+            self._refused.setdefault(key, f"tool {definition.name!r} is {reason}")
         return self
 
     def unregister(self, name: str) -> bool:
-        """Remove a tool by name; returns whether it was registered."""
-        return self._tools.pop(name, None) is not None
+        """Remove a tool (by any lookup form); returns whether it was registered."""
+        canonical = self._index.get(name)
+        if canonical is None:
+            return False
+        tool = self._tools.pop(canonical, None) or self._hidden.pop(canonical)
+        for key in _keys(tool.definition):
+            self._index.pop(key, None)
+        return True
 
     def get(self, name: str) -> Tool | None:
-        """The tool with that name, or None."""
-        return self._tools.get(name)
+        """The tool found as `name` (name, wire name or id; hidden tools too), or None."""
+        canonical = self._index.get(name)
+        if canonical is None:
+            return None
+        return self._tools.get(canonical) or self._hidden.get(canonical)
 
     def has(self, name: str) -> bool:
-        """Whether a tool with that name is registered."""
-        return name in self._tools
+        """Whether a tool is found as `name` (name, wire name or id; hidden tools too)."""
+        return name in self._index
+
+    def resolve(self, call: ToolCall) -> tuple[ToolCall, Tool | None]:
+        """The call to run for `call`, and its tool (None: not found here).
+
+        A call that names a tool by its wire name or id comes back named by the tool's name
+        (so hooks and spans carry one name); a call of a `CallRouter` comes back as the call it
+        routes to, under the same call id. The executor calls this for every call.
+        """
+        tool = self.get(call.name)
+        if tool is None:
+            return call, None
+        if isinstance(tool, CallRouter):
+            routed = tool.route_call(call)
+            if routed is not None:
+                target = self.get(routed.name)
+                if target is None or isinstance(target, CallRouter):
+                    return routed, None  # not found: missing_tool_message says why
+                if routed.name != target.name:
+                    routed = dataclasses.replace(routed, name=target.name)
+                return routed, target
+        if call.name != tool.name:
+            call = dataclasses.replace(call, name=tool.name)
+        return call, tool
 
     def names(self) -> list[str]:
-        """Registered names, in registration order."""
+        """Offered names, in registration order (hidden tools are left out)."""
         return list(self._tools)
 
+    def hidden_names(self) -> list[str]:
+        """Names of the hidden tools (they run when called, but are never offered)."""
+        return list(self._hidden)
+
     def definitions(self, names: Sequence[str] | None = None) -> list[ToolDefinition]:
-        """Definitions of all tools, or of `names` in the order given.
+        """Definitions of all offered tools, or of `names` (any lookup form) in the order given.
 
         Raises:
             KeyError: naming every unknown name in `names`.
         """
         if names is None:
             return [t.definition for t in self._tools.values()]
-        unknown = [n for n in names if n not in self._tools]
+        unknown = [n for n in names if n not in self._index]
         if unknown:
             raise KeyError(f"unknown tools {unknown}; registered: {self.names()}")
-        return [self._tools[n].definition for n in names]
+        return [self.get(n).definition for n in names]  # type: ignore[union-attr]
 
     def missing_tool_message(self, name: str) -> str:
-        """What a model is told when it calls `name`, which this registry does not have.
+        """What a model is told when it calls `name`, which this registry does not run.
 
-        For a tool the registry a `scoped()` view was cut from has but the view does not offer:
-        "tool 'x' is not available here" (or "in stage 'billing'") and the tools that are. For
-        an unknown name: the closest names (`lookupWether` → "did you mean 'lookupWeather'?")
-        and the ones available.
+        A refused tool (see `refuse`): why. For a tool the registry a `scoped()` view was cut
+        from has but the view does not offer: "tool 'x' is not available here" (or "in stage
+        'billing'") and the tools that are. For an unknown name: the closest names
+        (`lookupWether` → "did you mean 'lookupWeather'?") and the ones available.
         """
+        refusal = self._refusal(name)
+        if refusal is not None:
+            return refusal + "."
         available = self.names()
         if self._known_outside(name):
             where = f"in {self._scope}" if self._scope else "here"
             listed = ", ".join(available) if available else "none"
             return f"tool {name!r} is not available {where}; tools available: {listed}."
-        by_lower = {n.lower(): n for n in available}
-        close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
+        candidates = [*available, *self._hidden]
+        by_lower = {n.lower(): n for n in candidates}
+        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
         if name.lower() in by_lower and by_lower[name.lower()] not in close:
             close.insert(0, by_lower[name.lower()])
         message = f"unknown tool {name!r}"
@@ -152,11 +258,19 @@ class ToolRegistry:
             return message + " Available tools: " + ", ".join(available) + "."
         return message + " No tools are registered."
 
+    def _refusal(self, name: str) -> str | None:
+        registry: ToolRegistry | None = self
+        while registry is not None:
+            if name in registry._refused:
+                return registry._refused[name]
+            registry = registry._base
+        return None
+
     def _known_outside(self, name: str) -> bool:
         """Whether a registry this view was cut from (at any depth) has `name`."""
         base = self._base
         while base is not None:
-            if name in base._tools:
+            if name in base._index:
                 return True
             base = base._base
         return False
@@ -165,10 +279,11 @@ class ToolRegistry:
         return len(self._tools)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        return name in self._index
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def __repr__(self) -> str:
-        return f"ToolRegistry({self.names()})"
+        hidden = f", hidden={len(self._hidden)}" if self._hidden else ""
+        return f"ToolRegistry({self.names()}{hidden})"
