@@ -17,10 +17,9 @@ from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage
 from llmrtc.testing import ScriptedLLM
 from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
-from llmrtc.tools import ToolCall, ToolContext, ToolRegistry, tool
+from llmrtc.tools import ToolCall, ToolRegistry, tool
 from llmrtc.voice import AudioFrame, Speech, VoiceLoop, open_default_speech
 from llmrtc.voice.audio import resample, rms, split_frames
-from llmrtc.voice.providers._whisper_model import VoiceModelError
 from llmrtc.voice.events import (
     AgentSpeechEnded,
     AgentSpeechStarted,
@@ -29,6 +28,7 @@ from llmrtc.voice.events import (
     UserSpeechEnded,
     UserSpeechStarted,
 )
+from llmrtc.voice.providers._whisper_model import VoiceModelError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.voice_model]
 
@@ -216,19 +216,21 @@ async def test_a_whole_spoken_weather_turn_on_the_offline_model(
         question = spoken(
             "What is the weather in Tokyo?", sample_rate=48000, lead_silence=0.3, trail_silence=1
         )
-        async with VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
-            async with anyio.create_task_group() as group:
-                seen: list[Any] = []
+        seen: list[Any] = []
+        async with (
+            VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop,
+            anyio.create_task_group() as group,
+        ):
 
-                async def watch() -> None:
-                    seen.extend(await record(loop, AgentSpeechEnded, timeout=240))
+            async def watch() -> None:
+                seen.extend(await record(loop, AgentSpeechEnded, timeout=240))
 
-                group.start_soon(watch)
-                await anyio.sleep(0.05)
-                await push_speech(loop, question)
-                with anyio.fail_after(260):
-                    while not any(isinstance(e, AgentSpeechEnded) for e in seen):
-                        await anyio.sleep(0.1)
+            group.start_soon(watch)
+            await anyio.sleep(0.05)
+            await push_speech(loop, question)
+            with anyio.fail_after(260):
+                while not any(isinstance(e, AgentSpeechEnded) for e in seen):
+                    await anyio.sleep(0.1)
     calls = [e.call for e in seen if isinstance(e, ToolCallStarted)]
     assert [c.name for c in calls] == ["lookupWeather"]
     assert "tokyo" in calls[0].arguments.lower()
@@ -248,19 +250,21 @@ async def test_a_model_reply_with_markdown_and_json_is_never_spoken_as_such(
     )
     llm = ScriptedLLM([ScriptedResponse(text=reply)])
     runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
-    async with VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
-        async with anyio.create_task_group() as group:
-            seen: list[Any] = []
+    seen: list[Any] = []
+    async with (
+        VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop,
+        anyio.create_task_group() as group,
+    ):
 
-            async def watch() -> None:
-                seen.extend(await record(loop, AgentSpeechEnded, timeout=60))
+        async def watch() -> None:
+            seen.extend(await record(loop, AgentSpeechEnded, timeout=60))
 
-            group.start_soon(watch)
-            await anyio.sleep(0.05)
-            await loop.send_text("How is Tokyo?")
-            with anyio.fail_after(70):
-                while not any(isinstance(e, AgentSpeechEnded) for e in seen):
-                    await anyio.sleep(0.05)
+        group.start_soon(watch)
+        await anyio.sleep(0.05)
+        await loop.send_text("How is Tokyo?")
+        with anyio.fail_after(70):
+            while not any(isinstance(e, AgentSpeechEnded) for e in seen):
+                await anyio.sleep(0.05)
     ended = next(e for e in seen if isinstance(e, AgentSpeechEnded))
     for forbidden in ("{", "}", "*", "`", '"name"', "arguments"):
         assert forbidden not in ended.heard_text, ended.heard_text
