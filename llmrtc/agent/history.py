@@ -82,10 +82,8 @@ class ConversationHistory:
             ValueError: `old` is not in the history.
             TypeError: `new` is not a chat message.
         """
-        for index, message in enumerate(self._messages):
-            if message is old:
-                break
-        else:
+        index = next((i for i, m in enumerate(self._messages) if m is old), None)
+        if index is None:
             raise ValueError(f"replace: {old!r} is not in the history")
         if new is None:
             del self._messages[index]

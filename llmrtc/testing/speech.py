@@ -86,7 +86,7 @@ class FakeVAD:
 
 class FakeTTS:
     """Deterministic speech: every word a tone of its own frequency, `seconds_per_char` per
-    character (a space is that much silence). The text `"Hi there."` lasts 9 × 0.05 s.
+    character (a space is that much silence). The text `"Hi there."` lasts 9 * 0.05 s.
 
     Example:
         tts = FakeTTS()

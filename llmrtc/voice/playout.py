@@ -50,6 +50,7 @@ class Segment:
         """Played to its end."""
         self.cleared = False
         """Dropped by a barge-in before it finished."""
+        self._heard: int | None = None  # frozen when cleared: later audio or estimates
 
     @property
     def samples(self) -> int:
@@ -70,8 +71,16 @@ class Segment:
         """No more audio will come for this segment."""
         self.done = True
 
+    def _cut(self, seconds_per_char: float, rate: int) -> None:
+        """Dropped unfinished: what was heard of it is decided now, once."""
+        if not self.cleared:
+            self._heard = self.heard_words(seconds_per_char, rate)
+            self.cleared = True
+
     def heard_words(self, seconds_per_char: float, rate: int) -> int:
         """How many of the text's words were heard (see the module docstring)."""
+        if self._heard is not None:
+            return self._heard
         spans = [m.end() for m in _WORD.finditer(self.text)]
         if self.finished:
             return len(spans)
@@ -190,7 +199,7 @@ class Playout:
         """Drop everything queued: the next frame is silence. Synchronous, for barge-in."""
         replies: dict[int, SpokenReply] = {}
         for segment in self._queue:
-            segment.cleared = True
+            segment._cut(self.seconds_per_char, self.sample_rate)
             replies[id(segment.reply)] = segment.reply
         self._queue.clear()
         for reply in replies.values():
@@ -202,7 +211,7 @@ class Playout:
             if segment in self._queue:
                 self._queue.remove(segment)
                 segment.reply._segment_done()
-            segment.cleared = True
+            segment._cut(self.seconds_per_char, self.sample_rate)
 
     def close(self) -> None:
         """End the `frames()` iterators."""

@@ -197,20 +197,21 @@ class Reply:
     async def _speaker(self) -> None:
         """Synthesise queued segments in order, one at a time (the next one is synthesised
         while the previous plays, since the playout plays from its own queue)."""
-        with self._speech.signal.cancel_scope():
-            while True:
-                while not self._queue:
-                    if self._no_more:
-                        return
-                    self._wakeup = anyio.Event()
-                    await self._wakeup.wait()
-                segment = self._queue.popleft()
-                if segment.cleared:
-                    continue
-                if not segment.text:
-                    segment.finish()  # nothing speakable (code, JSON): it plays as no audio
-                    continue
-                await self._synthesize(segment)
+        # No cancel scope around the whole loop: a barge-in stops the synthesis running (its
+        # own scope, so its end is still reported) and clears what is queued.
+        while True:
+            while not self._queue:
+                if self._no_more:
+                    return
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+            segment = self._queue.popleft()
+            if segment.cleared or self._speech.signal.aborted:
+                continue
+            if not segment.text:
+                segment.finish()  # nothing speakable (code, JSON): it plays as no audio
+                continue
+            await self._synthesize(segment)
 
     async def _synthesize(self, segment: Segment) -> None:
         voice = self.voice

@@ -1,0 +1,102 @@
+"""Endpointing in audio time: the state machine alone, and a loop fed faster than real time."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from llmrtc.voice.config import VoiceConfig
+from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
+
+WINDOW = 512
+LOUD = b"\x10\x27" * WINDOW  # 10000
+QUIET = bytes(2 * WINDOW)
+
+
+def feed(endpointer: Endpointer, pattern: str) -> list[object]:
+    """`pattern`: one char per window, `v` voiced, `.` unvoiced."""
+    out = []
+    for index, mark in enumerate(pattern):
+        event = endpointer.push(LOUD if mark == "v" else QUIET, 1.0 if mark == "v" else 0.0)
+        if event is not None:
+            out.append((index, event))
+    return out
+
+
+def test_the_frame_arithmetic_of_the_docstring() -> None:
+    endpointer = Endpointer(VoiceConfig(), sample_rate=16000, window_samples=WINDOW)
+    events = feed(endpointer, "...." + "v" * 10 + "." * 20)
+    (start_at, started), (end_at, ended) = events
+    assert isinstance(started, UtteranceStarted) and isinstance(ended, UtteranceEnded)
+    assert start_at == 4 + 3  # 0.1 s = 1600 samples: the 4th voiced window (128 ms)
+    assert started.audio_time == pytest.approx(4 * WINDOW / 16000)
+    assert end_at == 4 + 10 + 15  # 0.5 s = 15.6 windows: the 16th unvoiced window ends it
+    assert ended.duration == pytest.approx(10 * WINDOW / 16000)
+    # pre-roll (0.3 s = 10 windows, only 4 before the speech) + speech + closing silence
+    assert len(ended.pcm) == 2 * WINDOW * (4 + 10 + 16)
+    assert not ended.cut
+
+
+def test_short_sounds_do_not_start_an_utterance_and_long_ones_are_cut() -> None:
+    config = VoiceConfig(max_utterance=1.0)
+    endpointer = Endpointer(config, sample_rate=16000, window_samples=WINDOW)
+    assert feed(endpointer, "vv....vv....") == []  # clicks: 64 ms each
+    assert not endpointer.in_speech
+    events = feed(endpointer, "v" * 40)
+    kinds = [type(e).__name__ for _, e in events]
+    # cut 1 s (32 windows) after speech began; the user goes on: a new one 4 windows later
+    assert kinds == ["UtteranceStarted", "UtteranceEnded", "UtteranceStarted"]
+    assert events[1][1].cut  # type: ignore[attr-defined]
+    assert events[1][0] == 31 and events[2][0] == 31 + 4
+
+
+def test_voiced_seconds_count_the_utterance_for_barge_in() -> None:
+    endpointer = Endpointer(VoiceConfig(), sample_rate=16000, window_samples=WINDOW)
+    feed(endpointer, "v" * 7)
+    assert endpointer.in_speech
+    assert endpointer.voiced_seconds == pytest.approx(7 * WINDOW / 16000)  # >= 0.2: barge-in
+
+
+def test_a_wrong_window_size_is_refused() -> None:
+    endpointer = Endpointer(VoiceConfig(), sample_rate=16000, window_samples=WINDOW)
+    with pytest.raises(ValueError, match="expected 1024"):
+        endpointer.push(b"\0\0", 0.0)
+
+
+@pytest.mark.anyio
+async def test_pushing_50x_faster_than_real_time_endpoints_the_same() -> None:
+    from llmrtc.agent.runner import TurnRunner
+    from llmrtc.execution.executor import ToolExecutor
+    from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
+    from llmrtc.tools.registry import ToolRegistry
+    from llmrtc.voice import VoiceLoop
+    from llmrtc.voice.audio import split_frames
+    from llmrtc.voice.events import Transcript, UserSpeechEnded, UserSpeechStarted
+
+    async def speak(pace: float) -> list[object]:
+        tts = FakeTTS()
+        said = tts.render("What is the weather in Tokyo?") + bytes(2 * 24000)
+        runner = TurnRunner(
+            ScriptedLLM(["Sunny."]), ToolExecutor(ToolRegistry()), system_prompt="x"
+        )
+        async with VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD()) as loop:
+            events = loop.events()
+            started = time.monotonic()
+            for index, frame in enumerate(split_frames(said, 24000)):
+                await anyio.sleep_until(started + index * 0.02 * pace)
+                await loop.push_audio(frame)
+            seen: list[object] = []
+            with anyio.fail_after(10):
+                async for event in events:
+                    if isinstance(event, UserSpeechStarted | UserSpeechEnded | Transcript):
+                        seen.append(event)
+                    if isinstance(event, Transcript):
+                        return seen
+        raise AssertionError("no transcript")
+
+    real_time = await speak(1.0)
+    fast = await speak(1 / 50)
+    assert real_time == fast
+    assert fast[2] == Transcript("What is the weather in Tokyo?")

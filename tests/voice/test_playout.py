@@ -1,0 +1,86 @@
+"""The playout clock: pacing, silence, frame size, and what was heard of a cut segment."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from llmrtc.voice.frames import AudioFrame
+from llmrtc.voice.playout import Playout, SpokenReply
+
+pytestmark = pytest.mark.anyio
+
+
+def started_log() -> tuple[list[str], Playout]:
+    log: list[str] = []
+
+    def on_started(reply: SpokenReply, text: str) -> None:
+        log.append(text)
+
+    return log, Playout(16000, on_started=on_started)
+
+
+async def test_frames_come_every_20_ms_against_a_fixed_start() -> None:
+    _, playout = started_log()
+    frames = playout.frames()
+    times: list[float] = []
+    got: list[AudioFrame] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(playout.run)
+        async for frame in frames:
+            times.append(anyio.current_time())
+            got.append(frame)
+            if len(got) == 50:
+                break
+        group.cancel_scope.cancel()
+    assert all(f.sample_rate == 16000 and f.samples == 320 and f.channels == 1 for f in got)
+    assert all(not any(f.pcm) for f in got)  # silence while quiet
+    # 49 intervals of 20 ms: no drift beyond scheduling noise (generous bound)
+    assert times[-1] - times[0] == pytest.approx(49 * 0.02, abs=0.15)
+
+
+async def test_speech_plays_gaplessly_then_silence_and_the_reply_is_played() -> None:
+    log, playout = started_log()
+    frames = playout.frames()
+    reply = playout.open_reply()
+    first = reply.add_segment("Hello there.")
+    second = reply.add_segment("Bye.")
+    first.append(b"\x01\x00" * 480)  # 30 ms
+    first.finish()
+    second.append(b"\x02\x00" * 330)  # 20.6 ms
+    second.finish()
+    reply.close()
+    async with anyio.create_task_group() as group:
+        group.start_soon(playout.run)
+        with anyio.fail_after(5):
+            await reply.played()
+        pcm = b""
+        async for frame in frames:
+            pcm += frame.pcm
+            if len(pcm) >= 2 * 320 * 4:
+                break
+        group.cancel_scope.cancel()
+    assert pcm.startswith(b"\x01\x00" * 480 + b"\x02\x00" * 330)  # no gap between segments
+    assert not any(pcm[2 * 810 :])
+    assert log == ["Hello there."]
+    assert first.finished and second.finished
+    assert reply.heard_text() == "Hello there. Bye."
+
+
+async def test_a_cut_segment_counts_the_words_whose_end_was_played() -> None:
+    _, playout = started_log()
+    reply = playout.open_reply()
+    # 10 characters over 1000 samples: "aaaa" ends at sample 400, "bbbbb" at 1000
+    segment = reply.add_segment("aaaa bbbbb")
+    segment.append(b"\x01\x00" * 1000)
+    segment.finish()
+    for played, heard in ((399, ""), (400, "aaaa"), (999, "aaaa")):
+        segment._offset = 2 * played
+        assert reply.heard_text() == heard
+    playout.clear()
+    assert playout.idle and segment.cleared
+    with anyio.fail_after(1):
+        await reply.played()  # a cleared reply counts as played
+    assert reply.heard_text() == "aaaa"
+    later = reply.add_segment("more")
+    assert later.cleared  # nothing is queued after a barge-in
