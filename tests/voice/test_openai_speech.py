@@ -4,8 +4,12 @@ endpoints on 127.0.0.1: uploads, streamed PCM, barge-in closes, errors that leak
 from __future__ import annotations
 
 import io
+import json
+import threading
 import wave
-from contextlib import aclosing
+from collections.abc import Iterator
+from contextlib import aclosing, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anyio
@@ -309,6 +313,93 @@ async def test_a_shared_client_is_used_and_left_open_an_own_client_is_closed() -
         await own.aclose()
         assert own.client.is_closed()
     assert server.requests[0].headers["authorization"] == "Bearer shared"
+
+
+async def test_one_engine_serves_concurrent_sessions() -> None:
+    texts = [f"Utterance {n}." for n in range(4)]
+    slow = [TranscriptionReply(text, delay=0.2) for text in texts]
+    async with ScriptedOpenAIServer([], transcripts=slow) as server:
+        engine, heard = stt(server), []
+
+        async def session() -> None:
+            heard.append(await engine.transcribe(speech_16k()))
+
+        with anyio.fail_after(0.2 * len(texts)):  # less than one after another would take
+            async with anyio.create_task_group() as group:
+                for _ in texts:
+                    group.start_soon(session)
+    assert sorted(heard) == texts
+
+
+async def test_a_given_clients_timeout_is_the_one_reported() -> None:
+    import openai
+
+    slow = TranscriptionReply("too late", delay=30)
+    async with ScriptedOpenAIServer([], transcripts=[slow]) as server:
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url, api_key="k", timeout=0.25, max_retries=0
+        )
+        with pytest.raises(STTError, match=r"no answer within 0\.25 s"):
+            await OpenAISTT(client=client).transcribe(speech_16k())
+        await client.close()
+
+
+class _KeepAliveHandler(BaseHTTPRequestHandler):
+    """Answers both audio endpoints and keeps the connection open, as OpenAI does."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        if self.path.endswith("/audio/speech"):
+            body, kind = tone(0.1), "application/octet-stream"
+        else:
+            body, kind = json.dumps({"text": "Kept alive."}).encode(), "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def keep_alive_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_an_engine_shared_by_the_process_works_from_one_event_loop_after_another() -> None:
+    # A kept-alive connection belongs to the loop that opened it: reused from the next loop,
+    # a request would fail with "Event loop is closed".
+    with keep_alive_server() as url:
+        speech_to_text = OpenAISTT(base_url=url, api_key="k", max_retries=0)
+        text_to_speech = OpenAITTS(base_url=url, api_key="k", max_retries=0)
+
+        async def turn() -> tuple[str, bytes]:
+            text = await speech_to_text.transcribe(speech_16k())
+            audio = b"".join([data async for data in text_to_speech.synthesize("Hi.")])
+            return text, audio
+
+        for backend in ("asyncio", "asyncio", "trio", "asyncio"):
+            assert anyio.run(turn, backend=backend) == ("Kept alive.", tone(0.1))
+
+        async def close() -> None:  # from the loop whose connections they hold
+            await turn()
+            await speech_to_text.aclose()
+            await text_to_speech.aclose()
+
+        anyio.run(close)
+        assert speech_to_text.client.is_closed() and text_to_speech.client.is_closed()
 
 
 # The scripted server's audio side ------------------------------------------------------

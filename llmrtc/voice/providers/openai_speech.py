@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Final, cast
 
 import anyio
+import anyio.lowlevel
 
 from llmrtc.llm.errors import connection_errors
 from llmrtc.voice.stt import STTError
@@ -88,7 +89,6 @@ class _OpenAIAudio:
         self._what = what
         self._env = env
         self.model = model
-        self.timeout = timeout
         self._owns_client = client is None
         if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -99,10 +99,30 @@ class _OpenAIAudio:
                         "or give the base_url of a server that needs none"
                     )
                 key = "not-needed"
-            client = openai.AsyncOpenAI(
-                api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
-            )
-        self.client = client
+
+            def new_client() -> AsyncOpenAI:
+                # Our own httpx client: the openai client's default one closes itself from a
+                # finaliser on whichever asyncio loop runs at that moment, which fails for
+                # the connections of another, finished loop (see `_client`). Ours closes in
+                # `aclose()`; a finished loop's connections are dropped with their client.
+                return openai.AsyncOpenAI(
+                    api_key=key,
+                    base_url=base_url,
+                    timeout=timeout,
+                    max_retries=max_retries,
+                    http_client=openai.DefaultAsyncHttpxClient(),
+                )
+
+            self._new_client = new_client
+            client = new_client()
+        limit = client.timeout  # a given client's own: seconds, an httpx Timeout, or None
+        self.timeout: float | None = (
+            limit if limit is None or isinstance(limit, int | float) else limit.read
+        )
+        """Seconds a request may wait for the server (None: no limit)."""
+        self.client: AsyncOpenAI = client
+        """The client of the event loop that used the engine last (see `_client`)."""
+        self._client_loop: object = None
         self._errors: tuple[type[Exception], ...] = (openai.APIError, *connection_errors())
         self._timeout_error: type[Exception] = openai.APITimeoutError
         self._status_error: type[Exception] = openai.APIStatusError
@@ -112,6 +132,25 @@ class _OpenAIAudio:
     def base_url(self) -> str:
         """The API's URL, e.g. `https://api.openai.com/v1/`."""
         return str(self.client.base_url)
+
+    def _client(self) -> AsyncOpenAI:
+        """The client for the running event loop.
+
+        An httpx connection pool's kept-alive connections belong to the event loop that
+        opened them; a request from a later loop on one fails ("Event loop is closed"). So an
+        engine shared for the whole process (`open_default_speech`) makes a new client of its
+        own when another event loop uses it. A client passed in is the caller's to manage.
+        """
+        if not self._owns_client:
+            return self.client
+        loop = anyio.lowlevel.current_token().native_token
+        if self._client_loop is None:
+            self._client_loop = loop
+        elif self._client_loop is not loop:
+            # The old client's connections died with their loop: nothing left to close.
+            self.client = self._new_client()
+            self._client_loop = loop
+        return self.client
 
     async def aclose(self) -> None:
         """Close the HTTP connections of a client this engine made (a client passed in as
@@ -133,7 +172,8 @@ class _OpenAIAudio:
             suffix = f"; request id {request_id}" if request_id else ""
             return f"{where} failed: HTTP {status} ({advice}){suffix}"
         if isinstance(exc, self._timeout_error) or "Timeout" in type(exc).__name__:
-            return f"{where}: no answer within {self.timeout:g} s; try again, or check the server"
+            within = "in time" if self.timeout is None else f"within {self.timeout:g} s"
+            return f"{where}: no answer {within}; try again, or check the server"
         if isinstance(exc, self._connection_error):
             return f"{where}: cannot connect; is the server running? Check OPENAI_BASE_URL"
         # A transport error while the answer streamed in, or an unexpected reply.
@@ -225,7 +265,7 @@ class OpenAISTT(_OpenAIAudio):
         if len(pcm) // 2 < _MIN_SECONDS * _STT_RATE:
             return ""
         upload = ("audio.wav", _wav(pcm, _STT_RATE), "audio/wav")
-        transcriptions = self.client.audio.transcriptions
+        transcriptions = self._client().audio.transcriptions
         try:
             if self.language is None:
                 result = await transcriptions.create(model=self.model, file=upload)
@@ -314,7 +354,7 @@ class OpenAITTS(_OpenAIAudio):
         """
         if not text.strip():
             return
-        speech = self.client.audio.speech.with_streaming_response
+        speech = self._client().audio.speech.with_streaming_response
         try:
             async with speech.create(
                 model=self.model, voice=self.voice, input=text, response_format="pcm"
