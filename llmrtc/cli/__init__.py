@@ -1,4 +1,5 @@
-"""The `llmrtc` command: `chat`, `tools` and `validate` (floor 7: it may import everything)."""
+"""The `llmrtc` command: `chat`, `voice`, `tools` and `validate` (floor 7: it may import
+everything)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
 from llmrtc.cli.errors import describe_tools_file_error
 
 if TYPE_CHECKING:
-    from llmrtc.playbook import PlaybookError
+    from llmrtc.playbook import Playbook, PlaybookError
     from llmrtc.tools import ToolRegistry
 
 __all__ = ["build_parser", "main"]
@@ -24,6 +26,8 @@ DESCRIPTION = """\
 Realtime voice agents with a tool executor you can trust. Today's commands:
 
   llmrtc chat [PLAYBOOK] [--tools FILE]   chat with the model in the terminal
+  llmrtc voice [BOT] --in IN.wav --out OUT.wav
+                                          one spoken turn, file to file
   llmrtc tools FILE                       list the tools a Python file defines
   llmrtc validate PLAYBOOK                check a playbook (YAML or JSON)
 
@@ -38,6 +42,14 @@ turn (one error line on stderr) and the next question works; a model API that ca
 reached at all is reported before the first prompt, with exit status 1. A playbook that
 reaches a terminal stage ends the chat (exit status 0). Warnings and log lines go to LOG_FILE,
 not between the lines of the conversation (--verbose shows them on stderr too)."""
+
+
+VOICE_EPILOG = """\
+The speech engines are the offline ones (Silero VAD, faster-whisper, piper) unless
+OPENAI_API_KEY / OPENAI_BASE_URL is set (LLMRTC_SPEECH=offline|openai forces the choice).
+The file is pushed as 20 ms frames faster than real time, then silence while the agent
+answers; every utterance in it is a turn. Exit status 1 on any error (no speech heard, a
+failed model, STT or TTS), with one line on stderr. Log lines go to LOG_FILE."""
 
 
 def log_file() -> Path:
@@ -136,7 +148,6 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from llmrtc.playbook import (
-        Playbook,
         PlaybookError,
         load_playbook_tools,
         to_mermaid,
@@ -180,31 +191,83 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         return _chat_session(args)
 
 
-def _chat_session(args: argparse.Namespace) -> int:
-    import anyio
-
-    from llmrtc.cli.chat import run_chat
+def _load_bot(
+    playbook_path: str | None, tools_path: str | None
+) -> tuple[Playbook | None, ToolRegistry | None] | int:
+    """The playbook and tools a command answers with (a tools file given explicitly wins over
+    the playbook's own), or the exit status after printing why they cannot be loaded."""
     from llmrtc.playbook import PlaybookError, load_playbook, load_playbook_tools
     from llmrtc.tools.loader import load_tools_file
 
     playbook = None
     registry = None
     try:
-        if args.playbook is not None:
-            playbook = load_playbook(args.playbook)
-            if playbook.tools_file and args.tools is None:
+        if playbook_path is not None:
+            playbook = load_playbook(playbook_path)
+            if playbook.tools_file and tools_path is None:
                 registry = _load_tools(load_playbook_tools, playbook)
-        if args.tools is not None:
-            registry = _load_tools(load_tools_file, args.tools)
+        if tools_path is not None:
+            registry = _load_tools(load_tools_file, tools_path)
     except PlaybookError as exc:
-        return _playbook_error(exc, args.playbook)
+        assert playbook_path is not None  # only loading a playbook raises it
+        return _playbook_error(exc, playbook_path)
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))
     except _ToolsFileError as exc:
         return _error(f"cannot load the tools file:\n{exc}")
+    return playbook, registry
+
+
+def _chat_session(args: argparse.Namespace) -> int:
+    import anyio
+
+    from llmrtc.cli.chat import run_chat
+    from llmrtc.playbook import PlaybookError
+
+    bot = _load_bot(args.playbook, args.tools)
+    if isinstance(bot, int):
+        return bot
+    playbook, registry = bot
     try:
         return anyio.run(run_chat, args, registry, playbook)
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
+        print()
+        return 130
+    except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
+        return _error(str(exc))
+
+
+def _cmd_voice(args: argparse.Namespace) -> int:
+    with _chat_logging(args.verbose):
+        return _voice_turn(args)
+
+
+def _voice_turn(args: argparse.Namespace) -> int:
+    import anyio
+
+    from llmrtc.cli.voice import run_voice
+    from llmrtc.playbook import PlaybookError
+    from llmrtc.voice.wav import read_wav
+
+    if args.timeout <= 0:
+        return _error(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
+    if args.text is not None and not args.text.strip():
+        return _error("--text needs some text to say")
+    bot = args.bot
+    is_tools = bot is not None and Path(bot).suffix == ".py"
+    loaded = _load_bot(None if is_tools else bot, bot if is_tools else None)
+    if isinstance(loaded, int):
+        return loaded
+    playbook, registry = loaded
+    audio = None
+    if args.input is not None:
+        try:
+            audio = read_wav(args.input)  # before any model loads: a bad file fails at once
+        except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
+            return _error(str(exc))
+    try:
+        return anyio.run(run_voice, args, registry, playbook, audio)
+    except KeyboardInterrupt:
         print()
         return 130
     except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
@@ -234,14 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
     chat.add_argument(
-        "--system",
-        default="You are a helpful assistant. Use the tools when they help. Answer briefly.",
-        help="the system prompt (without a playbook)",
+        "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
     )
     chat.add_argument(
         "--verbose", action="store_true", help="show warnings and log lines on stderr too"
     )
     chat.set_defaults(handler=_cmd_chat)
+    _add_voice_parser(commands)
     tools = commands.add_parser(
         "tools",
         help="list the tools a Python file defines",
@@ -259,6 +321,49 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--graph", action="store_true", help="print a Mermaid state diagram")
     validate.set_defaults(handler=_cmd_validate)
     return parser
+
+
+def _add_voice_parser(commands: Any) -> None:
+    voice = commands.add_parser(
+        "voice",
+        help="one spoken turn, from a WAV file (or --text) to a WAV file",
+        description=(
+            "One voice turn without a browser: the WAV goes through the same VoiceLoop a\n"
+            "WebRTC session uses (VAD, STT, the model and its tools, TTS sentence by\n"
+            "sentence). Prints the transcript, the tool calls and the reply, and writes\n"
+            "the spoken reply to --out."
+        ),
+        epilog=VOICE_EPILOG.replace("LOG_FILE", str(log_file())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    voice.add_argument(
+        "bot",
+        nargs="?",
+        metavar="PLAYBOOK_OR_TOOLS",
+        help="a playbook (.yaml/.json) or a Python tools file (.py); none: no tools",
+    )
+    said = voice.add_mutually_exclusive_group(required=True)
+    said.add_argument(
+        "--in", dest="input", metavar="FILE.wav", help="what the user says: 16-bit PCM WAV"
+    )
+    said.add_argument("--text", help="what the user types instead (a turn without STT)")
+    voice.add_argument(
+        "--out", metavar="FILE.wav", help="write the agent's spoken reply here (48 kHz mono)"
+    )
+    voice.add_argument(
+        "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
+    )
+    voice.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up when the reply has not finished playing after this long (default 120)",
+    )
+    voice.add_argument(
+        "--verbose", action="store_true", help="show warnings and log lines on stderr too"
+    )
+    voice.set_defaults(handler=_cmd_voice)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

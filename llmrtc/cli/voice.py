@@ -1,0 +1,250 @@
+"""`llmrtc voice`: one spoken turn from a WAV file (or typed text) to a WAV file, no browser.
+
+The file goes through the same `VoiceLoop` a WebRTC session uses: pushed as 20 ms frames
+(faster than real time: endpointing counts audio time), then microphone silence paced in real
+time while the agent answers, as a quiet user would send. The loop's outbound frames are
+collected, and what the agent said is written from its first to its last non-silent frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from llmrtc.agent import (
+    StageChanged,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnError,
+)
+from llmrtc.llm import LLMError
+from llmrtc.voice.events import (
+    AgentSpeechEnded,
+    AgentSpeechStarted,
+    LoopEvent,
+    SpeechError,
+    Transcript,
+    UserSpeechEnded,
+    UserSpeechStarted,
+)
+from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from llmrtc.playbook import Playbook
+    from llmrtc.tools import ToolRegistry
+    from llmrtc.voice.loop import VoiceLoop
+
+__all__ = ["SPOKEN_GRACE", "TAIL_SILENCE", "run_voice", "trim_silence"]
+
+TAIL_SILENCE = 1.0
+"""Seconds of silence pushed at full speed after the file, on top of the loop's
+`end_of_speech_silence`, so speech running to the file's end is endpointed at once."""
+SPOKEN_GRACE = 15.0
+"""Seconds a finished turn's speakable text may take to start playing (TTS of its sentence)."""
+_UNSPOKEN_GRACE = 2.0  # a turn with nothing speakable: only a filler could still start
+_PADDING = 5  # 20 ms frames of silence kept around the reply in the written file
+
+
+def trim_silence(frames: list[AudioFrame], *, padding: int = _PADDING) -> list[AudioFrame]:
+    """`frames` from `padding` frames before the first non-silent one to `padding` after the
+    last (`[]` when every frame is digital silence, which is what the loop sends while the
+    agent is quiet)."""
+    voiced = [i for i, frame in enumerate(frames) if frame.pcm.count(0) != len(frame.pcm)]
+    if not voiced:
+        return []
+    return frames[max(0, voiced[0] - padding) : voiced[-1] + padding + 1]
+
+
+@dataclass
+class _Turns:
+    """Follows the loop's events: prints the conversation, knows when every turn is over."""
+
+    source: str
+    pending: int = 0
+    """Turns asked for (utterances ended, or the typed text) and not over yet."""
+    input_done: bool = False
+    heard_speech: bool = False
+    speaking: bool = False
+    finished_turns: int = 0
+    errors: list[str] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+
+    def turn_over(self) -> None:
+        self.pending = max(0, self.pending - 1)
+        self.speaking = False
+        self.finished_turns += 1
+        self.check_done()
+
+    def check_done(self) -> None:
+        if self.input_done and self.pending == 0:
+            self.done.set()
+
+    def input_finished(self) -> None:
+        if not self.heard_speech and not self.pending:
+            self.error(f"no speech detected in {self.source}")
+        self.input_done = True
+        self.check_done()
+
+    async def follow(self, events: AsyncIterator[LoopEvent], group: anyio.abc.TaskGroup) -> None:
+        async for event in events:
+            if isinstance(event, UserSpeechStarted):
+                self.heard_speech = True
+            elif isinstance(event, UserSpeechEnded):
+                self.pending += 1
+            elif isinstance(event, Transcript) and event.final:
+                if event.text:
+                    self.say(f"you: {event.text}")
+                else:
+                    self.error(f"the speech recognizer heard no words in {self.source}")
+                    self.turn_over()
+            elif isinstance(event, ToolCallStarted):
+                arguments = event.call.arguments
+                shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                self.say(f"  -> {event.call.name}({shown})")
+            elif isinstance(event, ToolCallFinished):
+                result = event.result
+                outcome = result.to_content() if result.success else result.error
+                self.say(
+                    f"  <- {result.tool_name} {result.status} {result.duration_ms:.0f} ms: "
+                    f"{outcome}"
+                )
+            elif isinstance(event, StageChanged):
+                self.say(f"  [stage {event.from_stage} -> {event.to_stage}]")
+            elif isinstance(event, TurnError):
+                self.error(f"the model failed: {event.message}")
+            elif isinstance(event, SpeechError):
+                self.error(f"{event.source.upper()} failed: {event.message}")
+                group.start_soon(self._grace, self.finished_turns, True)
+            elif isinstance(event, TurnCompleted):
+                self._completed(event, group)
+            elif isinstance(event, AgentSpeechStarted):
+                self.speaking = True
+            elif isinstance(event, AgentSpeechEnded):
+                self.turn_over()
+
+    def _completed(self, event: TurnCompleted, group: anyio.abc.TaskGroup) -> None:
+        from llmrtc.voice.speakable import speakable
+
+        self.say(f"agent: {event.text.strip() or '(nothing to say)'}")
+        if event.stop_reason not in ("stop", "max_tool_rounds"):
+            self.say(f"  [turn ended: {event.stop_reason}]")
+        if not self.speaking:
+            # The reply plays after the model is done; the turn is over once it was heard.
+            group.start_soon(self._grace, self.finished_turns, bool(speakable(event.text)))
+
+    async def _grace(self, turn: int, to_speak: bool) -> None:
+        """End turn number `turn` if its reply has not started playing after a grace time
+        (a reply with nothing speakable never does; one that should have, failed)."""
+        await anyio.sleep(SPOKEN_GRACE if to_speak else _UNSPOKEN_GRACE)
+        if self.finished_turns == turn and not self.speaking:
+            if to_speak:
+                self.error(f"the reply did not start playing within {SPOKEN_GRACE:g} s")
+            self.turn_over()
+
+
+async def _push_file(loop: VoiceLoop, audio: AudioFrame, turns: _Turns) -> None:
+    """The file as 20 ms frames at full speed, a tail of silence, then real-time silence."""
+    from llmrtc.voice.audio import mix_to_mono, split_frames
+
+    rate = audio.sample_rate
+    for frame in split_frames(mix_to_mono(audio.pcm, audio.channels), rate):
+        await loop.push_audio(frame)
+    tail = TAIL_SILENCE + loop.config.end_of_speech_silence
+    for _ in range(round(tail / FRAME_DURATION)):
+        await loop.push_audio(AudioFrame.silence(FRAME_DURATION, rate))
+    await anyio.sleep(0.05)  # let the event follower see what the file's frames decided
+    turns.input_finished()
+    # A quiet microphone while the agent answers, one frame per 20 ms against a fixed start.
+    start = time.monotonic()
+    sent = 0
+    while True:
+        await loop.push_audio(AudioFrame.silence(FRAME_DURATION, rate))
+        sent += 1
+        await anyio.sleep(max(0.0, start + sent * FRAME_DURATION - time.monotonic()))
+
+
+async def _collect(frames: AsyncIterator[AudioFrame], into: list[AudioFrame]) -> None:
+    async for frame in frames:
+        into.append(frame)
+
+
+async def run_voice(
+    args: argparse.Namespace,
+    registry: ToolRegistry | None,
+    playbook: Playbook | None,
+    audio: AudioFrame | None,
+) -> int:
+    """Run one `llmrtc voice` turn (`audio` from `--in`, else `args.text`); the exit status."""
+    from llmrtc import open_default_provider
+    from llmrtc.cli.bot import build_handler
+    from llmrtc.cli.terminal import ModelProgress
+    from llmrtc.voice import VoiceLoop, open_default_speech
+
+    progress = ModelProgress()
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            llm = await stack.enter_async_context(open_default_provider(progress=progress))
+            speech = await stack.enter_async_context(open_default_speech(progress=progress))
+        except (LLMError, ImportError, RuntimeError, ValueError) as exc:
+            # A missing package or model, a bad LLMRTC_SPEECH: the message says what to do.
+            progress.done()
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        progress.done()
+        handler = build_handler(llm, registry, playbook, system_prompt=args.system)
+        if playbook is not None:
+            print(f"[playbook {playbook.id}]", flush=True)
+        turns = _Turns(args.input or "the typed text")
+        frames: list[AudioFrame] = []
+        async with VoiceLoop(handler, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
+            events = loop.events()
+            async with anyio.create_task_group() as group:
+                group.start_soon(_collect, loop.audio_out(), frames)
+                group.start_soon(turns.follow, events, group)
+                if audio is not None:
+                    group.start_soon(_push_file, loop, audio, turns)
+                else:
+                    turns.pending = 1
+                    turns.say(f"you: {args.text.strip()}")
+                    await loop.send_text(args.text)
+                    turns.input_finished()
+                with anyio.move_on_after(args.timeout) as waited:
+                    await turns.done.wait()
+                if waited.cancelled_caught:
+                    turns.error(f"no complete reply within --timeout {args.timeout:g} s")
+                await anyio.sleep(3 * FRAME_DURATION)  # the last frames reach the collector
+                group.cancel_scope.cancel()
+    return _write_reply(args, frames, turns)
+
+
+def _write_reply(args: argparse.Namespace, frames: list[AudioFrame], turns: _Turns) -> int:
+    """Write what the agent said to `--out`; the exit status (1 if anything failed)."""
+    from llmrtc.voice.wav import write_wav
+
+    spoken = trim_silence(frames)
+    if args.out is not None:
+        if spoken:
+            write_wav(args.out, spoken)
+            seconds = sum(frame.duration for frame in spoken)
+            print(f"wrote {args.out} ({seconds:.1f} s)", flush=True)
+        elif not turns.errors:
+            turns.error(f"the agent said nothing: {args.out} not written")
+    return 1 if turns.errors else 0
