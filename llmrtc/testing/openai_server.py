@@ -344,34 +344,15 @@ async def _read_request(stream: SocketStream) -> RecordedRequest:
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await _read_chunked(stream, body)
-    else:
-        length = int(headers.get("content-length", "0"))
-        while len(body) < length:
-            body += await stream.receive()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        body += await stream.receive()
     content_type = headers.get("content-type", "")
     if content_type.lower().startswith("multipart/form-data"):
         fields, files = parse_multipart(content_type, body)
         return RecordedRequest(method, path, headers, dict(fields), files)
     parsed = json.loads(body) if body else {}
     return RecordedRequest(method, path, headers, parsed)
-
-
-async def _read_chunked(stream: SocketStream, data: bytes) -> bytes:
-    """The body of a chunked upload (`data` is what already came after the head)."""
-    body = b""
-    while True:
-        while b"\r\n" not in data:
-            data += await stream.receive()
-        size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
-        while len(data) < size + 2:
-            data += await stream.receive()
-        body += data[:size]
-        data = data[size + 2 :]
-        if size == 0:
-            return body
 
 
 async def _send_error(stream: SocketStream, reply: ErrorReply) -> None:

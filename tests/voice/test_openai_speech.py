@@ -167,6 +167,7 @@ async def test_speech_streams_several_chunks_of_24k_pcm_before_the_reply_ends() 
             chunks.append(data)
     assert finished_at_first_chunk is False  # the first audio came before the last was sent
     assert len(chunks) >= 3 and b"".join(chunks) == pcm
+    assert server.speech_requests[0].chunks_sent == 5 and server.speech_requests[0].finished
     assert server.speech_requests[0].body == {
         "model": "tts-1",
         "voice": "coral",

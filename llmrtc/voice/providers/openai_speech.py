@@ -147,7 +147,8 @@ class _OpenAIAudio:
         if self._client_loop is None:
             self._client_loop = loop
         elif self._client_loop is not loop:
-            # The old client's connections died with their loop: nothing left to close.
+            # The old client's connections belong to a finished loop and cannot be closed
+            # from this one: they are dropped with it.
             self.client = self._new_client()
             self._client_loop = loop
         return self.client
