@@ -186,12 +186,20 @@ async def test_cancelled_caller_returns_while_the_decoding_finishes_in_backgroun
     # The caller is back although its decoding is still held inside the worker thread.
     assert outcome == ["cancelled"]
     assert recorder.active == 1
-    # The abandoned decoding still holds the only worker: the next utterance waits for it.
+    # A call cancelled while the abandoned decoding still holds the only worker never decodes.
+    third = spoken(SENTENCES[2]).pcm
+    with anyio.move_on_after(0.5):
+        await whisper_stt.transcribe(third)
+    # The next utterance waits for the abandoned decoding, then is decoded.
     recorder.hold.set()
     text = await whisper_stt.transcribe(second)
     assert overlap(SENTENCES[1], text) >= 0.8, text
-    assert [kind for kind, _ in recorder.events] == ["start", "end", "start", "end"]
-    assert recorder.events[1] == ("end", len(first))
+    assert recorder.events == [
+        ("start", len(first)),
+        ("end", len(first)),
+        ("start", len(second)),
+        ("end", len(second)),
+    ]
 
 
 @voice_model
