@@ -29,6 +29,7 @@ from typing import Any
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.ids import to_wire_name
 
 __all__ = ["TextToolCallParser", "render_tool_prompt", "render_text_call"]
 
@@ -76,7 +77,7 @@ def render_tool_prompt(tools: Sequence[ToolDefinition]) -> str:
     ]
     for tool in tools:
         schema = json.dumps(tool.json_schema, separators=(",", ":"), sort_keys=True)
-        lines.append(f"- {tool.name}: {tool.description} Arguments (JSON Schema): {schema}")
+        lines.append(f"- {tool.wire_name}: {tool.description} Arguments (JSON Schema): {schema}")
     return "\n".join(lines)
 
 
@@ -88,7 +89,8 @@ def render_text_call(call: ToolCall) -> str:
             arguments = json.loads(arguments)
         except ValueError:
             arguments = {}
-    return "<tool_call>" + json.dumps({"name": call.name, "arguments": arguments}) + "</tool_call>"
+    name = to_wire_name(call.name)  # the form the prompt showed the model
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def _json_end(text: str, start: int) -> int | None:
@@ -150,8 +152,17 @@ class TextToolCallParser:
     """
 
     def __init__(self, tool_names: Collection[str]) -> None:
-        """Accept calls to `tool_names` only."""
-        self.tool_names = frozenset(tool_names)
+        """Accept calls to `tool_names` only.
+
+        A namespaced name (`crm.lookup`) is accepted in its wire form (`crm__lookup`, what the
+        prompts show) too; calls always come out named by the declared name.
+        """
+        # Every accepted spelling -> the declared name.
+        self._declared = {name: name for name in tool_names}
+        for name in tool_names:
+            self._declared.setdefault(to_wire_name(name), name)
+        self.tool_names = frozenset(self._declared)
+        """The names a call may use: the declared names and their wire forms."""
         self._buffer = ""
         self.dropped: list[str] = []
         """Text that was not spoken: call-like text naming no declared tool, imagined tool
@@ -315,7 +326,7 @@ class TextToolCallParser:
         if not isinstance(arguments, dict | str):
             arguments = json.dumps(arguments)
         self._call_found()
-        events.append(LLMToolCall(ToolCall(new_call_id(), name, arguments)))
+        events.append(LLMToolCall(self._call(name, arguments)))
         return True
 
     def _drop(self, text: str, what: str) -> None:
@@ -398,7 +409,7 @@ class TextToolCallParser:
                 raw = item[keyed.end() - 1 :].rstrip()
                 if raw.endswith("}") and raw.count("}") > raw.count("{"):
                     raw = raw[:-1]
-                return ToolCall(new_call_id(), keyed.group(1), raw)
+                return self._call(keyed.group(1), raw)
             match = _NAME.search(item)
             if match is None or match.group(1) not in self.tool_names:
                 return None
@@ -408,7 +419,7 @@ class TextToolCallParser:
                 raw = item[found.end() :].rstrip()
                 if raw.endswith("}") and raw.count("}") > raw.count("{"):
                     raw = raw[:-1]
-            return ToolCall(new_call_id(), match.group(1), raw)
+            return self._call(match.group(1), raw)
         if not isinstance(item, dict):
             return None
         if isinstance(item.get("function"), dict):  # {"function": {"name", "arguments"}}
@@ -416,11 +427,15 @@ class TextToolCallParser:
         if len(item) == 1:  # {"issue_refund": {args}}: keyed by a declared tool's name
             ((key, value),) = item.items()
             if key in self.tool_names and isinstance(value, dict):
-                return ToolCall(new_call_id(), key, value)
+                return self._call(key, value)
         name = item.get("name")
         if name not in self.tool_names:
             return None
         arguments = item.get("arguments", item.get("parameters", {}))
         if not isinstance(arguments, dict | str):
             arguments = json.dumps(arguments)
-        return ToolCall(new_call_id(), name, arguments)
+        return self._call(name, arguments)
+
+    def _call(self, name: str, arguments: dict[str, Any] | str) -> ToolCall:
+        """A parsed call, named by the declared name whatever spelling the model used."""
+        return ToolCall(new_call_id(), self._declared[name], arguments)

@@ -4,13 +4,14 @@ streamed deltas, whatever the server's habits."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from llmrtc.llm.messages import SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.text_tools import new_call_id, render_text_call
 from llmrtc.llm.types import AnyMessage
 from llmrtc.tools.calls import ToolCall
+from llmrtc.tools.ids import to_wire_name
 
 __all__ = ["ToolCallAssembler", "arguments_json", "message_to_openai", "to_openai_messages"]
 
@@ -55,7 +56,8 @@ def message_to_openai(message: AnyMessage, *, text_mode: bool = False) -> dict[s
             {
                 "id": call.call_id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": arguments_json(call)},
+                # Dotted names go out in wire form (`crm__lookup`): APIs refuse dots.
+                "function": {"name": to_wire_name(call.name), "arguments": arguments_json(call)},
             }
             for call in message.tool_calls
         ]
@@ -78,10 +80,17 @@ class ToolCallAssembler:
     was yielded, so the model's order is kept and no call is cut in half.
     """
 
-    def __init__(self) -> None:
-        """An assembler for one streamed response."""
+    def __init__(self, tool_names: Iterable[str] = ()) -> None:
+        """An assembler for one streamed response.
+
+        Args:
+            tool_names: The request's tool names (`crm.lookup`): a call that comes back in a
+                name's wire form (`crm__lookup`) is named by it. Other names are kept as sent
+                (a registry still finds a tool by its wire name).
+        """
         self._slots: list[dict[str, Any]] = []  # in order of appearance
         self._yielded = 0
+        self._names = {to_wire_name(name): name for name in tool_names}
 
     def add(
         self, index: int | None, call_id: str | None, name: str | None, arguments: str | None
@@ -98,7 +107,7 @@ class ToolCallAssembler:
 
     def finish(self) -> list[ToolCall]:
         """Every call not yielded yet (malformed arguments included: the executor says so)."""
-        ready = [_assembled(slot) for slot in self._slots[self._yielded :]]
+        ready = [self._assembled(slot) for slot in self._slots[self._yielded :]]
         self._yielded = len(self._slots)
         return ready
 
@@ -130,10 +139,10 @@ class ToolCallAssembler:
                 json.loads("".join(slot["args"]) or "{}")
             except ValueError:
                 break  # still streaming (interleaved), or malformed: decided at the end
-            ready.append(_assembled(slot))
+            ready.append(self._assembled(slot))
             self._yielded += 1
         return ready
 
-
-def _assembled(slot: dict[str, Any]) -> ToolCall:
-    return ToolCall(slot["id"] or new_call_id(), slot["name"], "".join(slot["args"]))
+    def _assembled(self, slot: dict[str, Any]) -> ToolCall:
+        name = self._names.get(slot["name"], slot["name"])
+        return ToolCall(slot["id"] or new_call_id(), name, "".join(slot["args"]))
