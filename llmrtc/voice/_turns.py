@@ -1,0 +1,248 @@
+"""The turn worker of a `VoiceLoop`: utterances, typed texts and proactive deadlines, in order.
+
+An utterance is transcribed while the turn before it may still be settling (a "finish" tool
+running after a barge-in); the turn itself starts only once that one ended, so the tool's real
+result is in the history before the next model request. Each turn runs as a task of the loop's
+task group, speaking through a `Reply`; after a barge-in its history is cut to what was heard.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from llmrtc.agent.events import AgentEvent
+from llmrtc.agent.handler import TurnHandler
+from llmrtc.telemetry.hooks import STTEndEvent
+from llmrtc.voice._heard import cut_to_heard
+from llmrtc.voice.events import SpeechError, Transcript
+from llmrtc.voice.reply import Reply, Voice
+from llmrtc.voice.stt import STT
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """A finished utterance, waiting for its transcript."""
+
+    pcm: bytes  # at the VAD's rate
+    turn_id: str
+    ended_at: float  # time.monotonic() when the end of speech was decided
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A typed turn (`send_text`)."""
+
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    at: float
+
+
+def new_turn_id() -> str:
+    """A fresh turn id, shaped like the runner's own."""
+    return f"turn_{uuid.uuid4().hex[:12]}"
+
+
+def _takes_turn_id(method: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "turn_id" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+class TurnWorker:
+    """Runs a loop's turns one after another (see the module docstring)."""
+
+    def __init__(
+        self,
+        handler: TurnHandler,
+        stt: STT,
+        voice: Voice,
+        *,
+        input_rate: int,
+        in_speech: Callable[[], bool],
+        report: Callable[[str, object], Awaitable[None]],
+    ) -> None:
+        self._handler = handler
+        self._stt = stt
+        self._voice = voice
+        self._input_rate = input_rate
+        self._in_speech = in_speech
+        self._report = report
+        self._turn_id_ok = _takes_turn_id(handler.run_turn)
+        self._timeout_turn_id_ok = _takes_turn_id(handler.run_timeout_turn)
+        self._items: deque[Utterance | Typed] = deque()
+        self._wakeup: anyio.Event | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._idle: anyio.Event | None = None
+        self._fired_deadline: float | None = None
+        self._accepting = True
+        self.reply: Reply | None = None
+        """The reply of the turn running (or still playing), if any."""
+
+    def queue(self, item: Utterance | Typed) -> None:
+        """Add work after what is queued."""
+        if self._accepting:
+            self._items.append(item)
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def run(self, group: anyio.abc.TaskGroup) -> None:
+        """Take the work in order, forever (turns run as tasks of `group`)."""
+        self._group = group
+        self._idle = anyio.Event()
+        self._idle.set()
+        while True:
+            item = await self._next_item()
+            if isinstance(item, Utterance):
+                text = await self._transcribe(item)
+                await self._idle.wait()
+                if text is None:
+                    self._start(item.turn_id, item.ended_at, apology=True)
+                elif text:
+                    self._start(item.turn_id, item.ended_at, user_text=text)
+            elif isinstance(item, Typed):
+                await self._idle.wait()
+                self._start(new_turn_id(), item.at, user_text=item.text)
+            else:
+                self._start(new_turn_id(), item.at, timeout=True)
+
+    async def close(self, timeout: float) -> bool:
+        """Take no more work and wait (at most `timeout` s, shielded) for the turn running to
+        settle. The caller has already cut its speech and aborted it. False if it timed out."""
+        self._accepting = False
+        self._items.clear()
+        if self._idle is None:
+            return True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as waited:
+            await self._idle.wait()
+        return not waited.cancelled_caught
+
+    async def _next_item(self) -> Utterance | Typed | _Deadline:
+        assert self._idle is not None
+        while True:
+            if self._items:
+                return self._items.popleft()
+            timeout = math.inf
+            if self._idle.is_set() and not self._in_speech():
+                deadline = self._handler.next_deadline()
+                # A deadline a timeout turn did not move is not run again.
+                if deadline is not None and deadline != self._fired_deadline:
+                    now = time.monotonic()
+                    if now >= deadline:
+                        self._fired_deadline = deadline
+                        return _Deadline(now)
+                    timeout = deadline - now
+            self._wakeup = anyio.Event()
+            with anyio.move_on_after(timeout):
+                await self._wakeup.wait()
+            self._wakeup = None
+
+    async def _transcribe(self, item: Utterance) -> str | None:
+        """The utterance's transcript ("" for no words), or None when the STT failed."""
+        stt, voice = self._stt, self._voice
+        pcm = item.pcm
+        if stt.sample_rate != self._input_rate:
+            from llmrtc.voice.audio import resample
+
+            pcm = resample(pcm, self._input_rate, stt.sample_rate)
+        started = time.perf_counter()
+        try:
+            text = (await stt.transcribe(pcm)).strip()
+        except Exception as exc:  # STTError or any engine failure: apologise, go on
+            logger.warning("turn %s: STT failed, the agent apologises: %s", item.turn_id, exc)
+            voice.publish(SpeechError("stt", str(exc), type(exc).__name__))
+            await voice.report_error(exc, "stt", item.turn_id)
+            return None
+        voice.publish(Transcript(text, True))
+        await self._report(
+            "on_stt_end",
+            STTEndEvent(
+                session_id=voice.session_id,
+                turn_id=item.turn_id,
+                text=text,
+                duration_s=time.perf_counter() - started,
+                audio_duration_s=len(pcm) / 2 / stt.sample_rate,
+                model=stt.name,
+            ),
+        )
+        return text
+
+    def _start(
+        self,
+        turn_id: str,
+        started_at: float,
+        *,
+        user_text: str | None = None,
+        timeout: bool = False,
+        apology: bool = False,
+    ) -> None:
+        if not self._accepting:
+            return
+        reply = Reply(self._voice, turn_id=turn_id, started_at=started_at)
+        self.reply = reply
+        self._idle = anyio.Event()
+        assert self._group is not None
+        self._group.start_soon(self._turn, reply, user_text, timeout, apology)
+
+    async def _turn(
+        self, reply: Reply, user_text: str | None, timeout: bool, apology: bool
+    ) -> None:
+        history = self._handler.history
+        before = {id(m) for m in history.messages}
+        apology_text = self._voice.config.apology_text
+        try:
+            if apology:
+                await reply.say(apology_text)
+            else:
+                try:
+                    await reply.speak_turn(self._events(reply, user_text, timeout))
+                except Exception as exc:  # a handler bug: its history is valid; apologise
+                    logger.exception("turn %s failed; the agent apologises", reply.turn_id)
+                    await self._voice.report_error(exc, "voice.turn", reply.turn_id)
+                    if not reply.interrupted:
+                        await reply.say(apology_text, filler=True)
+            await reply.finish()
+            if reply.interrupted:
+                playout = self._voice.playout
+                heard = reply.ledger.heard(playout.seconds_per_char, playout.sample_rate)
+                cut_to_heard(history, before, heard, reply.ledger.total_words)
+        finally:
+            if self.reply is reply:
+                self.reply = None
+            assert self._idle is not None
+            self._idle.set()
+            self._wake()
+
+    def _events(
+        self, reply: Reply, user_text: str | None, timeout: bool
+    ) -> AsyncIterator[AgentEvent]:
+        signal = reply.controller.signal
+        handler = self._handler
+        if timeout:
+            if self._timeout_turn_id_ok:
+                return handler.run_timeout_turn(abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
+            return handler.run_timeout_turn(abort_signal=signal)
+        if self._turn_id_ok:
+            return handler.run_turn(user_text, abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
+        return handler.run_turn(user_text, abort_signal=signal)
