@@ -40,6 +40,9 @@ class CallState:
     controller: AbortController | None = None
     context: ToolContext | None = None
     scope: anyio.CancelScope | None = None  # cancels this call alone
+    # Its tool has on_interrupt="finish": once its handler started, an abort of the batch
+    # leaves it running (its controller is then no child of the batch signal).
+    finish = False
     running = False  # its handler is running
     deadline = 0.0  # time.monotonic() when its time limit passes (0.0: no limit)
     expires_at = 0.0  # the same on the loop's clock (asyncio)
@@ -76,6 +79,7 @@ class Batch:
 
     __slots__ = (
         "calls",
+        "finishing",
         "hooks",
         "loop",
         "metadata",
@@ -125,6 +129,9 @@ class Batch:
         self.turn_id = turn_id
         self.stage_id = stage_id
         self.metadata = metadata
+        # Some call's tool has on_interrupt="finish": an abort then stops calls one by one
+        # (see `interrupt`) instead of cancelling the whole batch at once.
+        self.finishing = False
 
     def arm(self, item: CallState, limit: float) -> None:
         """Make the batch timer end `item` after `limit` seconds (asyncio only)."""
@@ -169,6 +176,21 @@ class Batch:
             self.timer = None
         self.timed = []
 
+    def interrupt(self) -> None:
+        """The batch signal aborted in a batch with `"finish"` calls: cancel every call except
+        those whose handler already started and finish on interrupt. A `"finish"` call still
+        queued (for a slot, behind a sequential call, or in its start hooks) never started:
+        nothing happened yet, so there is nothing to finish, and it is aborted like the rest.
+        Runs in the loop's thread, between the steps of the calls' tasks, so a call is either
+        still before its start check (which sees the signal) or already started."""
+        for item in self.calls:
+            if (
+                item.result is None
+                and item.scope is not None
+                and not (item.finish and item.started)
+            ):
+                item.scope.cancel()
+
     def aborted(self) -> bool:
         """Whether the batch's abort signal is set."""
         return self.signal is not None and self.signal.aborted
@@ -182,18 +204,21 @@ class Batch:
     def settle(self) -> None:
         """Give every call without a result its `aborted` result: by the signal, or because the
         caller was cancelled (its running handler learns it through its own signal)."""
-        signal = self.signal
-        reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
-        now = time.perf_counter()
         for item in self.calls:
             if item.result is None:
-                name = item.call.name
-                text = f"tool call {name!r} aborted"
-                if _speakable(reason):
-                    text += f" ({reason})"
-                error = ToolAbortedError(name, text, reason)
-                duration_s = now - item.started if item.started else 0.0
-                finish(item, "aborted", error=error, duration_s=duration_s)
+                self.settle_one(item)
+
+    def settle_one(self, item: CallState) -> None:
+        """Give `item` its `aborted` result now (see `settle`)."""
+        signal = self.signal
+        reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
+        name = item.call.name
+        text = f"tool call {name!r} aborted"
+        if _speakable(reason):
+            text += f" ({reason})"
+        error = ToolAbortedError(name, text, reason)
+        duration_s = time.perf_counter() - item.started if item.started else 0.0
+        finish(item, "aborted", error=error, duration_s=duration_s)
 
 
 def finish(

@@ -178,6 +178,16 @@ class ToolExecutor:
         handler task is left running. Cancelling the caller propagates, after the unfinished
         calls were reported `"aborted"` to the hooks and their signals set.
 
+        Interrupt policy: a call whose tool has `on_interrupt="finish"` (a payment, a booking)
+        and whose handler already started when `abort_signal` aborts (or its deadline passes)
+        is not stopped by it: it runs to completion under its own timeout, its result is its
+        real one (`ok`, `error` or `timeout`), and its `ToolContext.abort_signal` is no child
+        of `abort_signal`. The other calls are aborted at once and reported as they stop; this
+        returns once the finishing calls are done. A `"finish"` call that had not started
+        (waiting for a concurrency slot, behind a sequential call, or in its start hooks) is
+        aborted like any other: nothing happened yet, so there is nothing to finish.
+        Cancelling the caller, and a call's own timeout, still stop a `"finish"` call.
+
         Example:
             offered = registry.scoped(["lookup_weather"], scope="stage 'weather'")
             results = await executor.execute(
@@ -189,9 +199,10 @@ class ToolExecutor:
             session_id: Passed to handlers in `ToolContext.session_id` and to hook events.
             turn_id: Passed to handlers in `ToolContext.turn_id` and to hook events.
             stage_id: The playbook stage, for hook events.
-            abort_signal: Aborts the whole batch (e.g. on barge-in), also when its deadline
-                passes. May be set from any thread. The model is told the abort reason only
-                when it is a short one-line `str` (e.g. `"barge-in"`), else just "aborted".
+            abort_signal: Aborts the batch (e.g. on barge-in), also when its deadline
+                passes, except started `"finish"` calls (see above). May be set from any
+                thread. The model is told the abort reason only when it is a short one-line
+                `str` (e.g. `"barge-in"`), else just "aborted".
             metadata: Read-only values handed to every handler in `ToolContext.metadata`.
             hooks: Extra hooks for this batch only, called after the executor's own (a hook
                 object that already is the executor's is not called twice).
@@ -241,6 +252,8 @@ class ToolExecutor:
             if call_list and not batch.aborted():
                 if abort_signal is None:
                     await self._run(batch, segments)
+                elif batch.finishing:
+                    await self._run_interruptible(batch, segments)
                 else:
                     # Cancelled by an abort, and by the signal's (or a parent's) deadline.
                     with abort_signal.cancel_scope():
@@ -277,16 +290,42 @@ class ToolExecutor:
             elif ready:
                 await run_group(batch, ready, self._run_call)
 
+    async def _run_interruptible(self, batch: Batch, segments: list[list[CallState]]) -> None:
+        """`_run` for a batch with `"finish"` calls: an abort of the batch signal (or its
+        deadline) cancels the calls one by one (`Batch.interrupt`) instead of the whole
+        batch, so a started `"finish"` call runs on and the batch waits for it. A watcher task
+        is the price, paid only by such batches. Cancelling the caller still cancels every
+        call, `"finish"` ones too."""
+        signal: AbortSignal = batch.signal  # type: ignore[assignment]  # checked by execute
+
+        async def watch() -> None:
+            await signal.wait()
+            batch.interrupt()
+
+        async with anyio.create_task_group() as watcher:
+            watcher.start_soon(watch)
+            try:
+                await self._run(batch, segments)
+            finally:
+                watcher.cancel_scope.cancel()
+
     def _segments(self, batch: Batch) -> list[list[CallState]]:
         """Split the batch at sequential calls: each sequential call is a segment of its own.
-        Looks each tool up once, in the batch's view."""
+        Looks each tool up once, in the batch's view, and marks the calls that finish on
+        interrupt."""
         segments: list[list[CallState]] = []
         group: list[CallState] = []
         get = batch.tools.get
         default = self.default_policy
         for item in batch.calls:
             tool = item.tool = get(item.call.name)
-            policy = (tool.definition.execution_policy if tool else None) or default
+            if tool is None:
+                policy = default
+            else:
+                definition = tool.definition
+                policy = definition.execution_policy or default
+                if definition.on_interrupt == "finish":
+                    item.finish = batch.finishing = True
             if policy == "parallel":
                 group.append(item)
                 continue
@@ -350,6 +389,8 @@ class ToolExecutor:
                         self._start_clock(batch, item, scope, item.controller)
                     else:
                         ctx = self._context(batch, item, self._start_clock(batch, item, scope))
+                    if item.finish:
+                        signal = None  # it started: an abort of the batch no longer stops it
                     tool: Tool = item.tool  # type: ignore[assignment]  # prepared calls only
                     started = item.started = _perf_counter()
                     token = current_call_id.set(ctx.call_id)
@@ -387,16 +428,22 @@ class ToolExecutor:
                 finally:
                     item.running = False
                     slots.release()
-            if item.result is None and item.started and item.timed_out():
-                self._time_out(item)  # the scope ended the handler at its limit
+            if item.result is None:
+                if item.started and item.timed_out():
+                    self._time_out(item)  # the scope ended the handler at its limit
+                elif batch.finishing and batch.aborted():
+                    # Interrupted while other calls finish: its result is reported now, not
+                    # once the batch is over.
+                    batch.settle_one(item)
         finally:
             if finished is not None:
                 finished.put(item)
 
     def _context(self, batch: Batch, item: CallState, deadline: float | None) -> ToolContext:
-        """The call's own controller (a child of the batch signal) and the context the
-        handler receives."""
-        controller = item.controller = AbortController(parent=batch.signal, deadline=deadline)
+        """The call's own controller (a child of the batch signal, unless the call finishes on
+        interrupt) and the context the handler receives."""
+        parent = None if item.finish else batch.signal
+        controller = item.controller = AbortController(parent=parent, deadline=deadline)
         item.context = new_context(
             item.call.call_id, controller.signal, batch.session_id, batch.turn_id, batch.metadata
         )
