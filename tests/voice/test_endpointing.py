@@ -100,3 +100,12 @@ async def test_pushing_50x_faster_than_real_time_endpoints_the_same() -> None:
     fast = await speak(1 / 50)
     assert real_time == fast
     assert fast[2] == Transcript("What is the weather in Tokyo?")
+
+
+def test_the_vad_threshold_decides_what_is_voiced() -> None:
+    strict = Endpointer(VoiceConfig(vad_threshold=0.7), sample_rate=16000, window_samples=WINDOW)
+    loose = Endpointer(VoiceConfig(vad_threshold=0.5), sample_rate=16000, window_samples=WINDOW)
+    for endpointer in (strict, loose):
+        for _ in range(5):
+            endpointer.push(LOUD, 0.6)
+    assert not strict.in_speech and loose.in_speech

@@ -267,3 +267,21 @@ async def test_every_subscriber_gets_every_event_and_a_slow_one_never_blocks() -
     assert len(frames) == 10  # its buffer: the oldest frames were dropped, not waited for
     assert any(isinstance(e, TextDelta) for e in seen[0])
     assert isinstance(seen[0][-1], AgentSpeechEnded)
+
+
+async def test_a_sound_shorter_than_barge_in_min_speech_does_not_interrupt() -> None:
+    loop, _, tts = make_loop(["One two three four five six.", "Yes?"])
+    async with loop:
+        events = loop.events()
+        await loop.send_text("Count.")
+        seen = await collect_until(events, AgentSpeechStarted)
+        await say(loop, tts, "hmm")  # 0.15 s: an utterance (min_speech 0.1), no barge-in (0.2)
+        seen += await collect_until(events, AgentSpeechEnded)
+        seen += await collect_until(events, AgentSpeechEnded)
+    assert not any(isinstance(e, BargeIn) for e in seen)
+    ends = [e for e in seen if isinstance(e, AgentSpeechEnded)]
+    assert ends == [
+        AgentSpeechEnded(False, "One two three four five six."),
+        AgentSpeechEnded(False, "Yes?"),
+    ]
+    assert loop.history.messages[2] == UserMessage("hmm")  # answered after the first reply

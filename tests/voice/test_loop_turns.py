@@ -248,3 +248,66 @@ async def test_a_tts_failure_apologises_keeps_a_valid_history_and_the_next_turn_
         UserMessage("Again."),
         AssistantMessage("Fine again."),
     )
+
+
+async def test_leaving_the_loop_ends_the_turn_cleanly() -> None:
+    started = anyio.Event()
+
+    @tool
+    async def lookup(order: str) -> str:
+        """Look an order up."""
+        started.set()
+        await anyio.sleep(30)
+        return "found"
+
+    llm = ScriptedLLM([[ToolCall("c1", "lookup", {"order": "A1"})]])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([lookup])), system_prompt="Be brief.")
+    loop = VoiceLoop(runner, stt=FakeSTT(), tts=FakeTTS(), vad=FakeVAD())
+    with anyio.fail_after(10):
+        async with loop:
+            events = loop.events()
+            await loop.send_text("Where is A1?")
+            await started.wait()
+        seen = [e async for e in events]  # ends with the loop
+    assert isinstance(seen[-1], TurnCompleted) and seen[-1].stop_reason == "aborted"
+    assert seen[-1].tool_results[0].status == "aborted"
+    messages = loop.history.messages
+    check_chat_messages([SystemMessage("x"), *messages])
+    assert isinstance(messages[-1], ToolMessage) and messages[-1].call_id == "c1"
+
+
+async def test_markdown_and_json_are_never_spoken() -> None:
+    reply = 'It is **sunny** today.\n```json\n{"temp": 21}\n```\nEnjoy!'
+    llm = ScriptedLLM([reply])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+    tts = FakeTTS()
+    loop = VoiceLoop(runner, stt=FakeSTT(), tts=tts, vad=FakeVAD())
+    seen: list[Any] = []
+    async with loop:
+        events = loop.events()
+        await loop.send_text("Weather?")
+        await until(events, lambda e: isinstance(e, AgentSpeechEnded), seen)
+    spoken = " ".join(tts.spoken)
+    assert "sunny" in spoken and "Enjoy!" in spoken
+    assert not any(mark in spoken for mark in ("*", "`", "{", "temp"))
+    assert loop.history.messages[-1] == AssistantMessage(reply)  # the history keeps the text
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_spoken_turn_with_a_barge_in_on_trio(anyio_backend: str) -> None:
+    tts = FakeTTS()
+    llm = ScriptedLLM(["One two three four five six seven eight nine ten.", "Okay."])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    seen: list[Any] = []
+    async with loop:
+        events = loop.events()
+        await say(loop, tts, "Count")
+        await until(events, lambda e: isinstance(e, AgentSpeechStarted), seen)
+        await anyio.sleep(0.4)
+        await say(loop, tts, "Stop")
+        await until(events, lambda e: isinstance(e, AgentSpeechEnded) and not e.interrupted, seen)
+    barge = next(e for e in seen if isinstance(e, BargeIn))
+    assert barge.heard_text and "One two three".startswith(barge.heard_text[:13])
+    assert loop.history.messages[1] == AssistantMessage(barge.heard_text, (), True)
+    assert loop.history.messages[2] == UserMessage("Stop")
