@@ -12,18 +12,18 @@ from llmrtc.agent import TurnRunner
 from llmrtc.agent.events import TurnCompleted
 from llmrtc.catalog.injection import ToolInjection
 from llmrtc.execution import ToolExecutor
+from llmrtc.llm.messages import AssistantMessage
 from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.text_tools import TextToolCallParser, render_text_call, render_tool_prompt
 from llmrtc.llm.types import LLMToolCall
 from llmrtc.llm.wire import ToolCallAssembler, message_to_openai
-from llmrtc.llm.messages import AssistantMessage
 from llmrtc.telemetry.hooks import ToolEndEvent
 from llmrtc.testing import RecordingHooks
 from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply, tool_call_reply
 from llmrtc.tools import ToolCall, ToolDefinition, ToolRegistry, define_tool
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
-from _routing import _resolving_executor, business_tools, catalog_of  # noqa: E402, F401
+from _routing import _resolving_executor, business_tools, catalog_of  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +47,7 @@ def test_registry_finds_a_tool_by_name_wire_name_and_id() -> None:
 
 def test_names_that_collide_on_the_wire_are_refused_at_registration() -> None:
     registry = ToolRegistry([_tool("crm.lookup")])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="collides with the registered tool 'crm.lookup'"):
+    with pytest.raises(ValueError, match=r"collides with the registered tool 'crm\.lookup'"):
         registry.register(_tool("crm__lookup"))  # type: ignore[arg-type]
 
 
@@ -83,7 +83,8 @@ def test_text_tools_show_wire_names_and_parse_both_spellings() -> None:
     assert '"name": "crm__lookup"' in past
     for spelling in ("crm__lookup", "crm.lookup"):
         parser = TextToolCallParser(["crm.lookup"])
-        text = '<tool_call>{"name": "%s", "arguments": {"id": "C1"}}</tool_call>' % spelling
+        body = '{"name": "' + spelling + '", "arguments": {"id": "C1"}}'
+        text = "<tool_call>" + body + "</tool_call>"
         events = [*parser.feed(text), *parser.finish()]
         calls = [e.call for e in events if isinstance(e, LLMToolCall)]
         assert [(c.name, c.arguments) for c in calls] == [("crm.lookup", {"id": "C1"})]
