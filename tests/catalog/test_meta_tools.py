@@ -1,0 +1,189 @@
+"""Discovery's meta-tools: result shapes, pagination, get_tool details, and execute_tool running
+the real tool through the executor (validation against the target's schema, hooks, spans)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmrtc.catalog.injection import ToolInjection
+from llmrtc.catalog.meta_tools import META_TOOL_NAMES
+from llmrtc.execution import ToolExecutor
+from llmrtc.telemetry.hooks import ToolEndEvent, ToolStartEvent
+from llmrtc.testing import InMemoryTelemetry, RecordingHooks
+from llmrtc.tools import ToolCall, ToolCallResult
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
+from _routing import _resolving_executor, business_tools, catalog_of, many_tools  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+
+async def _discovery(tools: Any = None, **options: Any) -> ToolInjection:
+    catalog = catalog_of(tools if tools is not None else business_tools())
+    return await ToolInjection.build(catalog, mode="discovery", **options)
+
+
+async def _call(injection: ToolInjection, tool: str, /, **arguments: Any) -> ToolCallResult:
+    executor = ToolExecutor(injection.registry)
+    return await executor.execute_single(ToolCall("c1", tool, json.dumps(arguments)))
+
+
+async def test_discovery_offers_exactly_the_five_meta_tools() -> None:
+    injection = await _discovery()
+    assert [d.name for d in injection.definitions()] == list(META_TOOL_NAMES)
+    assert injection.registry.hidden_names() == [
+        "crm.lookup_customer",
+        "billing.refund",
+        "files.read",
+        "shell.run",
+    ]
+
+
+async def test_search_lists_tools_as_name_id_description() -> None:
+    result = await _call(await _discovery(), "search_tools", query="refund", max_results=3)
+    assert result.status == "ok"
+    assert result.result["tools"][0] == {
+        "name": "billing.refund",
+        "id": "billing:refund@1.0.0",
+        "description": "Refund a card payment.",
+    }
+
+
+async def test_search_max_results_is_bounded_by_the_schema() -> None:
+    result = await _call(await _discovery(), "search_tools", query="x", max_results=50)
+    assert result.status == "invalid_arguments"
+    assert "max_results" in (result.error or "")
+
+
+async def test_categories_are_namespaces_with_counts() -> None:
+    result = await _call(await _discovery(), "list_categories")
+    assert result.result == {
+        "categories": [
+            {"name": "billing", "tools": 1},
+            {"name": "crm", "tools": 1},
+            {"name": "files", "tools": 1},
+            {"name": "shell", "tools": 1},
+        ]
+    }
+
+
+async def test_browse_category_pages_through_a_namespace() -> None:
+    injection = await _discovery(many_tools(25, namespaces=1))
+    first = await _call(injection, "browse_category", category="ns0", page_size=10)
+    assert first.result["total"] == 25 and first.result["pages"] == 3
+    assert first.result["next_page"] == 2
+    assert [t["name"] for t in first.result["tools"]][:2] == ["ns0.action_0", "ns0.action_1"]
+    last = await _call(injection, "browse_category", category="ns0", page=3, page_size=10)
+    assert len(last.result["tools"]) == 5 and last.result["next_page"] is None
+    beyond = await _call(injection, "browse_category", category="ns0", page=4, page_size=10)
+    assert beyond.status == "error" and "has 3 page(s)" in (beyond.error or "")
+    unknown = await _call(injection, "browse_category", category="nope")
+    assert unknown.status == "error" and "categories: ns0" in (unknown.error or "")
+
+
+async def test_get_tool_gives_schema_examples_and_side_effects_by_any_name() -> None:
+    injection = await _discovery()
+    for name in ("billing.refund", "billing__refund", "billing:refund@1.0.0"):
+        details = (await _call(injection, "get_tool", name=name)).result
+        assert details["name"] == "billing.refund"
+        assert details["parameters"]["required"] == ["payment_id", "amount"]
+        assert details["side_effects"] == ["moves money back to the card"]
+        assert details["examples"] == [{"payment_id": "pay_1", "amount": {"value": 5}}]
+    missing = await _call(injection, "get_tool", name="billing.refnd")
+    assert missing.status == "error"
+    assert "did you mean 'billing.refund'" in (missing.error or "")
+
+
+async def test_execute_tool_runs_the_real_tool_under_the_same_call_id() -> None:
+    injection = await _discovery()
+    result = await _call(
+        injection, "execute_tool", name="crm__lookup_customer", params={"customer_id": "C1"}
+    )
+    assert result.call_id == "c1" and result.status == "ok"
+    assert result.tool_name == "crm.lookup_customer"
+    assert result.result == {"tool": "crm.lookup_customer", "args": {"customer_id": "C1"}}
+
+
+async def test_execute_tool_accepts_params_sent_as_a_json_string() -> None:
+    injection = await _discovery()
+    result = await _call(
+        injection, "execute_tool", name="files.read", params=json.dumps({"path": "/tmp/x"})
+    )
+    assert result.result == {"tool": "files.read", "args": {"path": "/tmp/x"}}
+
+
+async def test_execute_tool_validates_params_against_the_target_schema() -> None:
+    injection = await _discovery()
+    result = await _call(
+        injection,
+        "execute_tool",
+        name="billing.refund",
+        params={"payment_id": "p1", "amount": {"value": -3}},
+    )
+    assert result.status == "invalid_arguments"
+    assert "tool 'billing.refund'" in (result.error or "")
+    assert "amount.value" in (result.error or "")  # the JSON path inside params
+    bad_id = await _call(
+        injection, "execute_tool", name="crm.lookup_customer", params={"customer_id": "x"}
+    )
+    assert bad_id.status == "invalid_arguments" and "customer_id" in (bad_id.error or "")
+
+
+async def test_execute_tool_own_arguments_are_checked_too() -> None:
+    injection = await _discovery()
+    result = await _call(injection, "execute_tool", params={})
+    assert result.status == "invalid_arguments" and "name" in (result.error or "")
+    unknown = await _call(injection, "execute_tool", name="crm.lookup_custmer", params={})
+    assert unknown.status == "not_found"
+    assert "did you mean 'crm.lookup_customer'" in (unknown.error or "")
+    meta = await _call(injection, "execute_tool", name="execute_tool", params={})
+    assert meta.status == "not_found"
+
+
+async def test_hooks_and_spans_name_the_real_tool() -> None:
+    injection = await _discovery()
+    hooks = RecordingHooks()
+    telemetry = InMemoryTelemetry()
+    executor = ToolExecutor(injection.registry, hooks=hooks)
+    call = ToolCall(
+        "c9", "execute_tool", {"name": "crm.lookup_customer", "params": {"customer_id": "C2"}}
+    )
+    await executor.execute([call], hooks=telemetry.new_hooks())
+    (start,) = hooks.of(ToolStartEvent)
+    (end,) = hooks.of(ToolEndEvent)
+    assert start.tool_name == end.tool_name == "crm.lookup_customer"
+    assert start.arguments == {"customer_id": "C2"} and end.call_id == "c9"
+    (span,) = [s for s in telemetry.spans() if s.name.startswith("execute_tool ")]
+    assert span.name == "execute_tool crm.lookup_customer"
+
+
+async def test_the_real_tools_timeout_applies_through_execute_tool() -> None:
+    import anyio
+
+    from llmrtc.tools import ToolDefinition, define_tool
+
+    async def slow(args: Any, ctx: Any) -> str:
+        await anyio.sleep(30)
+        return "late"
+
+    definition = ToolDefinition(name="ops.slow", description="Slow.", timeout=0.05)
+    injection = await _discovery([define_tool(definition, slow)])
+    result = await _call(injection, "execute_tool", name="ops.slow", params={})
+    assert (result.tool_name, result.status) == ("ops.slow", "timeout")
+
+
+async def test_one_concurrency_slot_is_enough_for_execute_tool() -> None:
+    injection = await _discovery()
+    executor = ToolExecutor(injection.registry, max_concurrency=1)
+    calls = [
+        ToolCall(f"c{i}", "execute_tool", {"name": "files.read", "params": {"path": str(i)}})
+        for i in range(3)
+    ]
+    results = await executor.execute(calls)
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    assert [r.call_id for r in results] == ["c0", "c1", "c2"]
