@@ -7,24 +7,27 @@ old snapshot or the new one, never a half-built one.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import semver_key
-from llmrtc.catalog.search import KeywordEntry
+from llmrtc.catalog.search import KeywordEntry, KeywordIndex
 from llmrtc.telemetry.hooks import ErrorEvent, Hooks, emit, hooks_for
 from llmrtc.tools.tool import Tool
 
 if TYPE_CHECKING:
     from llmrtc.catalog.embeddings import EmbeddingIndex, TextEmbedder
 
-__all__ = ["Snapshot", "build_snapshot"]
+__all__ = ["QUERY_CACHE_SIZE", "CatalogCore", "Snapshot", "build_snapshot"]
 
 logger = logging.getLogger("llmrtc.catalog")
+
+QUERY_CACHE_SIZE = 256
 
 
 @dataclass(eq=False)
@@ -35,10 +38,17 @@ class Snapshot:
     tools: tuple[Tool, ...]
     """Backend order, then each backend's own order; one tool per id."""
     by_id: dict[str, Tool]
+    ids: tuple[str, ...]
+    """`ids[i]` is the tool id of `tools[i]` (computed once: `tool_id` formats on each read)."""
     by_name: dict[str, tuple[Tool, ...]]
     """Dotted name → its versions, highest semver first."""
-    entries: tuple[KeywordEntry, ...]
-    """`entries[i]` is the searchable text of `tools[i]`."""
+    versions: tuple[tuple[int, ...], ...]
+    """Positions in `tools` of each name's versions, highest first; names in catalog order."""
+    latest: tuple[int, ...]
+    """Positions of each name's highest version, in catalog order (what search ranks)."""
+    latest_set: frozenset[int]
+    keywords: KeywordIndex
+    """`keywords.entries[i]` is the searchable text of `tools[i]`."""
     _index: EmbeddingIndex | None = field(default=None, repr=False)
     _index_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
 
@@ -121,18 +131,70 @@ async def build_snapshot(
                 continue
             by_id[tool_id] = tool
             owner[tool_id] = backend.name
-    versions: dict[str, list[Tool]] = {}
-    for tool in by_id.values():
-        versions.setdefault(tool.definition.name, []).append(tool)
-    by_name = {
-        name: tuple(sorted(found, key=lambda t: semver_key(t.definition.version), reverse=True))
-        for name, found in versions.items()
-    }
     tools = tuple(by_id.values())
+    positions: dict[str, list[int]] = {}
+    for i, tool in enumerate(tools):
+        positions.setdefault(tool.definition.name, []).append(i)
+    for found in positions.values():
+        found.sort(key=lambda i: semver_key(tools[i].definition.version), reverse=True)
     return Snapshot(
         generation=generation,
         tools=tools,
         by_id=by_id,
-        by_name=by_name,
-        entries=tuple(KeywordEntry.of(tool.definition) for tool in tools),
+        ids=tuple(by_id),
+        by_name={name: tuple(tools[i] for i in found) for name, found in positions.items()},
+        versions=tuple(tuple(found) for found in positions.values()),
+        latest=tuple(sorted(found[0] for found in positions.values())),
+        latest_set=frozenset(found[0] for found in positions.values()),
+        keywords=KeywordIndex([KeywordEntry.of(tool.definition) for tool in tools]),
     )
+
+
+class CatalogCore:
+    """What a catalog and all its `restricted()` views share: backends, cache, embedder."""
+
+    queries: OrderedDict[str, Any]
+    """Recent query vectors (LRU, `QUERY_CACHE_SIZE`): a repeated search skips the model."""
+
+    def __init__(self, hooks: Hooks | None, embedder: TextEmbedder | Literal["auto"] | None):
+        self.backends: dict[str, ToolBackend] = {}
+        self.hooks = hooks
+        self.generation = 0
+        self.snapshot: Snapshot | None = None
+        self.lock = anyio.Lock()
+        self.reported_conflicts: set[tuple[str, str]] = set()
+        self.embedder: TextEmbedder | None = None
+        self.embedder_resolved = embedder != "auto"
+        if embedder != "auto":
+            self.embedder = embedder
+        self.vectors: dict[str, object] = {}
+        self.queries = OrderedDict()
+
+    async def current(self) -> Snapshot:
+        """The current snapshot, rebuilt first if it is missing or invalidated."""
+        snapshot = self.snapshot
+        if snapshot is not None and snapshot.generation == self.generation:
+            return snapshot
+        # One rebuild however many callers arrive: the first takes the lock and builds, the
+        # others wait on it and then find the fresh snapshot. A caller cancelled mid-build
+        # releases the lock and the next waiter builds instead.
+        async with self.lock:
+            snapshot = self.snapshot
+            if snapshot is not None and snapshot.generation == self.generation:
+                return snapshot
+            generation = self.generation
+            built = await build_snapshot(
+                tuple(self.backends.values()), generation, self.hooks, self.reported_conflicts
+            )
+            # One assignment: readers see the old snapshot or this complete one.
+            self.snapshot = built
+            return built
+
+    def resolve_embedder(self) -> TextEmbedder | None:
+        """The embedder; `"auto"` is resolved (and a missing model logged) on first use."""
+        if not self.embedder_resolved:
+            from llmrtc.catalog.embeddings import default_embedder
+
+            self.embedder = default_embedder()
+            self.embedder_resolved = True
+        return self.embedder

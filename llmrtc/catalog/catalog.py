@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import heapq
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from llmrtc.catalog._cache import Snapshot, build_snapshot
+from llmrtc.catalog._cache import QUERY_CACHE_SIZE, CatalogCore, Snapshot
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import from_wire_name, parse_tool_id
 from llmrtc.catalog.search import (
@@ -33,53 +33,6 @@ logger = logging.getLogger("llmrtc.catalog")
 SearchMode = Literal["hybrid", "keyword"]
 """`"hybrid"`: keyword scores blended with semantic similarity (keyword-only when no embedding
 model is available); `"keyword"`: seed 000's keyword scores alone."""
-
-_QUERY_CACHE_SIZE = 256
-
-
-class _Core:
-    """What a catalog and all its `restricted()` views share: backends, cache, embedder."""
-
-    def __init__(self, hooks: Hooks | None, embedder: TextEmbedder | Literal["auto"] | None):
-        self.backends: dict[str, ToolBackend] = {}
-        self.hooks = hooks
-        self.generation = 0
-        self.snapshot: Snapshot | None = None
-        self.lock = anyio.Lock()
-        self.reported_conflicts: set[tuple[str, str]] = set()
-        self.embedder: TextEmbedder | None = None
-        self.embedder_resolved = embedder != "auto"
-        if embedder != "auto":
-            self.embedder = embedder
-        self.vectors: dict[str, object] = {}
-        self.queries: OrderedDict[str, Any] = OrderedDict()
-
-    async def current(self) -> Snapshot:
-        snapshot = self.snapshot
-        if snapshot is not None and snapshot.generation == self.generation:
-            return snapshot
-        # One rebuild however many callers arrive: the first takes the lock and builds, the
-        # others wait on it and then find the fresh snapshot. A caller cancelled mid-build
-        # releases the lock and the next waiter builds instead.
-        async with self.lock:
-            snapshot = self.snapshot
-            if snapshot is not None and snapshot.generation == self.generation:
-                return snapshot
-            generation = self.generation
-            built = await build_snapshot(
-                tuple(self.backends.values()), generation, self.hooks, self.reported_conflicts
-            )
-            # One assignment: readers see the old snapshot or this complete one.
-            self.snapshot = built
-            return built
-
-    def resolve_embedder(self) -> TextEmbedder | None:
-        if not self.embedder_resolved:
-            from llmrtc.catalog.embeddings import default_embedder
-
-            self.embedder = default_embedder()
-            self.embedder_resolved = True
-        return self.embedder
 
 
 class ToolCatalog:
@@ -117,7 +70,7 @@ class ToolCatalog:
         Raises:
             ValueError: if two backends share a name.
         """
-        self._core = _Core(hooks, embedder)
+        self._core = CatalogCore(hooks, embedder)
         self._permits = permits
         for backend in backends:
             self.add_backend(backend)
@@ -212,6 +165,8 @@ class ToolCatalog:
     async def list(self) -> builtins.list[Tool]:
         """Every tool shown, in backend order (each backend's own order within it)."""
         snapshot = await self._core.current()
+        if self._permits is None:
+            return list(snapshot.tools)
         return [tool for tool in snapshot.tools if self.allows(tool)]
 
     async def namespaces(self) -> builtins.list[str]:
@@ -286,53 +241,85 @@ class ToolCatalog:
         if mode not in ("hybrid", "keyword"):
             raise ValueError(f"search mode must be 'hybrid' or 'keyword', got {mode!r}")
         snapshot = await self._core.current()
-        candidates = self._search_candidates(snapshot, namespace, tag)
         phrase, terms = query_terms(query)
+        if not phrase:
+            return []
+        candidates = self._search_candidates(snapshot, namespace, tag)
+        entries = snapshot.keywords.entries
+        allowed = snapshot.latest_set if candidates is snapshot.latest else set(candidates)
+        keyword: dict[int, tuple[float, str]] = {}
+        for i in snapshot.keywords.containing((phrase, *terms)):
+            if i in allowed:
+                score, why = keyword_score(entries[i], phrase, terms)
+                if score > 0:
+                    keyword[i] = (score, why)
         similarities = None
-        if mode == "hybrid" and phrase and candidates:
+        if mode == "hybrid" and candidates:
             similarities = await self._similarities(snapshot, query)
-        hits: builtins.list[SearchHit] = []
-        for i in candidates:
-            keyword, why = keyword_score(snapshot.entries[i], phrase, terms)
-            if similarities is None:
-                if keyword > 0:
-                    hits.append(SearchHit(snapshot.tools[i], keyword, keyword, None, why))
-                continue
+        if similarities is None:
+            ranked = heapq.nsmallest(limit, keyword, key=lambda i: (-keyword[i][0], i))
+            return [
+                SearchHit(snapshot.tools[i], keyword[i][0], keyword[i][0], None, keyword[i][1])
+                for i in ranked
+            ]
+        pool = set(keyword)
+        pool.update(i for i in candidates if similarities[i] >= MIN_SIMILARITY)
+
+        def score_of(i: int) -> float:
+            return hybrid_score(keyword.get(i, (0.0, ""))[0], float(similarities[i]))
+
+        # Ties keep catalog order (the first backend first).
+        hits = []
+        for i in heapq.nsmallest(limit, pool, key=lambda i: (-score_of(i), i)):
+            score, why = keyword.get(i, (0.0, ""))
             similarity = float(similarities[i])
-            if keyword > 0 or similarity >= MIN_SIMILARITY:
-                reason = f"similarity {similarity:.2f}" + (f"; {why}" if why else "")
-                score = hybrid_score(keyword, similarity)
-                hits.append(SearchHit(snapshot.tools[i], score, keyword, similarity, reason))
-        # Stable sort: equal scores keep catalog order (the first backend first).
-        hits.sort(key=lambda hit: hit.score, reverse=True)
-        return hits[:limit]
+            reason = f"similarity {similarity:.2f}" + (f"; {why}" if why else "")
+            hits.append(SearchHit(snapshot.tools[i], score_of(i), score, similarity, reason))
+        return hits
 
     def _search_candidates(
         self, snapshot: Snapshot, namespace: str | None, tag: str | None
-    ) -> builtins.list[int]:
+    ) -> Sequence[int]:
         """Positions of the tools a search may return: shown, filtered, and only the highest
         shown version of each name (the model and users pick a tool by name)."""
-        best: set[str] = set()
-        for versions in snapshot.by_name.values():
-            for tool in versions:
-                if _matches(tool, namespace, tag) and self.allows(tool):
-                    best.add(tool.definition.tool_id)
+        tools = snapshot.tools
+        if namespace is None and tag is None and self._permits is None:
+            return snapshot.latest
+        chosen = []
+        for versions in snapshot.versions:
+            for i in versions:
+                if _matches(tools[i], namespace, tag) and self.allows(tools[i]):
+                    chosen.append(i)
                     break
-        return [i for i, tool in enumerate(snapshot.tools) if tool.definition.tool_id in best]
+        return sorted(chosen)
 
-    async def _similarities(self, snapshot: Snapshot, query: str) -> Any:
-        """Cosine similarity of `query` to each tool of `snapshot`, or None without a model."""
+    async def warm_up(self) -> None:
+        """Build the cache now and, for hybrid search, load the model and embed every tool
+        (off the event loop), so the first `search` does not wait for them.
+
+        Call it at start-up (a server's start, before a session's first turn): embedding costs
+        ~30-70 ms of CPU per tool on a busy 2-core machine. Failures are logged, never raised.
+        """
+        snapshot = await self._core.current()
+        if snapshot.tools:
+            await self._similarities(snapshot, None)
+
+    async def _similarities(self, snapshot: Snapshot, query: str | None) -> Any:
+        """Cosine similarity of `query` to each tool of `snapshot`, or None without a model
+        (or without a query: then this only builds the index)."""
         core = self._core
         embedder = core.resolve_embedder()
         if embedder is None:
             return None
         try:
             index = await snapshot.embedding_index(embedder, core.vectors)
+            if query is None:
+                return None
             vector = core.queries.get(query)
             if vector is None:
                 vector = await anyio.to_thread.run_sync(embedder.embed_one, query)
                 core.queries[query] = vector
-                if len(core.queries) > _QUERY_CACHE_SIZE:
+                if len(core.queries) > QUERY_CACHE_SIZE:
                     core.queries.popitem(last=False)
             else:
                 core.queries.move_to_end(query)

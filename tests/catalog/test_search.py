@@ -311,3 +311,20 @@ def test_numpy_minilm_matches_sentence_transformers(minilm: Any) -> None:
     cosines = (np.asarray(expected) * ours).sum(axis=1)
     assert cosines.min() > 1 - 1e-4, cosines
     assert np.abs(np.asarray(expected) - ours).max() < 1e-3
+
+
+async def test_warm_up_embeds_the_catalog_before_the_first_search(make_tool: Any) -> None:
+    pytest.importorskip("numpy")
+    embedder = HashEmbedder()
+    catalog = ToolCatalog(
+        [LocalBackend([make_tool("crm.lookup", "Find a customer")])], embedder=embedder
+    )
+    await catalog.warm_up()
+    corpus = tool_corpus((await catalog.list())[0].definition)
+    assert embedder.embedded == [corpus]
+    await catalog.search("find customer")
+    assert embedder.embedded == [corpus, "find customer"]  # only the query was left to embed
+    # Without a model, or without tools, warm_up only builds the cache.
+    await ToolCatalog([LocalBackend([make_tool("a")])], embedder=None).warm_up()
+    await ToolCatalog(embedder=embedder).warm_up()
+    assert embedder.embedded == [corpus, "find customer"]

