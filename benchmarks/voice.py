@@ -176,7 +176,7 @@ class Session:
 
     async def watch_audio(self) -> None:
         async for frame in self.loop.audio_out():
-            self.frames.append((time.monotonic(), rms(frame.pcm) > VOICED_RMS))
+            self.frames.append((time.monotonic(), rms(frame.pcm) > 0))  # silence is digital zero
 
     def first(self, kind: type, after: float = 0.0) -> float | None:
         return next((t for t, e in self.events if isinstance(e, kind) and t >= after), None)
