@@ -197,6 +197,15 @@ async def test_no_process_outlives_the_pool(_voice: Path) -> None:
         await speak(tts, "Too late.")
 
 
+async def test_closing_the_pool_fails_a_request_in_flight(_voice: Path) -> None:
+    before = children()
+    async with PiperTTS(workers=1) as tts:
+        with pytest.raises(TTSError, match="pool was closed while speaking"):
+            async for _ in tts.synthesize(LONG):
+                await tts.aclose()
+    assert children() == before
+
+
 async def test_threads_sets_each_worker_onnx_threads(_voice: Path) -> None:
     def threads_of(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/task"))

@@ -7,46 +7,23 @@ length-prefixed protocol that file documents. A pool of workers serves every ses
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from importlib.util import find_spec
 from pathlib import Path
 
 import anyio
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-from llmrtc.voice.providers._piper_worker import (
-    AUDIO,
-    CANCEL,
-    END,
-    ERROR,
-    HEADER,
-    MAX_TEXT_BYTES,
-    QUIT,
-    READY,
-    SPEAK,
-    encode,
-)
+from llmrtc.voice.providers._piper_client import PiperWorker
+from llmrtc.voice.providers._piper_worker import MAX_TEXT_BYTES
 from llmrtc.voice.providers._whisper_model import INSTALL_HINT, VoiceModelError
 from llmrtc.voice.tts import TTSError
 
 __all__ = ["PiperTTS", "default_piper_voice"]
 
-_LOG = logging.getLogger(__name__)
 _WORKER_FILE = Path(__file__).with_name("_piper_worker.py")
-_START_TIMEOUT = 60.0
-"""Seconds a worker may take to load the voice (0.5-1 s measured; generous for a busy host)."""
-_DRAIN_TIMEOUT = 5.0
-"""Seconds a cancelled request may take to end before its worker is killed and restarted."""
-_STOP_TIMEOUT = 2.0
-"""Seconds a worker gets to exit after QUIT before it is killed."""
-_DEAD = (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError)
 
 
 def default_piper_voice() -> Path:
@@ -78,153 +55,6 @@ def _positive(name: str, value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"PiperTTS({name}=...) must be a positive int or None, got {value!r}")
     return value
-
-
-class _Worker:
-    """One worker process and the state of the request it serves (used by one lease at a time)."""
-
-    def __init__(self, command: list[str]) -> None:
-        self._command = command
-        self._process: Process | None = None
-        self._reader: BufferedByteReceiveStream | None = None
-        self._header: tuple[bytes, int, int] | None = None
-        self._next_id = 0
-        self._broken = False
-        """The stream is out of step (cancelled mid-frame): restart before the next use."""
-        self._pending: int | None = None
-        """A cancelled request whose END has not been read yet (drained by the next user)."""
-
-    @property
-    def pid(self) -> int | None:
-        """The process id while a process runs."""
-        return self._process.pid if self._process is not None else None
-
-    async def start(self) -> None:
-        """Start the process and wait for READY (the voice is loaded and warmed up)."""
-        process = await anyio.open_process(
-            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
-        )
-        assert process.stdout is not None
-        self._process, self._reader = process, BufferedByteReceiveStream(process.stdout)
-        self._header, self._pending, self._next_id, self._broken = None, None, 0, False
-        try:
-            with anyio.fail_after(_START_TIMEOUT):
-                kind, _, payload = await self._receive()
-        except (TimeoutError, *_DEAD) as exc:
-            await self.stop()
-            raise TTSError(f"the piper worker did not start: {type(exc).__name__}") from exc
-        if kind != READY:
-            await self.stop()
-            raise TTSError(payload.decode("utf-8", "replace") or "the piper worker did not start")
-
-    async def stop(self) -> None:
-        """Ask the process to exit, kill it if it does not within `_STOP_TIMEOUT`, reap it."""
-        process, self._process, self._reader = self._process, None, None
-        if process is None:
-            return
-        with anyio.CancelScope(shield=True):
-            try:
-                assert process.stdin is not None
-                with anyio.move_on_after(_STOP_TIMEOUT / 4):
-                    await process.stdin.send(encode(QUIT, 0))
-                await process.stdin.aclose()
-            except (*_DEAD, anyio.ClosedResourceError):
-                pass
-            with anyio.move_on_after(_STOP_TIMEOUT):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
-
-    async def ready(self) -> None:
-        """Make the worker usable: restart a dead process, end a cancelled request."""
-        if self._process is None or self._broken or self._process.returncode is not None:
-            await self.stop()
-            await self.start()
-        elif self._pending is not None:
-            pending = self._pending
-            with anyio.move_on_after(_DRAIN_TIMEOUT):
-                try:
-                    while True:
-                        kind, request_id, _ = await self._receive()
-                        if request_id == pending and kind in (END, ERROR):
-                            self._pending = None
-                            return
-                except _DEAD:
-                    pass
-            _LOG.warning("piper worker %s did not end a cancelled request: restarting", self.pid)
-            await self.stop()
-            await self.start()
-
-    async def speak(self, text: bytes) -> int:
-        """Send a SPEAK request; its id."""
-        self._next_id += 1
-        await self._send(encode(SPEAK, self._next_id, text))
-        return self._next_id
-
-    async def receive(self, request_id: int, text: str) -> bytes | None:
-        """The next audio piece of `request_id`, or None at its end.
-
-        Raises:
-            TTSError: piper failed on the text, or the worker died (restarted on next use).
-        """
-        while True:
-            try:
-                kind, frame_id, payload = await self._receive()
-            except _DEAD as exc:
-                raise TTSError(await self._died(text)) from exc
-            if frame_id != request_id:
-                continue  # the tail of an older request (never expected after `ready`)
-            if kind == AUDIO:
-                return payload
-            if kind == END:
-                return None
-            raise TTSError(payload.decode("utf-8", "replace"))
-
-    async def cancel(self, request_id: int) -> None:
-        """Stop `request_id` without waiting for it: the next `ready()` reads its tail."""
-        self._pending = request_id
-        shielded, limited = anyio.CancelScope(shield=True), anyio.move_on_after(1.0)
-        with shielded, limited, contextlib.suppress(TTSError):
-            await self._send(encode(CANCEL, request_id))
-
-    async def _send(self, frame: bytes) -> None:
-        process = self._process
-        if process is None or process.stdin is None:
-            raise TTSError("the piper worker is not running")
-        try:
-            await process.stdin.send(frame)
-        except (*_DEAD, anyio.ClosedResourceError) as exc:
-            raise TTSError(await self._died("")) from exc
-        except BaseException:
-            # Cancelled in the middle of a frame: the stream is no longer in step; restart.
-            self._broken = True
-            process.kill()
-            raise
-
-    async def _receive(self) -> tuple[bytes, int, bytes]:
-        """One frame; cancellation-safe (a header read before a cancel is kept)."""
-        if self._reader is None:
-            raise anyio.EndOfStream
-        if self._header is None:
-            kind, request_id, length = HEADER.unpack(await self._reader.receive_exactly(9))
-            self._header = (kind, request_id, length)
-        kind, request_id, length = self._header
-        payload = await self._reader.receive_exactly(length) if length else b""
-        self._header = None
-        return kind, request_id, payload
-
-    async def _died(self, text: str) -> str:
-        process = self._process
-        code: int | None = None
-        if process is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                code = await process.wait()
-            if process.returncode is None:
-                process.kill()
-        await self.stop()
-        what = f" while speaking {text[:40]!r}" if text else ""
-        return f"the piper worker exited (code {code}){what}; it restarts for the next request"
 
 
 class PiperTTS:
@@ -281,8 +111,8 @@ class PiperTTS:
             *(sys.executable, "-P", str(_WORKER_FILE)),
             *("--model", str(model), "--config", str(config), "--threads", str(self._threads)),
         ]
-        self._pool: list[_Worker] = []
-        self._idle: list[_Worker] = []
+        self._pool: list[PiperWorker] = []
+        self._idle: list[PiperWorker] = []
         self._slots: anyio.Semaphore | None = None
         self._closed = False
 
@@ -315,11 +145,11 @@ class PiperTTS:
         """
         if self._slots is not None or self._closed:
             raise RuntimeError("PiperTTS.start(): already started (or closed)")
-        self._pool = [_Worker(self._command) for _ in range(self._workers)]
+        self._pool = [PiperWorker(self._command) for _ in range(self._workers)]
         self._slots = anyio.Semaphore(self._workers)
         failures: list[TTSError] = []
 
-        async def start(worker: _Worker) -> None:
+        async def start(worker: PiperWorker) -> None:
             try:
                 await worker.start()
             except TTSError as exc:  # one error for the caller, not a group of identical ones
@@ -342,6 +172,7 @@ class PiperTTS:
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as group:
                 for worker in self._pool:
+                    worker.closed = True
                     group.start_soon(worker.stop)
 
     async def __aenter__(self) -> PiperTTS:
