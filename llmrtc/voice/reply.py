@@ -278,7 +278,7 @@ class Reply:
         self._queue.clear()
         self.voice.publish(SpeechError("tts", str(error), type(error).__name__))
         await self.voice.report_error(error, "tts", self.turn_id)
-        if segment.filler and segment.text == self.voice.config.apology_text:
+        if segment.text == self.voice.config.apology_text:
             return  # the apology itself failed: nothing more to try
         apology = self.spoken.add_segment(self.voice.config.apology_text, filler=True)
         self._queue.append(apology)
