@@ -244,53 +244,72 @@ class SpeechStartEvent:
 
     session_id: str | None = None
     turn_id: str | None = None
+    """The id the turn answering this utterance will carry (a voice loop picks it now, so
+    speech, STT, the turn and its TTS share one id)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpeechEndEvent:
-    """The user stopped speaking."""
+    """The user stopped speaking (end of speech decided)."""
 
     session_id: str | None = None
     turn_id: str | None = None
     duration_s: float = 0.0
+    """How long the user spoke, in audio time (first voiced frame to end of speech)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class STTEndEvent:
-    """Speech-to-text finished an utterance."""
+    """Speech-to-text finished an utterance (sent when it ends, usually before the turn it
+    starts: `OpenTelemetryHooks` then puts its span into that turn's tree)."""
 
     session_id: str | None = None
     turn_id: str | None = None
+    """The turn this utterance starts (may not have started yet)."""
     text: str = ""
-    """Content: record only with consent."""
+    """The final transcript. Content: record only with consent."""
     duration_s: float = 0.0
-    """Transcription time."""
+    """Transcription time (wall clock, ending now)."""
     audio_duration_s: float = 0.0
+    """Length of the transcribed audio."""
     model: str | None = None
+    """The STT engine or model name (e.g. `whisper-base`)."""
+    error_type: str | None = None
+    """Set when transcription failed: the exception's class name (`text` is then empty)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TTSStartEvent:
-    """Text-to-speech starts speaking a chunk of text."""
+    """Text-to-speech starts speaking a chunk of text (its first audio is ready)."""
 
     session_id: str | None = None
     turn_id: str | None = None
     text: str = ""
-    """Content: record only with consent."""
+    """The text being synthesised. Content: record only with consent."""
     voice: str | None = None
+    """The TTS engine or voice name (e.g. `joe`)."""
     time_to_first_audio_s: float | None = None
     """For the first audio of a turn: end of user speech to first audio out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TTSEndEvent:
-    """Text-to-speech finished (or was interrupted)."""
+    """Text-to-speech finished a chunk (or was interrupted, or failed). Ends the oldest open
+    chunk of its turn: chunks of one turn end in the order they started."""
 
     session_id: str | None = None
     turn_id: str | None = None
     duration_s: float = 0.0
+    """Synthesis time of the chunk."""
     audio_duration_s: float = 0.0
+    """Length of the audio produced."""
     interrupted: bool = False
+    """Cut short by a barge-in (or a failure) before all its audio was produced."""
+    text: str = ""
+    """What was synthesised, when it differs from or was unknown at `TTSStartEvent` (e.g.
+    the words produced before an interruption). Content: record only with consent."""
+    error_type: str | None = None
+    """Set when synthesis failed: the exception's class name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,6 @@ exception types, the frames of a stack trace (file, line, function), durations, 
 from __future__ import annotations
 
 import json
-import time
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -28,6 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from llmrtc.telemetry._otel_content import exception_attributes, messages_json
 from llmrtc.telemetry._otel_instruments import instruments_for
 from llmrtc.telemetry._otel_tools import ToolSpans
+from llmrtc.telemetry._otel_voice import VoiceSpans
 from llmrtc.telemetry.events import (
     BargeInEvent,
     ErrorEvent,
@@ -36,6 +36,7 @@ from llmrtc.telemetry.events import (
     LLMStartEvent,
     SessionEndEvent,
     SessionStartEvent,
+    SpeechEndEvent,
     STTEndEvent,
     ToolEndEvent,
     ToolStartEvent,
@@ -97,8 +98,11 @@ class OpenTelemetryHooks(Hooks):
         self._m = instruments_for(meter)
         # key -> (span, session id, the context with the span current: a parent for children)
         self._spans: dict[str, tuple[Span, str | None, Context]] = {}
-        self._tts: dict[str, list[Span]] = {}  # per session/turn: a stack of open TTS spans
         self._tools = ToolSpans(self._tracer, self._m)
+        self._voice = VoiceSpans(
+            self._tracer, self._m, lambda session_id: self._parent(_session_key(session_id))
+        )
+        self._tts = self._voice.tts  # per session/turn: the open TTS spans, oldest first
 
     # Spans by id -------------------------------------------------------------------------
 
@@ -148,7 +152,9 @@ class OpenTelemetryHooks(Hooks):
     # Turns and model calls -------------------------------------------------------------------
 
     def on_turn_start(self, event: TurnStartEvent) -> None:
-        """Open the `llmrtc.turn` span (child of its session's span when known)."""
+        """Open the `llmrtc.turn` span (child of its session's span when known). A voice
+        turn whose STT was reported before it started begins when that STT began, with the
+        `llmrtc.stt` span as its child."""
         attributes: dict[str, Any] = {"llmrtc.turn.id": event.turn_id}
         if event.session_id is not None:
             attributes["gen_ai.conversation.id"] = event.session_id
@@ -156,13 +162,17 @@ class OpenTelemetryHooks(Hooks):
             attributes["llmrtc.stage.id"] = event.stage_id
         if self.capture_content and event.user_text is not None:
             attributes["llmrtc.turn.user_text"] = event.user_text
+        utterance = self._voice.turn_start(event.session_id, event.turn_id)
         span = self._tracer.start_span(
             "llmrtc.turn",
             context=self._parent(_session_key(event.session_id)),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
+            start_time=utterance.start_ns if utterance and utterance.transcribed else None,
         )
         self._open(f"turn:{event.turn_id}", span, event.session_id)
+        if utterance is not None:
+            self._voice.write_stt(utterance, self._spans[f"turn:{event.turn_id}"][2])
 
     def on_turn_end(self, event: TurnEndEvent) -> None:
         """Close the turn span; record `llmrtc.turn.duration`."""
@@ -183,6 +193,7 @@ class OpenTelemetryHooks(Hooks):
                 span.set_attribute("error.type", event.error_type)
                 span.set_status(Status(StatusCode.ERROR, event.error_type))
             span.end()
+            self._voice.turn_end(event.session_id, event.turn_id, span)
         self._m.turn_duration.record(
             event.duration_s, {"llmrtc.turn.stop_reason": event.stop_reason}
         )
@@ -278,54 +289,35 @@ class OpenTelemetryHooks(Hooks):
 
     # Voice ----------------------------------------------------------------------------------
 
+    def on_speech_end(self, event: SpeechEndEvent) -> None:
+        """Keep how long the user spoke (`llmrtc.speech.duration` on the utterance's STT
+        span)."""
+        self._voice.speech_end(event)
+
     def on_stt_end(self, event: STTEndEvent) -> None:
-        """Record an `llmrtc.stt` span covering the transcription."""
-        attributes: dict[str, Any] = {"llmrtc.audio.duration": event.audio_duration_s}
-        if event.model:
-            attributes["llmrtc.stt.model"] = event.model
-        if self.capture_content and event.text:
-            attributes["llmrtc.stt.text"] = event.text
-        end_ns = time.time_ns()
-        span = self._tracer.start_span(
-            "llmrtc.stt",
-            context=self._scope_parent(event.session_id, event.turn_id),
-            attributes=attributes,
-            start_time=end_ns - int(event.duration_s * 1e9),
-        )
-        span.end(end_time=end_ns)
+        """Record an `llmrtc.stt` span covering the transcription: in the tree of the turn it
+        starts, also when that turn starts only after it (see `on_turn_start`)."""
+        self._voice.stt_end(event, self._parent(_turn_key(event.turn_id)), self.capture_content)
 
     def on_tts_start(self, event: TTSStartEvent) -> None:
-        """Open an `llmrtc.tts` span; record time to first audio when given."""
-        attributes: dict[str, Any] = {}
-        if event.voice:
-            attributes["llmrtc.tts.voice"] = event.voice
-        if self.capture_content and event.text:
-            attributes["llmrtc.tts.text"] = event.text
-        span = self._tracer.start_span(
-            "llmrtc.tts",
-            context=self._scope_parent(event.session_id, event.turn_id),
-            attributes=attributes,
-        )
-        self._tts.setdefault(f"{event.session_id}:{event.turn_id}", []).append(span)
-        if event.time_to_first_audio_s is not None:
-            self._m.first_audio.record(event.time_to_first_audio_s)
+        """Open an `llmrtc.tts` span, a child of its turn (also of a turn that already ended:
+        speech may lag the model); record time to first audio when given."""
+        parent = self._parent(_turn_key(event.turn_id))
+        if parent is None:
+            parent = self._voice.ended_turn(event.session_id, event.turn_id)
+        if parent is None:
+            parent = self._parent(_session_key(event.session_id))
+        self._voice.tts_start(event, parent, self.capture_content)
 
     def on_tts_end(self, event: TTSEndEvent) -> None:
         """Close the oldest open `llmrtc.tts` span of that turn (chunks finish in order)."""
-        key = f"{event.session_id}:{event.turn_id}"
-        open_spans = self._tts.get(key)
-        if not open_spans:
-            return
-        span = open_spans.pop(0)
-        if not open_spans:
-            del self._tts[key]
-        span.set_attribute("llmrtc.audio.duration", event.audio_duration_s)
-        span.set_attribute("llmrtc.tts.interrupted", event.interrupted)
-        span.end()
+        self._voice.tts_end(event, self.capture_content)
 
     def on_barge_in(self, event: BargeInEvent) -> None:
-        """Add an `llmrtc.barge_in` event to the turn (or session) span."""
-        self._scope_span(event.session_id, event.turn_id).add_event("llmrtc.barge_in")
+        """Add an `llmrtc.barge_in` event to the turn span (or, once the turn ended while its
+        speech still played, to the session span, naming the turn)."""
+        attributes = {} if event.turn_id is None else {"llmrtc.turn.id": event.turn_id}
+        self._scope_span(event.session_id, event.turn_id).add_event("llmrtc.barge_in", attributes)
 
     # Sessions and errors ----------------------------------------------------------------
 
@@ -349,10 +341,7 @@ class OpenTelemetryHooks(Hooks):
                 span.set_attribute("llmrtc.incomplete", True)
                 span.end()
         self._tools.abandon(event.session_id)
-        for key in [k for k in self._tts if k.startswith(f"{event.session_id}:")]:
-            for span in self._tts.pop(key):
-                span.set_attribute("llmrtc.incomplete", True)
-                span.end()
+        self._voice.end_session(event.session_id)
         session_span = self._close(f"session:{event.session_id}")
         if session_span is not None:
             if event.reason:
