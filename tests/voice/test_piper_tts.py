@@ -257,3 +257,13 @@ async def test_the_library_never_imports_piper(shared_tts: PiperTTS) -> None:
 
     await speak(shared_tts, "Hello.")
     assert "piper" not in sys.modules  # GPL-3.0: only the worker processes load it
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_works_under_trio(_voice: Path) -> None:
+    async with PiperTTS(workers=1) as tts:
+        async with aclosing(tts.synthesize(LONG)) as chunks:
+            async for _ in chunks:
+                break
+        assert 0.3 < seconds(await speak(tts, "Hello there.")) < 3.0
+        assert len(tts.pids) == 1
