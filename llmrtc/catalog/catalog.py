@@ -12,13 +12,13 @@ import anyio
 
 from llmrtc.catalog._cache import QUERY_CACHE_SIZE, CatalogCore, Snapshot
 from llmrtc.catalog.backend import ToolBackend
-from llmrtc.catalog.ids import from_wire_name, parse_tool_id
+from llmrtc.catalog.ids import ToolId, from_wire_name, parse_tool_id
 from llmrtc.catalog.search import (
-    MIN_SIMILARITY,
     SearchHit,
     hybrid_score,
     keyword_score,
     query_terms,
+    rank_hybrid,
 )
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.tool import Tool
@@ -151,9 +151,14 @@ class ToolCatalog:
             parsed = parse_tool_id(id_or_name)
         except ValueError:
             return None
-        if parsed.namespace is None and "__" in parsed.name:
+        found = self._lookup(snapshot, parsed)
+        if found is None and parsed.namespace is None and "__" in parsed.name:
+            # The wire form `crm__lookup` (tried second: a tool may be named `a__b` itself).
             wire = parse_tool_id(from_wire_name(parsed.name))
-            parsed = type(parsed)(wire.namespace, wire.name, parsed.version)
+            found = self._lookup(snapshot, ToolId(wire.namespace, wire.name, parsed.version))
+        return found
+
+    def _lookup(self, snapshot: Snapshot, parsed: ToolId) -> Tool | None:
         if parsed.version is not None:
             found = snapshot.by_id.get(str(parsed))
             return found if found is not None and self.allows(found) else None
@@ -262,19 +267,14 @@ class ToolCatalog:
                 SearchHit(snapshot.tools[i], keyword[i][0], keyword[i][0], None, keyword[i][1])
                 for i in ranked
             ]
-        pool = set(keyword)
-        pool.update(i for i in candidates if similarities[i] >= MIN_SIMILARITY)
-
-        def score_of(i: int) -> float:
-            return hybrid_score(keyword.get(i, (0.0, ""))[0], float(similarities[i]))
-
         # Ties keep catalog order (the first backend first).
         hits = []
-        for i in heapq.nsmallest(limit, pool, key=lambda i: (-score_of(i), i)):
+        for i in rank_hybrid(similarities, candidates, keyword, limit):
             score, why = keyword.get(i, (0.0, ""))
             similarity = float(similarities[i])
             reason = f"similarity {similarity:.2f}" + (f"; {why}" if why else "")
-            hits.append(SearchHit(snapshot.tools[i], score_of(i), score, similarity, reason))
+            hybrid = hybrid_score(score, similarity)
+            hits.append(SearchHit(snapshot.tools[i], hybrid, score, similarity, reason))
         return hits
 
     def _search_candidates(

@@ -27,6 +27,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import WIRE_SEPARATOR
@@ -42,6 +43,7 @@ __all__ = [
     "SearchHit",
     "hybrid_score",
     "keyword_score",
+    "rank_hybrid",
 ]
 
 EXACT_NAME, NAME_PREFIX, NAME_SUBSTRING = 100.0, 80.0, 60.0
@@ -174,6 +176,40 @@ def keyword_score(entry: KeywordEntry, phrase: str, terms: tuple[str, ...]) -> t
 def hybrid_score(keyword: float, similarity: float) -> float:
     """Seed 001's blend: `SEMANTIC_WEIGHT x similarity + KEYWORD_BOOST x keyword / 100`."""
     return SEMANTIC_WEIGHT * similarity + KEYWORD_BOOST * keyword / EXACT_NAME
+
+
+def rank_hybrid(
+    similarities: Any,
+    candidates: Sequence[int],
+    keyword: dict[int, tuple[float, str]],
+    limit: int,
+) -> list[int]:
+    """The `limit` best positions by `hybrid_score`, best first, ties in catalog order.
+
+    A candidate is a hit when it matched a keyword or its similarity reaches `MIN_SIMILARITY`.
+    Vectorised: at 5 000 tools a Python loop over the candidates cost ~30 ms a search.
+
+    Args:
+        similarities: Cosine similarity per catalog position (a numpy vector).
+        candidates: The positions the search may return.
+        keyword: Position → (keyword score, why) for the positions that matched a keyword.
+        limit: How many to return.
+    """
+    import numpy as np
+
+    scores = SEMANTIC_WEIGHT * np.asarray(similarities, dtype=np.float64)
+    matched = np.zeros(len(scores), dtype=bool)
+    for i, (score, _) in keyword.items():
+        scores[i] += KEYWORD_BOOST * score / EXACT_NAME
+        matched[i] = True
+    allowed = np.zeros(len(scores), dtype=bool)
+    allowed[np.asarray(candidates, dtype=np.int64)] = True
+    pool = np.flatnonzero(allowed & (matched | (similarities >= MIN_SIMILARITY)))
+    if len(pool) > limit:
+        # Keep every position tied with the limit-th score, so catalog order can break ties.
+        cut = np.partition(scores[pool], len(pool) - limit)[len(pool) - limit]
+        pool = pool[scores[pool] >= cut]
+    return sorted(pool.tolist(), key=lambda i: (-scores[i], i))[:limit]
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,15 @@ async def test_get_by_exact_id_name_dotted_wire_or_bare(make_tool: Any) -> None:
     assert await catalog.get("crm:missing") is None
     assert await catalog.get("lookup") is None  # a bare name means a tool without namespace
     assert await catalog.get("crm:lookup@1.2") is None  # malformed: None, like unknown
+    assert (await catalog.get("crm__lookup@1.9.3")) is tools[2]
+
+
+async def test_a_name_with_a_double_underscore_is_tried_as_it_is_first(make_tool: Any) -> None:
+    literal, dotted = make_tool("my__tool"), make_tool("my.tool")
+    catalog = ToolCatalog([LocalBackend([literal, dotted])])
+    assert await catalog.get("my__tool") is literal
+    assert await catalog.get("my.tool") is dotted
+    assert await catalog.get("my__tool@1.0.0") is literal
 
 
 async def test_list_find_and_namespaces(make_tool: Any) -> None:
