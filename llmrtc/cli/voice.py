@@ -77,6 +77,8 @@ class _Turns:
     heard_speech: bool = False
     speaking: bool = False
     finished_turns: int = 0
+    waiting_for: str = "speech in the file"
+    """What the turn waits for now (named when `--timeout` runs out)."""
     errors: list[str] = field(default_factory=list)
     done: anyio.Event = field(default_factory=anyio.Event)
 
@@ -105,6 +107,7 @@ class _Turns:
 
     async def follow(self, events: AsyncIterator[LoopEvent], group: anyio.abc.TaskGroup) -> None:
         async for event in events:
+            self._track(event)
             if isinstance(event, UserSpeechStarted):
                 self.heard_speech = True
             elif isinstance(event, UserSpeechEnded):
@@ -139,6 +142,18 @@ class _Turns:
                 self.speaking = True
             elif isinstance(event, AgentSpeechEnded):
                 self.turn_over()
+
+    def _track(self, event: LoopEvent) -> None:
+        if isinstance(event, UserSpeechEnded):
+            self.waiting_for = "the transcript"
+        elif isinstance(event, Transcript | ToolCallFinished):
+            self.waiting_for = "the model's answer"
+        elif isinstance(event, ToolCallStarted):
+            self.waiting_for = f"the tool {event.call.name}"
+        elif isinstance(event, TurnCompleted):
+            self.waiting_for = "the reply's speech"
+        elif isinstance(event, AgentSpeechStarted):
+            self.waiting_for = "the reply to finish playing"
 
     def _completed(self, event: TurnCompleted, group: anyio.abc.TaskGroup) -> None:
         from llmrtc.voice.speakable import speakable
@@ -202,7 +217,10 @@ async def run_voice(
     async with contextlib.AsyncExitStack() as stack:
         try:
             llm = await stack.enter_async_context(open_default_provider(progress=progress))
-            speech = await stack.enter_async_context(open_default_speech(progress=progress))
+            # Whisper reports "loading model" too: say which model is loading.
+            speech = await stack.enter_async_context(
+                open_default_speech(progress=lambda stage, done: progress(f"speech: {stage}", done))
+            )
         except (LLMError, ImportError, RuntimeError, ValueError) as exc:
             # A missing package or model, a bad LLMRTC_SPEECH: the message says what to do.
             progress.done()
@@ -223,13 +241,17 @@ async def run_voice(
                     group.start_soon(_push_file, loop, audio, turns)
                 else:
                     turns.pending = 1
+                    turns.waiting_for = "the model's answer"
                     turns.say(f"you: {args.text.strip()}")
                     await loop.send_text(args.text)
                     turns.input_finished()
                 with anyio.move_on_after(args.timeout) as waited:
                     await turns.done.wait()
                 if waited.cancelled_caught:
-                    turns.error(f"no complete reply within --timeout {args.timeout:g} s")
+                    turns.error(
+                        f"no complete reply within --timeout {args.timeout:g} s "
+                        f"(still waiting for {turns.waiting_for})"
+                    )
                 await anyio.sleep(3 * FRAME_DURATION)  # the last frames reach the collector
                 group.cancel_scope.cancel()
     return _write_reply(args, frames, turns)
