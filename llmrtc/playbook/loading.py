@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.playbook.models import Playbook
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
 from llmrtc.tools.loader import load_tools_file
@@ -66,13 +68,20 @@ def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def load_playbook(path: str | Path, *, registry: ToolRegistry | None = None) -> Playbook:
+def load_playbook(
+    path: str | Path,
+    *,
+    registry: ToolRegistry | None = None,
+    toolkits: Sequence[Toolkit] = (),
+) -> Playbook:
     """Read a playbook from a `.yaml`/`.yml` or `.json` file and check it.
 
     Args:
         path: The file.
         registry: Tools to check references against; by default the playbook's own
-            `tools_file` (if it names one) is loaded for that.
+            `tools_file` (if it names one) is loaded for that. Stages may name a tool by its
+            name, wire name or catalog id (`crm:lookup@1.2.0`).
+        toolkits: Toolkits whose keys stages' `tools:` may name.
 
     Raises:
         FileNotFoundError: if the file is missing.
@@ -120,7 +129,8 @@ def load_playbook(path: str | Path, *, registry: ToolRegistry | None = None) -> 
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise PlaybookError([Finding("error", str(exc), at("tools_file"))], str(file)) from None
     findings = [
-        Finding(f.severity, f.message, at(f.path)) for f in validate_playbook(playbook, registry)
+        Finding(f.severity, f.message, at(f.path))
+        for f in validate_playbook(playbook, registry, toolkits=toolkits)
     ]
     if any(f.severity == "error" for f in findings):
         # Every finding, warnings too: fixing the errors should not reveal new ones.

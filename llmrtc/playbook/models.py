@@ -167,7 +167,9 @@ class Stage(_Model):
     system_prompt: str = ""
     """Appended to the playbook's global prompt while in this stage."""
     tools: list[str] = Field(default_factory=list)
-    """Tools offered (and executable) in this stage, besides the global ones."""
+    """Tools offered (and executable) in this stage, besides the global ones: tool names
+    (`crm.lookup`), wire names (`crm__lookup`), catalog ids (`crm:lookup@1.2.0`) or toolkit
+    keys (a toolkit stands for its permitted members; see `stage_tool_names`)."""
     tool_choice: Literal["auto", "required", "none"] | dict[str, str] = "auto"
     llm_config: LLMConfig | None = None
     """Overrides the playbook's default model settings in this stage."""
@@ -194,7 +196,7 @@ class Playbook(_Model):
     transitions: list[Transition] = Field(default_factory=list)
     initial_stage: str
     global_tools: list[str] = Field(default_factory=list)
-    """Tools offered in every stage."""
+    """Tools offered in every stage (the same kinds of entries as a stage's `tools`)."""
     global_system_prompt: str = ""
     default_llm_config: LLMConfig | None = None
     tools_file: str | None = None

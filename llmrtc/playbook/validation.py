@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.playbook.callables import import_callable
 from llmrtc.playbook.models import (
     TRANSITION_TOOL,
@@ -17,7 +18,7 @@ from llmrtc.playbook.models import (
 )
 from llmrtc.tools.registry import ToolRegistry
 
-__all__ = ["Finding", "PlaybookError", "validate_playbook"]
+__all__ = ["Finding", "PlaybookError", "stage_tool_names", "validate_playbook"]
 
 # Conditions checked once after the turn's answer (the others fire after tool batches or on a
 # timer, so an always-true one of these cannot shadow them).
@@ -48,7 +49,33 @@ class PlaybookError(ValueError):
         super().__init__(f"invalid playbook{where}:\n{lines}")
 
 
-def validate_playbook(playbook: Playbook, registry: ToolRegistry | None = None) -> list[Finding]:
+def stage_tool_names(
+    names: Iterable[str], registry: ToolRegistry, toolkits: Sequence[Toolkit] = ()
+) -> list[str]:
+    """The registry names a stage's (or `global_tools`') `tools:` entries stand for, in order.
+
+    An entry is a tool name, a wire name, a catalog id (`crm:lookup@1.2.0` or `crm:lookup`) or
+    a toolkit key; a toolkit stands for its members the registry has (a member the tools
+    configuration did not permit is simply not offered). Unknown entries are left out
+    (`validate_playbook` reports them).
+    """
+    kits = {kit.key: kit for kit in toolkits}
+    out: list[str] = []
+    for name in names:
+        kit = kits.get(name)
+        for member in kit.tools if kit is not None else (name,):
+            tool = registry.get(member)
+            if tool is not None:
+                out.append(tool.name)
+    return list(dict.fromkeys(out))
+
+
+def validate_playbook(
+    playbook: Playbook,
+    registry: ToolRegistry | None = None,
+    *,
+    toolkits: Sequence[Toolkit] = (),
+) -> list[Finding]:
     """Check a playbook's references and structure; never raises. Every finding is reported
     in one pass: the structure checks work around broken references instead of waiting for
     them to be fixed.
@@ -56,6 +83,12 @@ def validate_playbook(playbook: Playbook, registry: ToolRegistry | None = None) 
     Errors: unknown stage or tool references, duplicate ids, a missing initial stage, callables
     that cannot be imported. Warnings: unreachable stages, non-terminal stages without a way
     out, transitions that can never fire. Tool names are checked only when `registry` is given.
+
+    Args:
+        playbook: The playbook.
+        registry: The tools its `tools:` lists may name (by name, wire name or catalog id).
+        toolkits: Toolkits whose keys `tools:` lists may name too (a toolkit is not one tool:
+            a `tool_choice` or a `tool_call` condition must name a tool).
     """
     findings: list[Finding] = []
 
@@ -80,22 +113,39 @@ def validate_playbook(playbook: Playbook, registry: ToolRegistry | None = None) 
             f"initial stage {playbook.initial_stage!r} is not a stage; stages: {stage_ids}",
         )
 
-    tool_names = set(registry.names()) if registry is not None else None
+    kits = {kit.key: kit for kit in toolkits}
 
-    def check_tool(path: str, name: str, where: str) -> None:
+    def check_tool(path: str, name: str, where: str, *, kit_ok: bool = False) -> None:
         if name == TRANSITION_TOOL:
             error(path, f"{TRANSITION_TOOL!r} is built in; do not list it ({where})")
-        elif tool_names is not None and name not in tool_names:
-            error(path, f"unknown tool {name!r} in {where}; registered: {sorted(tool_names)}")
+        elif name in kits and not kit_ok:
+            error(path, f"{name!r} in {where} is a toolkit; name one of its tools")
+        elif name not in kits and registry is not None and not registry.has(name):
+            known = f"registered: {sorted([*registry.names(), *registry.hidden_names()])}"
+            if kits:
+                known += f"; toolkits: {sorted(kits)}"
+            error(path, f"unknown tool {name!r} in {where}; {known}")
 
     for index, name in enumerate(playbook.global_tools):
-        check_tool(f"global_tools[{index}]", name, "global_tools")
+        check_tool(f"global_tools[{index}]", name, "global_tools", kit_ok=True)
     for s_index, stage in enumerate(playbook.stages):
         for t_index, name in enumerate(stage.tools):
-            check_tool(f"stages[{s_index}].tools[{t_index}]", name, f"stage {stage.id!r}")
+            path = f"stages[{s_index}].tools[{t_index}]"
+            check_tool(path, name, f"stage {stage.id!r}", kit_ok=True)
         if isinstance(stage.tool_choice, dict):
             forced = stage.tool_choice.get("name")
-            if forced not in {*stage.tools, *playbook.global_tools}:
+            offered = {*stage.tools, *playbook.global_tools}
+            if registry is not None:
+                offered.update(stage_tool_names(offered, registry, toolkits))
+            else:
+                offered.update(m for k in offered if k in kits for m in kits[k].tools)
+            if forced in kits:
+                error(
+                    f"stages[{s_index}].tool_choice",
+                    f"stage {stage.id!r} forces tool {forced!r}, which is a toolkit; name one "
+                    f"of its tools: {list(kits[forced].tools)}",
+                )
+            elif forced not in offered:
                 error(
                     f"stages[{s_index}].tool_choice",
                     f"stage {stage.id!r} forces tool {forced!r}, which it does not offer",

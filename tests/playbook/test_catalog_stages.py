@@ -1,0 +1,77 @@
+"""Playbook stages that name toolkits and catalog ids in `tools:`, checked by validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmrtc.catalog.toolkits import Toolkit
+from llmrtc.playbook.loading import load_playbook
+from llmrtc.playbook.models import Playbook
+from llmrtc.playbook.validation import PlaybookError, stage_tool_names, validate_playbook
+from llmrtc.tools import ToolDefinition, ToolRegistry, define_tool
+
+BILLING = Toolkit("billing", tools=["billing.refund", "billing.lookup_invoice"])
+
+
+def _registry() -> ToolRegistry:
+    names = [("crm.lookup", "1.2.0"), ("billing.refund", "1.0.0"), ("lookupWeather", "1.0.0")]
+    return ToolRegistry(
+        define_tool(ToolDefinition(name=n, version=v), lambda args, ctx: None) for n, v in names
+    )
+
+
+def _playbook(tools: list[str], **stage: object) -> Playbook:
+    return Playbook.model_validate(
+        {
+            "id": "p",
+            "initial_stage": "main",
+            "stages": [{"id": "main", "system_prompt": "Help.", "tools": tools, **stage}],
+        }
+    )
+
+
+def test_stages_may_name_toolkits_ids_and_wire_names() -> None:
+    entries = ["billing", "crm:lookup@1.2.0", "crm:lookup", "crm__lookup", "lookupWeather"]
+    findings = validate_playbook(_playbook(entries), _registry(), toolkits=[BILLING])
+    assert [f for f in findings if f.severity == "error"] == []
+    # a toolkit stands for the members the registry has (lookup_invoice is not permitted here)
+    names = stage_tool_names(entries, _registry(), [BILLING])
+    assert names == ["billing.refund", "crm.lookup", "lookupWeather"]
+
+
+def test_unknown_entries_are_reported_with_the_known_ones() -> None:
+    findings = validate_playbook(
+        _playbook(["crm:lookup@9.9.9", "shop"]), _registry(), toolkits=[BILLING]
+    )
+    errors = [f for f in findings if f.severity == "error"]
+    assert [f.path for f in errors] == ["stages[0].tools[0]", "stages[0].tools[1]"]
+    assert "unknown tool 'crm:lookup@9.9.9' in stage 'main'" in errors[0].message
+    assert "registered: ['billing.refund', 'crm.lookup', 'lookupWeather']" in errors[0].message
+    assert "toolkits: ['billing']" in errors[1].message
+
+
+def test_a_toolkit_is_not_a_single_tool_to_force() -> None:
+    forced = _playbook(["billing"], tool_choice={"name": "billing"})
+    errors = [f for f in validate_playbook(forced, _registry(), toolkits=[BILLING])]
+    assert any("forces tool 'billing'" in f.message for f in errors)
+    member = _playbook(["billing"], tool_choice={"name": "billing.refund"})
+    assert not [
+        f
+        for f in validate_playbook(member, _registry(), toolkits=[BILLING])
+        if f.severity == "error"
+    ]
+
+
+def test_load_playbook_checks_toolkits_with_file_and_line(tmp_path: Path) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        "id: p\ninitial_stage: main\nstages:\n  - id: main\n    tools: [billing, nope]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(PlaybookError) as caught:
+        load_playbook(file, registry=_registry(), toolkits=[BILLING])
+    (finding,) = [f for f in caught.value.findings if f.severity == "error"]
+    assert finding.path == "stages[0].tools[1] (line 5)"
+    assert "unknown tool 'nope'" in finding.message
