@@ -37,7 +37,9 @@ class SpeechChunk:
 # closing brackets and quotes; CJK comma, semicolon, colon, ideographic comma.
 _CJK_ENDS = "\u3002\uff01\uff1f\uff0e"
 _ENDS = ".!?\u2026" + _CJK_ENDS  # \u2026 is the one-character ellipsis
-_CLOSERS = "\"')]\u201d\u2019\u00bb\u300d\u300f\uff09\u3011"
+# What may follow a sentence end and still belong to it: quotes, brackets, and the closing
+# marks of markdown emphasis ("**Done.** Next").
+_CLOSERS = "\"')]*_~\u201d\u2019\u00bb\u300d\u300f\uff09\u3011"
 _CLAUSE_MARKS = ",;:\uff0c\uff1b\uff1a\u3001\u2014\u2013"  # ... em and en dash
 _CLAUSE_NEEDS_SPACE = ",;:"
 _BOUNDARY_AFTER_END = "{<`"  # a sentence end glued to a tool call or tag still ends it

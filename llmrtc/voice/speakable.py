@@ -30,7 +30,8 @@ _STRONG = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1")
 _EMPHASIS = re.compile(
     r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\w)|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"
 )
-_STRAY = re.compile(r"[*`]+|~~|(?<!\S)#+(?!\w)")
+# Left-over markup: emphasis marks, backticks, a lone #, braces and brackets of no JSON.
+_STRAY = re.compile(r"[*`{}\[\]]+|~~|(?<!\S)#+(?!\w)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
 

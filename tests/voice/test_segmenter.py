@@ -94,6 +94,7 @@ MARKDOWN_CASES: list[tuple[str, list[str]]] = [
     ("> Quoted wisdom here.\n---\nAfter the rule.", ["Quoted wisdom here.", "After the rule."]),
     ("Use ~~old~~ new and ***both*** and __strong__.", ["Use old new and both and strong."]),
     ("snake_case_name stays, 2 * 3 is 6.", ["snake_case_name stays, 2 3 is 6."]),
+    ("**Done.** Next _one._ Last.", ["Done.", "Next one.", "Last."]),
 ]
 
 
@@ -117,7 +118,7 @@ MACHINE_CASES: list[tuple[str, list[str]]] = [
     ("Text <|im_end|> after a special token.", ["Text after a special token."]),
     ('Unclosed call follows. {"name": "x", "arguments": {', ["Unclosed call follows."]),
     ("Unclosed fence.\n```\ncode. more code.", ["Unclosed fence."]),
-    ("A set {like this} and a < b or c > d.", ["A set {like this} and a < b or c > d."]),
+    ("A set {like this} and a < b or c > d.", ["A set like this and a < b or c > d."]),
 ]
 
 
