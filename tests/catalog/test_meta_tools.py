@@ -187,3 +187,18 @@ async def test_one_concurrency_slot_is_enough_for_execute_tool() -> None:
     results = await executor.execute(calls)
     assert [r.status for r in results] == ["ok", "ok", "ok"]
     assert [r.call_id for r in results] == ["c0", "c1", "c2"]
+
+
+def test_cli_search_prints_ranked_results() -> None:
+    from llmrtc.cli.catalog_search import print_search
+    from llmrtc.tools import ToolRegistry
+
+    lines: list[str] = []
+    registry = ToolRegistry(business_tools())
+    assert print_search(registry, "refund", limit=2, semantic=False, out=lines.append) == 0
+    assert lines[0].startswith("1. billing.refund  (billing:refund@1.0.0)  score ")
+    assert lines[1] == "    Refund a card payment."
+    assert lines[2].startswith("    matched: ")
+    lines.clear()
+    print_search(registry, "zzzz", semantic=False, out=lines.append)
+    assert lines == ["no tool matches 'zzzz'"]
