@@ -35,6 +35,8 @@ _DRAIN_TIMEOUT = 5.0
 """Seconds a cancelled request may take to end before its worker is killed and restarted."""
 _STOP_TIMEOUT = 2.0
 """Seconds a worker gets to exit after QUIT before it is killed."""
+_SEND_TIMEOUT = 5.0
+"""Seconds a request may take to be written to a worker (it reads all the time)."""
 _DEAD = (
     anyio.EndOfStream,
     anyio.IncompleteRead,
@@ -54,11 +56,11 @@ class PiperWorker:
         self._header: tuple[bytes, int, int] | None = None
         self._next_id = 0
         self._broken = False
-        """The stream is out of step (cancelled mid-frame): restart before the next use."""
+        """A request could not be written (the worker stopped reading): restart before reuse."""
         self._pending: int | None = None
+        """A cancelled request whose END has not been read yet (drained by the next user)."""
         self.closed = False
         """The pool closed: a start racing with the close must not leave a process behind."""
-        """A cancelled request whose END has not been read yet (drained by the next user)."""
 
     @property
     def pid(self) -> int | None:
@@ -101,7 +103,7 @@ class PiperWorker:
                 with anyio.move_on_after(_STOP_TIMEOUT / 4):
                     await process.stdin.send(encode(QUIT, 0))
                 await process.stdin.aclose()
-            except (*_DEAD, anyio.ClosedResourceError):
+            except _DEAD:
                 pass
             with anyio.move_on_after(_STOP_TIMEOUT):
                 await process.wait()
@@ -157,23 +159,26 @@ class PiperWorker:
     async def cancel(self, request_id: int) -> None:
         """Stop `request_id` without waiting for it: the next `ready()` reads its tail."""
         self._pending = request_id
-        shielded, limited = anyio.CancelScope(shield=True), anyio.move_on_after(1.0)
-        with shielded, limited, contextlib.suppress(TTSError):
+        with contextlib.suppress(TTSError):
             await self._send(encode(CANCEL, request_id))
 
     async def _send(self, frame: bytes) -> None:
         process = self._process
         if process is None or process.stdin is None:
             raise TTSError("the piper worker is not running")
-        try:
-            await process.stdin.send(frame)
-        except (*_DEAD, anyio.ClosedResourceError) as exc:
-            raise TTSError(await self._died("")) from exc
-        except BaseException:
-            # Cancelled in the middle of a frame: the stream is no longer in step; restart.
-            self._broken = True
-            process.kill()
-            raise
+        # Shielded: a cancel landing half-way through a frame would put the stream out of step.
+        # The worker's reader thread always reads, so the write is quick; a cancellation of the
+        # caller is delivered at its next await instead (and cancels the request properly).
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(_SEND_TIMEOUT):
+                    await process.stdin.send(frame)
+            except TimeoutError:
+                self._broken = True
+                process.kill()
+                raise TTSError("the piper worker stopped reading requests; restarting it") from None
+            except _DEAD as exc:
+                raise TTSError(await self._died("")) from exc
 
     async def _receive(self) -> tuple[bytes, int, bytes]:
         """One frame; cancellation-safe (a header read before a cancel is kept)."""
