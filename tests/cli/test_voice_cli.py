@@ -22,8 +22,9 @@ from llmrtc.testing import (
     tool_call_reply,
 )
 from llmrtc.testing.openai_audio import tone_reply
-from llmrtc.voice.audio import rms
-from llmrtc.voice.wav import read_wav
+from llmrtc.voice.audio import resample, rms
+from llmrtc.voice.frames import AudioFrame
+from llmrtc.voice.wav import read_wav, write_wav
 
 pytestmark = pytest.mark.anyio
 
@@ -88,9 +89,23 @@ def _weather_script() -> ScriptedOpenAIServer:
     )
 
 
-async def test_a_spoken_question_becomes_a_spoken_answer(tmp_path: Path) -> None:
+def _as_stereo_44k(path: Path) -> Path:
+    """The same speech as a 44.1 kHz stereo file (what a desktop recorder writes)."""
+    import numpy as np  # the voice extra's; this module must import without it
+
+    mono = read_wav(path)
+    samples = np.frombuffer(resample(mono.pcm, mono.sample_rate, 44100), dtype="<i2")
+    stereo = np.repeat(samples, 2).tobytes()
+    write_wav(path, AudioFrame(stereo, 44100, 2))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["espeak mono 22.05 kHz", "stereo 44.1 kHz"])
+async def test_a_spoken_question_becomes_a_spoken_answer(tmp_path: Path, layout: str) -> None:
     _needs_engines()
     question = _espeak(tmp_path / "question.wav", QUESTION)
+    if layout.startswith("stereo"):
+        question = _as_stereo_44k(question)
     reply = tmp_path / "reply.wav"
     async with _weather_script() as server:
         env = _scripted_env(server, tmp_path)
@@ -229,7 +244,6 @@ async def test_the_whole_offline_stack_answers_a_spoken_weather_question(tmp_pat
     agent = next(line for line in stdout.splitlines() if line.startswith("agent: "))
     assert len(agent) > len("agent: ") + 3
     # What was written is the reply, spoken: Whisper hears its words back.
-    from llmrtc.voice.audio import resample
     from llmrtc.voice.providers.whisper import WhisperSTT
 
     audio = read_wav(reply)
