@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
-from llmrtc.voice.audio import (
+# PyAV and numpy come with the voice extra; the lowest-versions run has neither.
+np = pytest.importorskip("numpy")
+pytest.importorskip("av")
+
+from llmrtc.voice.audio import (  # noqa: E402
     PCMChunker,
     Resampler,
     mix_to_mono,
@@ -16,7 +16,7 @@ from llmrtc.voice.audio import (
     rms,
     split_frames,
 )
-from llmrtc.voice.frames import AudioFrame
+from llmrtc.voice.frames import AudioFrame  # noqa: E402
 
 
 def tone(freq: float, rate: int, seconds: float = 1.0, amplitude: float = 10000.0) -> bytes:
@@ -203,15 +203,3 @@ def test_rms() -> None:
     assert rms(np.full(100, -1000, dtype="<i2").tobytes()) == pytest.approx(1000)
     with pytest.raises(ValueError, match="even"):
         rms(b"\0")
-
-
-def test_import_llmrtc_voice_stays_light() -> None:
-    code = (
-        "import sys, llmrtc.voice, llmrtc.voice.audio, llmrtc.voice.segmenter, llmrtc.voice.wav;"
-        "heavy = [m for m in ('av', 'numpy', 'soxr') if m in sys.modules];"
-        "print(','.join(heavy))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert result.stdout.strip() == ""

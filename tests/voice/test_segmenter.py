@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -279,3 +281,15 @@ def test_speech_chunk_is_frozen() -> None:
 )
 def test_speakable(text: str, expected: str) -> None:
     assert speakable(text) == expected
+
+
+def test_import_llmrtc_voice_stays_light() -> None:
+    code = (
+        "import sys, llmrtc.voice, llmrtc.voice.audio, llmrtc.voice.segmenter, llmrtc.voice.wav;"
+        "heavy = [m for m in ('av', 'numpy', 'soxr') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == ""
