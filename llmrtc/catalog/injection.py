@@ -39,6 +39,9 @@ InjectionMode = Literal["direct", "discovery"]
 DIRECT_BUDGET = 0.2
 """Direct mode while the schemas fit in this fraction of the context window (seed 001)."""
 
+PROMPT_CATEGORIES = 12
+"""Discovery's prompt names at most this many categories (`list_categories` has them all)."""
+
 NOT_PERMITTED = "not permitted by this agent's tools configuration"
 
 CHARS_PER_TOKEN = 3.6
@@ -177,9 +180,12 @@ class ToolInjection:
         parts = [f"{kit.title}: {kit.policy}" for kit in self.toolkits if kit.policy]
         if self.mode == "discovery":
             categories = sorted({t.definition.namespace or GENERAL_CATEGORY for t in self.tools})
+            named = ", ".join(categories[:PROMPT_CATEGORIES])
+            if len(categories) > PROMPT_CATEGORIES:  # the prompt stays small at any size
+                named += f" and {len(categories) - PROMPT_CATEGORIES} more"
             parts.append(
                 f"You have {len(self.tools)} tools in {len(categories)} categories "
-                f"({', '.join(categories)}), reached through {len(META_TOOL_NAMES)} tools: "
+                f"({named}), reached through {len(META_TOOL_NAMES)} tools: "
                 "search_tools finds tools by what they do; list_categories and browse_category "
                 "list them; get_tool gives one tool's exact parameters; execute_tool runs a "
                 "tool with its name and params. To use a tool: search_tools, then get_tool, "

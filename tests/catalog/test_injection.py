@@ -254,3 +254,12 @@ def test_schema_tokens_counts_each_schema_as_sent() -> None:
     text = json.dumps(definition.to_openai())
     assert '"a__b"' in text
     assert schema_tokens([definition], len) == len(text) + 1
+
+
+async def test_the_discovery_prompt_stays_small_with_many_categories() -> None:
+    injection = await ToolInjection.build(
+        catalog_of(many_tools(40, namespaces=40)), mode="discovery"
+    )
+    text = injection.prompt_section()
+    assert "40 tools in 40 categories (ns0, ns1, ns10," in text
+    assert "and 28 more)" in text
