@@ -6,6 +6,7 @@ same time gets the same `Speech` (a reference count; the last one out closes the
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from llmrtc.llm.local.weights import Progress
 
 __all__ = ["Speech", "open_default_speech"]
+
+_LOG = logging.getLogger(__name__)
 
 SpeechMode = Literal["offline", "openai"]
 
@@ -145,7 +148,10 @@ async def _load(shared: _Shared, cache_dir: str | Path | None, progress: Progres
 async def _close(shared: _Shared) -> None:
     with anyio.CancelScope(shield=True):
         for close in reversed(shared.closers):
-            await close()
+            try:
+                await close()
+            except Exception:  # one engine failing to close must not keep the others open
+                _LOG.exception("closing a default speech engine failed")
 
 
 async def _acquire(
@@ -177,21 +183,22 @@ async def _acquire(
                 f"open_default_speech(): the shared engines are open in {shared.mode!r} mode, "
                 f"this call asks for {mode!r} (LLMRTC_SPEECH / OPENAI_* changed meanwhile)"
             )
-        for key, value in options.items():
-            if shared.mode == "offline" and value is not None and value != shared.options[key]:
-                raise ValueError(
-                    f"open_default_speech({key}={value}): the shared engines are already open "
-                    f"with {key}={shared.options[key]}; pass the same value or None"
-                )
         shared.users += 1
         try:
             await shared.loaded.wait()
+            if shared.failed:
+                continue  # the loader failed or was cancelled: load here (and see its error)
+            # Compared once loaded: only then are the defaults the loader took known.
+            for key, value in options.items():
+                if shared.mode == "offline" and value not in (None, shared.options[key]):
+                    raise ValueError(
+                        f"open_default_speech({key}={value}): the shared engines are already "
+                        f"open with {key}={shared.options[key]}; pass the same value or None"
+                    )
         except BaseException:
             shared.users -= 1
             raise
-        if not shared.failed:
-            return shared
-        # The loader failed (or was cancelled): load again here, and see its error if it recurs.
+        return shared
 
 
 async def _release(shared: _Shared) -> None:

@@ -101,6 +101,30 @@ async def test_concurrent_opens_in_tasks_load_once_and_any_task_may_close_last()
 
 @pytest.mark.voice_model
 @pytest.mark.usefixtures("offline")
+async def test_a_cancelled_loader_hands_over_to_a_waiting_opener() -> None:
+    before = children()
+    got: list[Speech] = []
+
+    async def loader() -> None:
+        with anyio.move_on_after(0.3):  # cancelled while the engines load
+            async with open_default_speech():
+                pytest.fail("the loader should have been cancelled before the engines were up")
+
+    async def waiter() -> None:
+        await anyio.sleep(0.05)  # opens while the loader loads
+        async with open_default_speech(tts_workers=1) as speech:
+            got.append(speech)
+            assert "still" in await hear_back(speech, "I am still speaking.")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(loader)
+        group.start_soon(waiter)
+    assert len(got) == 1
+    assert children() == before
+
+
+@pytest.mark.voice_model
+@pytest.mark.usefixtures("offline")
 async def test_options_reach_the_engines_and_conflicts_are_refused(tmp_path: Path) -> None:
     stages: list[str] = []
     async with open_default_speech(
