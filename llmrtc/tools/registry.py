@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
@@ -207,10 +206,11 @@ class ToolRegistry:
                 if target is None or hasattr(target, "route_call"):
                     return routed, None  # not found: missing_tool_message says why
                 if routed.name != target.name:
-                    routed = dataclasses.replace(routed, name=target.name)
+                    routed = ToolCall(routed.call_id, target.name, routed.arguments)
                 return routed, target
         if name != tool.name:
-            call = dataclasses.replace(call, name=tool.name)
+            # Built directly: dataclasses.replace costs ~10 µs.
+            call = ToolCall(call.call_id, tool.name, call.arguments)
         return call, tool
 
     def names(self) -> list[str]:
