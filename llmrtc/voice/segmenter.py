@@ -295,8 +295,8 @@ class SentenceSegmenter:
         while j < len(text) and text[j] == char:
             j += 1
         run = j - i
-        if j >= len(text) and run < 3:
-            return _WAIT  # "``" may become a fence
+        if j >= len(text):
+            return _WAIT  # the run may go on: "``" may become a fence, "```" a longer one
         if run >= 3:
             self._mode, self._close = "fence", char * 3
         elif char == "`":
@@ -336,7 +336,8 @@ class SentenceSegmenter:
                 if text.startswith(close, j):
                     self._mode, self._pos = "text", j + len(close)
                     return 0
-            self._pos = len(text)
+            # Resume where a closing "``" split across deltas would start.
+            self._pos = max(self._pos, len(text) - len(close) + 1)
             return _WAIT
         haystack = text.lower() if self._mode == "tag" else text
         k = haystack.find(close, self._pos)

@@ -293,3 +293,67 @@ def test_import_llmrtc_voice_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == ""
+
+
+_PIECES = [
+    "Hello",
+    " world",
+    ".",
+    " ",
+    "\n",
+    "\n\n",
+    "Dr.",
+    " 3.5",
+    "...",
+    "!",
+    "?",
+    ",",
+    "e.g.",
+    "**",
+    "_",
+    "`",
+    "```",
+    "{",
+    "}",
+    '"',
+    "'",
+    "[",
+    "]",
+    "(",
+    ")",
+    "<tool_call>",
+    "</tool_call>",
+    "<",
+    ">",
+    "# ",
+    "- ",
+    "1. ",
+    "| a |",
+    ":",
+    "\u3002",
+    "\u2026",
+    "http://a.b/c",
+]
+
+
+def test_random_markup_never_breaks_the_segmenter_or_leaks_machine_text() -> None:
+    rng = random.Random(11)
+    for _ in range(1000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 40)))
+        first_clause_chars = rng.choice([0, 10, 60])
+        segmenter = SentenceSegmenter(first_clause_chars=first_clause_chars)
+        chunks: list[SpeechChunk] = []
+        start = 0
+        while start < len(text):
+            size = rng.randint(1, 6)
+            chunks += segmenter.push(text[start : start + size])
+            start += size
+        chunks += segmenter.flush()
+        # However the deltas were cut, the chunks are those of the text pushed whole.
+        assert chunks == segment(text, first_clause_chars=first_clause_chars), text
+        raws = "".join(chunk.raw for chunk in chunks)
+        assert text.startswith(raws), text
+        for chunk in chunks:
+            assert chunk.text and chunk.text == chunk.text.strip()
+            for mark in ("{", "}", "`", "<tool_call>", "**", "```"):
+                assert mark not in chunk.text, (text, chunk)
