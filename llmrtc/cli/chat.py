@@ -125,16 +125,15 @@ class _Chat:
                     return
 
     def _runner(self, llm: OpenAIProvider) -> TurnHandler:
-        from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
+        from llmrtc import PlaybookOrchestrator
+        from llmrtc.cli.bot import build_handler
 
-        tools = self.registry if self.registry is not None else ToolRegistry()
-        if self.playbook is not None:
-            orchestrator = PlaybookOrchestrator(self.playbook, llm, tools)
+        handler = build_handler(llm, self.registry, self.playbook, system_prompt=self.args.system)
+        if self.playbook is not None and isinstance(handler, PlaybookOrchestrator):
             self.screen.line(
-                f"[playbook {self.playbook.id}: stage {orchestrator.engine.current_stage.id}]"
+                f"[playbook {self.playbook.id}: stage {handler.engine.current_stage.id}]"
             )
-            return orchestrator
-        return TurnRunner(llm, ToolExecutor(tools), system_prompt=self.args.system)
+        return handler
 
     async def _turn(self, runner: TurnHandler, text: str) -> bool:
         """Run one turn and show it; True when the conversation has ended."""
