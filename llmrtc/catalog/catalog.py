@@ -68,8 +68,13 @@ class ToolCatalog:
                 or None for keyword-only search.
 
         Raises:
-            ValueError: if two backends share a name.
+            ValueError: if two backends share a name, or `embedder` is none of the above.
         """
+        if embedder not in ("auto", None) and not _is_embedder(embedder):
+            raise ValueError(
+                f"embedder must be 'auto', None or a TextEmbedder (embed(texts), "
+                f"embed_one(text)), got {embedder!r}"
+            )
         self._core = CatalogCore(hooks, embedder)
         self._permits = permits
         for backend in backends:
@@ -340,3 +345,7 @@ def _matches(tool: Tool, namespace: str | None, tag: str | None) -> bool:
     return (namespace is None or definition.namespace == namespace) and (
         tag is None or tag in definition.tags
     )
+
+
+def _is_embedder(value: object) -> bool:
+    return callable(getattr(value, "embed", None)) and callable(getattr(value, "embed_one", None))

@@ -165,6 +165,13 @@ async def test_the_index_is_built_once_off_the_loop_and_reused_after_a_rebuild(
     assert embedder.embedded == [tool_corpus((await catalog.list())[1].definition)]
 
 
+def test_the_embedder_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="embedder must be 'auto', None or a TextEmbedder"):
+        ToolCatalog(embedder="minilm")  # type: ignore[arg-type]
+    ToolCatalog(embedder=HashEmbedder())
+    ToolCatalog(embedder=None)
+
+
 async def test_a_broken_embedder_falls_back_to_keywords(
     make_tool: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
