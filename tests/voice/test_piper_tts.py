@@ -269,3 +269,30 @@ async def test_works_under_trio(_voice: Path) -> None:
                 break
         assert 0.3 < seconds(await speak(tts, "Hello there.")) < 3.0
         assert len(tts.pids) == 1
+
+
+def test_long_unpunctuated_text_is_cut_for_piper() -> None:
+    from llmrtc.voice.providers._piper_worker import MAX_PIECE_CHARS, split_long
+
+    punctuated = "Hello there. How are you? " * 30
+    assert "".join(split_long(punctuated)) == punctuated  # nothing lost, cut at sentence ends
+    assert all(piece.endswith(("? ", ". ")) for piece in split_long(punctuated)[:-1])
+    words = "word " * 400
+    pieces = split_long(words)
+    assert "".join(pieces) == words and all(len(p) <= MAX_PIECE_CHARS for p in pieces)
+    clauses = ("one two three four five six seven eight nine ten " * 4 + ", ") * 4
+    assert all(piece.endswith(", ") for piece in split_long(clauses)[:-1])
+    assert split_long("x" * 700) == ["x" * 300, "x" * 300, "x" * 100]
+    assert split_long("a\x00b\x07c\nd") == ["a b c\nd"]  # espeak refuses control characters
+    assert split_long(" \n ") == []
+
+
+async def test_long_unpunctuated_text_starts_speaking_early(shared_tts: PiperTTS) -> None:
+    started = time.monotonic()
+    first_at = None
+    total = b""
+    async for chunk in shared_tts.synthesize("and then we went on " * 60):  # 1200 chars
+        first_at = first_at or time.monotonic() - started
+        total += chunk
+    assert first_at is not None and first_at < (time.monotonic() - started) / 2
+    assert seconds(total) > 30

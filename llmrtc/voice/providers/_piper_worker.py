@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import signal
 import struct
 import sys
@@ -53,6 +54,38 @@ quickly, large enough that framing costs nothing."""
 
 MAX_TEXT_BYTES = 1 << 20
 """Longest SPEAK payload the worker accepts (a guard against a corrupt stream)."""
+
+
+MAX_PIECE_CHARS = 300
+"""Longest text piper gets at once without a sentence end in it (~18 s of speech). piper makes
+a sentence's audio in one ONNX run, so a long unpunctuated run of words would delay the first
+audio by its whole length (400 words: 64 s of speech, first audio after 4-40 s)."""
+
+_SENTENCE_END = re.compile(r"[.!?;:]+[\"')\]]*\s")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def split_long(text: str, limit: int = MAX_PIECE_CHARS) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut after the last sentence end in
+    reach, else after the last comma in its second half, else at the last space, else at the
+    limit. Text with sentence ends at least every `limit` characters stays as piper would cut
+    it; control characters (which espeak refuses) become spaces."""
+    rest = _CONTROL.sub(" ", text)
+    pieces = []
+    while len(rest) > limit:
+        window = rest[:limit]
+        ends = [match.end() for match in _SENTENCE_END.finditer(window)]
+        comma = window.rfind(", ")
+        if ends:
+            cut = ends[-1]
+        elif comma > limit // 2:
+            cut = comma + 2
+        else:
+            cut = window.rfind(" ") + 1 or limit
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    pieces.append(rest)
+    return [piece for piece in pieces if piece.strip()]
 
 
 def encode(kind: bytes, request_id: int, payload: bytes = b"") -> bytes:
@@ -163,12 +196,15 @@ def _speak(out: IO[bytes], voice: Any, requests: _Requests, request_id: int, tex
     requests.begin(request_id, onnxruntime.RunOptions())
     step = 2 * CHUNK_SAMPLES
     try:
-        for chunk in voice.synthesize(text):
-            pcm = chunk.audio_int16_bytes
-            for start in range(0, len(pcm), step):
+        for piece in split_long(text):
+            for chunk in voice.synthesize(piece):
+                pcm = chunk.audio_int16_bytes
+                for start in range(0, len(pcm), step):
+                    if requests.cancelled(request_id):
+                        break
+                    out.write(encode(AUDIO, request_id, pcm[start : start + step]))
                 if requests.cancelled(request_id):
                     break
-                out.write(encode(AUDIO, request_id, pcm[start : start + step]))
             if requests.cancelled(request_id):
                 break
     except Exception as exc:  # any engine failure goes back as an ERROR frame
