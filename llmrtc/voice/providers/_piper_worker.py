@@ -19,7 +19,8 @@ Worker to parent:
     END (id, empty): the request is finished or was cancelled; nothing more comes for it.
     ERROR (id, UTF-8 message): the request failed (id 0 before READY: loading failed; exit).
 
-Audio goes out sentence by sentence as piper produces it, in pieces of `CHUNK_SAMPLES`, so a
+Audio goes out sentence by sentence as piper produces it (a run of more than `MAX_PIECE_CHARS`
+without a sentence end is cut at a comma or space first), in pieces of `CHUNK_SAMPLES`, so a
 cancel also stops the sending between pieces. A cancel that arrives while ONNX runs sets the
 run's `terminate` flag, which stops the inference within a few milliseconds.
 """

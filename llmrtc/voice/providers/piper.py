@@ -60,12 +60,13 @@ def _positive(name: str, value: int | None) -> int | None:
 class PiperTTS:
     """Offline TTS: piper-tts with the joe (en-US) voice, streamed sentence by sentence.
 
-    A pool of worker processes shared by every caller; `synthesize` waits for a free one. Text
-    goes to piper whole; piper cuts it into sentences and each sentence's audio is sent as soon
-    as it exists (~0.05 s per second of speech on 2 cores). Closing the iterator early (a
-    barge-in) cancels the request in the worker at once (the ONNX run is terminated) and the
-    worker serves the next request; a worker that dies fails its request with `TTSError` and
-    is restarted for the next.
+    A pool of worker processes shared by every caller; `synthesize` waits for a free one and
+    holds it until its iterator is exhausted or closed (so consume eagerly). piper cuts the
+    text into sentences (the worker also cuts runs of over 300 characters with no sentence
+    end) and each sentence's audio is sent as soon as it exists (~0.05 s of work per second of
+    speech on 2 idle cores). Closing the iterator early (a barge-in) cancels the request in the
+    worker at once (the ONNX run is terminated) and the worker serves the next request; a
+    worker that dies fails its request with `TTSError` and is restarted for the next.
 
     Example:
         async with PiperTTS(workers=2) as tts:
