@@ -147,16 +147,18 @@ class Hooks:
         """A playbook transition fired."""
 
     def on_speech_start(self, event: SpeechStartEvent) -> Awaitable[None] | None:
-        """The user started speaking."""
+        """The user started speaking; `turn_id` is the id the answering turn will carry."""
 
     def on_speech_end(self, event: SpeechEndEvent) -> Awaitable[None] | None:
-        """The user stopped speaking."""
+        """The user stopped speaking (sent before the turn it starts)."""
 
     def on_stt_end(self, event: STTEndEvent) -> Awaitable[None] | None:
-        """Speech-to-text finished an utterance."""
+        """Speech-to-text finished an utterance (sent before the turn it starts, with that
+        turn's id)."""
 
     def on_tts_start(self, event: TTSStartEvent) -> Awaitable[None] | None:
-        """Text-to-speech starts."""
+        """Text-to-speech starts a chunk (may come after its turn ended: speech lags the
+        model)."""
 
     def on_tts_end(self, event: TTSEndEvent) -> Awaitable[None] | None:
         """Text-to-speech finished or was interrupted."""

@@ -270,3 +270,41 @@ async def test_the_span_of_a_finish_call_records_its_real_status() -> None:
     assert search.status.status_code is not StatusCode.ERROR  # an abort is no failure
     assert search.end_time is not None and charge.end_time is not None
     assert search.end_time < charge.end_time  # the aborted span ended first
+
+
+async def test_an_abort_from_another_thread_lets_the_finish_call_complete() -> None:
+    shop = Shop(finish_seconds=0.2)
+    executor = ToolExecutor(shop.registry)
+    async with abort_after(0.05, from_thread=True) as controller:  # as a VAD thread does
+        search, charge = await executor.execute(
+            calls("search", "charge"), abort_signal=controller.signal
+        )
+    assert search.status == "aborted" and charge.status == "ok" and shop.charged == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_native_task_cancel_still_gives_every_call_its_result() -> None:
+    import asyncio
+
+    shop = Shop(finish_seconds=10)
+    hooks = RecordingHooks()
+    executor = ToolExecutor(shop.registry, hooks=hooks)
+    got: list[ToolCallResult] = []
+    controller = AbortController()
+
+    async def run() -> None:
+        await executor.execute(
+            calls("search", "charge"), abort_signal=controller.signal, on_result=got.append
+        )
+
+    task = asyncio.ensure_future(run())
+    await anyio.sleep(0.05)
+    controller.abort("barge-in")
+    await anyio.sleep(0.05)  # the search is aborted, the charge runs on
+    assert [r.status for r in got] == ["aborted"] and shop.charges == 1
+    task.cancel()  # an application cancelling the turn's task natively
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted((r.call_id, r.status) for r in got) == [("c1", "aborted"), ("c2", "aborted")]
+    assert len(hooks.of(ToolEndEvent)) == 2 and shop.charged == 0
+    assert executor.in_flight == 0
