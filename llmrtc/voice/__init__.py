@@ -18,6 +18,7 @@ from llmrtc.voice.events import (
 )
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 from llmrtc.voice.loop import VoiceLoop
+from llmrtc.voice.providers._whisper_model import VoiceModelError
 from llmrtc.voice.speech import Speech, open_default_speech
 from llmrtc.voice.stt import STT, STTError
 from llmrtc.voice.tts import TTS, TTSError
@@ -44,5 +45,6 @@ __all__ = [
     "VoiceConfig",
     "VoiceEvent",
     "VoiceLoop",
+    "VoiceModelError",
     "open_default_speech",
 ]

@@ -46,7 +46,8 @@ async def lookupWeather(city: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def speech() -> AsyncIterator[Speech]:
+async def speech(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Speech]:
+    monkeypatch.setenv("LLMRTC_SPEECH", "offline")  # the offline stack, even with OPENAI_* set
     try:
         async with open_default_speech() as opened:
             yield opened
