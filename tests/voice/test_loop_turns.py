@@ -311,3 +311,43 @@ async def test_a_spoken_turn_with_a_barge_in_on_trio(anyio_backend: str) -> None
     assert barge.heard_text and "One two three".startswith(barge.heard_text[:13])
     assert loop.history.messages[1] == AssistantMessage(barge.heard_text, (), True)
     assert loop.history.messages[2] == UserMessage("Stop")
+
+
+async def test_a_barge_in_after_a_tool_round_keeps_only_heard_words_in_each_message() -> None:
+    @tool
+    async def track(order: str) -> str:
+        """Track an order."""
+        return "shipped"
+
+    answer = "The order shipped on Monday and will arrive on Friday afternoon."
+    llm = ScriptedLLM(
+        [
+            ScriptedResponse(
+                text="Let me look.", tool_calls=[ToolCall("c1", "track", {"order": "A"})]
+            ),
+            answer,
+            "Okay.",
+        ]
+    )
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([track])), system_prompt="Be brief.")
+    tts = FakeTTS()
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    seen: list[Any] = []
+    async with loop:
+        events = loop.events()
+        await loop.send_text("Where is A?")
+        await until(events, lambda e: isinstance(e, AgentSpeechStarted), seen)
+        await anyio.sleep(0.8)
+        await say(loop, tts, "Thanks")
+        await until(events, lambda e: isinstance(e, AgentSpeechEnded) and not e.interrupted, seen)
+    heard = next(e for e in seen if isinstance(e, BargeIn)).heard_text
+    assert heard and answer.startswith(heard) and heard != answer
+    messages = llm.requests[2].messages
+    check_chat_messages(messages)
+    assert messages[1:] == [
+        UserMessage("Where is A?"),
+        AssistantMessage("", (ToolCall("c1", "track", {"order": "A"}),)),  # lead-in unheard
+        ToolMessage("c1", '"shipped"'),
+        AssistantMessage(heard, (), True),
+        UserMessage("Thanks"),
+    ]
