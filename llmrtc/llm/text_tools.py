@@ -22,16 +22,17 @@ import contextlib
 import json
 import logging
 import re
-import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any
 
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
+from llmrtc.llm.wire import new_call_id, render_text_call, render_tool_prompt
 from llmrtc.tools.calls import ToolCall
-from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import to_wire_name
 
-__all__ = ["TextToolCallParser", "render_tool_prompt", "render_text_call"]
+# The renderers live in wire.py (history rendering needs them, and the parser needs none of
+# wire.py's messages); re-exported here, where the text-tools API always was.
+__all__ = ["TextToolCallParser", "new_call_id", "render_text_call", "render_tool_prompt"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,36 +62,6 @@ _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 ParsedEvent = LLMTextDelta | LLMToolCall
-
-
-def new_call_id() -> str:
-    """A fresh tool call id for calls parsed from text (the model gave none)."""
-    return f"call_{uuid.uuid4().hex[:12]}"
-
-
-def render_tool_prompt(tools: Sequence[ToolDefinition]) -> str:
-    """The system-prompt section that teaches a model without native tools how to call them."""
-    lines = [
-        "You can call tools. To call one, reply with only this, and nothing else:",
-        '<tool_call>{"name": "TOOL_NAME", "arguments": {ARGUMENTS_AS_JSON}}</tool_call>',
-        "Available tools:",
-    ]
-    for tool in tools:
-        schema = json.dumps(tool.json_schema, separators=(",", ":"), sort_keys=True)
-        lines.append(f"- {tool.wire_name}: {tool.description} Arguments (JSON Schema): {schema}")
-    return "\n".join(lines)
-
-
-def render_text_call(call: ToolCall) -> str:
-    """A past call in the text form the model was taught (for the history of a text-mode chat)."""
-    arguments: Any = call.arguments
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            arguments = {}
-    name = to_wire_name(call.name)  # the form the prompt showed the model
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def _json_end(text: str, start: int) -> int | None:
