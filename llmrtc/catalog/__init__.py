@@ -1,5 +1,24 @@
-"""Floor 1: where tools come from at scale: versioned ids, backends, a cached catalog and search.
+"""Floor 1: where tools come from at scale: versioned ids, backends, search (keyword and
+semantic), injection (direct or discovery meta-tools), toolkits and permissions."""
 
-Until this package's exports are filled in, import from the submodules
-(`llmrtc.catalog.catalog`, `llmrtc.catalog.backend`, `llmrtc.catalog.ids`, ...).
-"""
+from llmrtc.catalog.backend import LocalBackend, ToolBackend
+from llmrtc.catalog.catalog import SearchMode, ToolCatalog
+from llmrtc.catalog.embeddings import MiniLMEmbedder, TextEmbedder, default_embedder
+from llmrtc.catalog.ids import ToolId, format_tool_id, from_wire_name, parse_tool_id, to_wire_name
+from llmrtc.catalog.search import SearchHit
+
+__all__ = [
+    "LocalBackend",
+    "MiniLMEmbedder",
+    "SearchHit",
+    "SearchMode",
+    "TextEmbedder",
+    "ToolBackend",
+    "ToolCatalog",
+    "ToolId",
+    "default_embedder",
+    "format_tool_id",
+    "from_wire_name",
+    "parse_tool_id",
+    "to_wire_name",
+]
