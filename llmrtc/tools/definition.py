@@ -65,10 +65,13 @@ class ToolDefinition:
     """Argument/result keys whose values are always masked in recorded telemetry content, at
     any depth and wherever the value reappears (stored as a tuple)."""
     on_interrupt: InterruptPolicy = "cancel"
-    """What an abort of the turn (barge-in) does to a running call of this tool: `"cancel"`
-    (default) cancels it; `"finish"` lets it complete under its own timeout. An explicit
-    `ToolExecutor` abort signal of the call itself, a timeout, or cancelling `execute()` from
-    outside still stop a `"finish"` call."""
+    """What an abort of the batch's signal (a barge-in aborting the turn, or that signal's
+    deadline) does to a call of this tool: `"cancel"` (default) cancels it at once (result
+    `aborted`); `"finish"` lets a call whose handler already started complete under its own
+    timeout with its real result (its `ToolContext.abort_signal` does not follow the turn's).
+    A `"finish"` call still queued (for a concurrency slot, or behind a sequential call) is
+    aborted. Its own timeout, and cancelling `execute()` from outside (session teardown),
+    still stop it."""
     namespace: str | None = None
     """Groups tools (`crm`, `billing`): a namespaced tool is named `namespace.name` wherever
     users and the model see it and `namespace__name` on the wire. `name="crm.lookup"` sets it
