@@ -18,12 +18,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from llmrtc.cli import build_parser
 from llmrtc.testing import ScriptedOpenAIServer, StreamReply, text_reply, tool_call_reply
+from llmrtc.testing.openai_audio import tone_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -35,12 +37,21 @@ SCRIPTS: dict[str, Callable[[], list[StreamReply]]] = {
         text_reply("It is 21 degrees and sunny in Tokyo."),
     ],
     "support": lambda: [text_reply("Sorry to hear that! Could you give me your email?")],
+    "voice": lambda: [
+        tool_call_reply([("call_1", "lookupWeather", '{"city": "Tokyo"}')]),
+        text_reply("It is 21 degrees and sunny in Tokyo."),
+    ],
 }
 """The scripted model replies each `readme-test` name stands for."""
+
+SPEECH: dict[str, Callable[[], list[Any]]] = {"voice": lambda: [tone_reply(1.0)]}
+"""Scripted `/audio/speech` replies (OpenAI speech mode) of the blocks that speak; such a block
+also loads the real Silero VAD, so it needs the voice extra (`voice_model`)."""
 
 EXPECTED_OUTPUT = {
     "weather": "It is 21 degrees and sunny in Tokyo.",
     "support": "Could you give me your email?",
+    "voice": "heard: It is 21 degrees and sunny in Tokyo.",
 }
 
 
@@ -85,14 +96,23 @@ def test_every_python_block_names_a_known_script() -> None:
         assert block.script in SCRIPTS, f"{block}: unknown readme-test {block.script!r}"
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=str)
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(block, marks=pytest.mark.voice_model if block.script in SPEECH else ())
+        for block in PYTHON
+    ],
+    ids=str,
+)
 @pytest.mark.anyio
 async def test_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
     program = tmp_path / "readme_block.py"
     program.write_text(block.code)
-    async with ScriptedOpenAIServer(SCRIPTS[block.script]()) as server:
+    speech = SPEECH.get(block.script, list)()
+    async with ScriptedOpenAIServer(SCRIPTS[block.script](), speech=speech) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test"}
         env.pop("LLMRTC_MODEL", None)
+        env.pop("LLMRTC_SPEECH", None)
         with anyio.fail_after(120):
             result = await anyio.run_process(
                 [sys.executable, str(program)], cwd=ROOT, env=env, check=False
@@ -101,6 +121,7 @@ async def test_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None
     assert result.returncode == 0, f"{block} failed:\n{err}"
     assert not server.unexpected, f"{block} sent more model requests than its script holds"
     assert not server.replies, f"{block} left scripted replies unused"
+    assert not server.speech, f"{block} left scripted speech unused"
     if block.script in EXPECTED_OUTPUT:
         assert EXPECTED_OUTPUT[block.script] in out
 
