@@ -4,6 +4,11 @@ An utterance is transcribed while the turn before it may still be settling (a "f
 running after a barge-in); the turn itself starts only once that one ended, so the tool's real
 result is in the history before the next model request. Each turn runs as a task of the loop's
 task group, speaking through a `Reply`; after a barge-in its history is cut to what was heard.
+
+Proactive turns: `handler.next_deadline()` is due while the user is silent and no turn runs
+or plays. The handler's timer starts when its turn ends, while the reply may play on for
+seconds; the deadline is moved by that tail, so the silence is counted from when the agent
+stopped speaking.
 """
 
 from __future__ import annotations
@@ -93,6 +98,9 @@ class TurnWorker:
         self._group: anyio.abc.TaskGroup | None = None
         self._idle: anyio.Event | None = None
         self._fired_deadline: float | None = None
+        # Seconds the last turn's speech went on after its TurnCompleted: the handler's timer
+        # starts when its turn ends, but the user's silence starts when the agent stops talking.
+        self._tail = 0.0
         self._accepting = True
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
@@ -149,10 +157,11 @@ class TurnWorker:
                 # A deadline a timeout turn did not move is not run again.
                 if deadline is not None and deadline != self._fired_deadline:
                     now = time.monotonic()
-                    if now >= deadline:
+                    due = deadline + self._tail
+                    if now >= due:
                         self._fired_deadline = deadline
                         return _Deadline(now)
-                    timeout = deadline - now
+                    timeout = due - now
             self._wakeup = anyio.Event()
             with anyio.move_on_after(timeout):
                 await self._wakeup.wait()
@@ -211,18 +220,22 @@ class TurnWorker:
         history = self._handler.history
         before = {id(m) for m in history.messages}
         apology_text = self._voice.config.apology_text
+        handler_done: float | None = None
         try:
             if apology:
                 await reply.say(apology_text)
             else:
                 try:
                     await reply.speak_turn(self._events(reply, user_text, timeout))
+                    handler_done = time.monotonic()
                 except Exception as exc:  # a handler bug: its history is valid; apologise
                     logger.exception("turn %s failed; the agent apologises", reply.turn_id)
                     await self._voice.report_error(exc, "voice.turn", reply.turn_id)
                     if not reply.interrupted:
                         await reply.say(apology_text, filler=True)
             await reply.finish()
+            if handler_done is not None:
+                self._tail = time.monotonic() - handler_done
             if reply.interrupted:
                 playout = self._voice.playout
                 heard = reply.ledger.heard(playout.seconds_per_char, playout.sample_rate)
