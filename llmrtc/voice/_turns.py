@@ -239,7 +239,11 @@ class TurnWorker:
             if reply.interrupted:
                 playout = self._voice.playout
                 heard = reply.ledger.heard(playout.seconds_per_char, playout.sample_rate)
-                cut_to_heard(history, before, heard, reply.ledger.total_words)
+                try:
+                    cut_to_heard(history, before, heard, reply.ledger.total_words)
+                except Exception as exc:  # never end the session over it: the history is valid
+                    logger.exception("turn %s: the history keeps the whole answer", reply.turn_id)
+                    await self._voice.report_error(exc, "voice.history", reply.turn_id)
         finally:
             if self.reply is reply:
                 self.reply = None
