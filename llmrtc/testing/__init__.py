@@ -1,8 +1,15 @@
 """What users need to test their own bots: a scripted model, a scripted OpenAI-compatible
 HTTP server for the real `openai` client, hooks that record every event, in-memory
-OpenTelemetry, an abort on a timer, and (later) fake speech and an aiortc client."""
+OpenTelemetry, an abort on a timer, fake speech engines, and (later) an aiortc client."""
 
 from llmrtc.testing.aborts import abort_after
+from llmrtc.testing.openai_audio import (
+    SpeechReply,
+    TranscriptionReply,
+    speech_reply,
+    tone,
+    tone_reply,
+)
 from llmrtc.testing.openai_server import (
     DisconnectReply,
     ErrorReply,
@@ -34,10 +41,15 @@ __all__ = [
     "ScriptedLLM",
     "ScriptedOpenAIServer",
     "ScriptedResponse",
+    "SpeechReply",
     "StreamReply",
+    "TranscriptionReply",
     "abort_after",
     "check_chat_messages",
     "chunk",
+    "speech_reply",
     "text_reply",
+    "tone",
+    "tone_reply",
     "tool_call_reply",
 ]

@@ -181,6 +181,17 @@ class TurnWorker:
         except Exception as exc:  # STTError or any engine failure: apologise, go on
             logger.warning("turn %s: STT failed, the agent apologises: %s", item.turn_id, exc)
             voice.publish(SpeechError("stt", str(exc), type(exc).__name__))
+            await self._report(
+                "on_stt_end",
+                STTEndEvent(
+                    session_id=voice.session_id,
+                    turn_id=item.turn_id,
+                    duration_s=time.perf_counter() - started,
+                    audio_duration_s=len(pcm) / 2 / stt.sample_rate,
+                    model=stt.name,
+                    error_type=type(exc).__name__,
+                ),
+            )
             await voice.report_error(exc, "stt", item.turn_id)
             return None
         voice.publish(Transcript(text, True))

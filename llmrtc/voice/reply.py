@@ -247,6 +247,7 @@ class Reply:
                 duration_s=time.perf_counter() - started,
                 audio_duration_s=audio_samples / tts.sample_rate,
                 interrupted=interrupted,
+                error_type=None if error is None else type(error).__name__,
             ),
         )
         if error is None:
