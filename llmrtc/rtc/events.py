@@ -1,0 +1,103 @@
+"""`wire_event`: what a session sends the client for each event its voice loop yields."""
+
+from __future__ import annotations
+
+from llmrtc.agent.events import (
+    StageChanged,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnError,
+)
+from llmrtc.rtc.messages import (
+    AgentSpeechEndedMessage,
+    AgentSpeechStartedMessage,
+    AssistantTextMessage,
+    BargeInMessage,
+    ErrorMessage,
+    ServerMessage,
+    SpeechEndedMessage,
+    SpeechStartedMessage,
+    StageChangedMessage,
+    ToolCallFinishedMessage,
+    ToolCallStartedMessage,
+    TranscriptMessage,
+    TurnCompletedMessage,
+)
+from llmrtc.voice.events import (
+    AgentSpeechEnded,
+    AgentSpeechStarted,
+    BargeIn,
+    SpeechError,
+    Transcript,
+    UserSpeechEnded,
+    UserSpeechStarted,
+)
+
+__all__ = ["MODEL_ERROR_TEXT", "STT_ERROR_TEXT", "TTS_ERROR_TEXT", "wire_event"]
+
+# The events' own messages name exception types, servers and URLs: for logs, never for the
+# client. The client gets a fixed sentence it can show a user.
+MODEL_ERROR_TEXT = (
+    "The language model failed during this turn; the agent answered with an apology. "
+    "You can go on talking."
+)
+"""The `model_error` message sent for a `TurnError`."""
+STT_ERROR_TEXT = "Speech recognition failed for the last utterance; please say it again."
+"""The `speech_error` message sent when the STT failed."""
+TTS_ERROR_TEXT = "Speech synthesis failed; the agent's reply is shown as text only."
+"""The `speech_error` message sent when the TTS failed."""
+
+_SPEECH_STARTED = SpeechStartedMessage()
+_SPEECH_ENDED = SpeechEndedMessage()
+
+
+def wire_event(event: object) -> ServerMessage | None:
+    """The message to send the client for one loop event, or None for events it never sees.
+
+    Covers every `llmrtc.voice.events` and `llmrtc.agent.events` type. Error events become
+    `error` messages with a stable code (`model_error`, `speech_error`) and a fixed, safe
+    text: their internal detail stays in the server's logs and hooks.
+
+    Args:
+        event: Anything `VoiceLoop.events()` yields.
+
+    Returns:
+        The wire message, or None for an event type the protocol does not carry.
+    """
+    match event:
+        case TextDelta(text=text):
+            return AssistantTextMessage(delta=text)
+        case ToolCallStarted(call=call):
+            return ToolCallStartedMessage(call_id=call.call_id, name=call.name)
+        case ToolCallFinished(result=result):
+            return ToolCallFinishedMessage(
+                call_id=result.call_id,
+                name=result.tool_name,
+                status=result.status,
+                # A tenth of a millisecond is finer than any timeline shows; more digits are noise.
+                duration_ms=round(max(result.duration_ms, 0.0), 1),
+            )
+        case StageChanged():
+            return StageChangedMessage(from_stage=event.from_stage, to_stage=event.to_stage)
+        case TurnCompleted():
+            return TurnCompletedMessage(text=event.text, stop_reason=event.stop_reason)
+        case TurnError():
+            return ErrorMessage(code="model_error", message=MODEL_ERROR_TEXT)
+        case UserSpeechStarted():
+            return _SPEECH_STARTED
+        case UserSpeechEnded():
+            return _SPEECH_ENDED
+        case Transcript(text=text, final=final):
+            return TranscriptMessage(text=text, final=final)
+        case AgentSpeechStarted(text=text):
+            return AgentSpeechStartedMessage(text=text)
+        case AgentSpeechEnded(interrupted=interrupted, heard_text=heard_text):
+            return AgentSpeechEndedMessage(interrupted=interrupted, heard_text=heard_text)
+        case BargeIn(heard_text=heard_text):
+            return BargeInMessage(heard_text=heard_text)
+        case SpeechError(source=source):
+            text = STT_ERROR_TEXT if source == "stt" else TTS_ERROR_TEXT
+            return ErrorMessage(code="speech_error", message=text)
+    return None

@@ -1,0 +1,335 @@
+"""The wire protocol's messages: one frozen pydantic model per `type`, both directions.
+
+`llmrtc.rtc.protocol` parses and serializes them (and re-exports them all); `docs/protocol.md`
+describes them for client authors. Every model forbids unknown fields and coerces nothing, so a
+typo in a client is an `invalid_message` error naming the field, not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmrtc.agent.events import TurnStopReason
+from llmrtc.tools.calls import ToolCallStatus
+
+__all__ = [
+    "MAX_SDP_CHARS",
+    "MAX_TEXT_CHARS",
+    "PROTOCOL_VERSION",
+    "AgentSpeechEndedMessage",
+    "AgentSpeechStartedMessage",
+    "AnswerMessage",
+    "AssistantTextMessage",
+    "BargeInMessage",
+    "ClientMessage",
+    "EndMessage",
+    "ErrorCode",
+    "ErrorMessage",
+    "IceCandidate",
+    "IceMessage",
+    "InterruptMessage",
+    "OfferMessage",
+    "PingMessage",
+    "PongMessage",
+    "ResumeMessage",
+    "ServerMessage",
+    "SessionMessage",
+    "SpeechEndedMessage",
+    "SpeechStartedMessage",
+    "StageChangedMessage",
+    "TextMessage",
+    "ToolCallFinishedMessage",
+    "ToolCallStartedMessage",
+    "TranscriptMessage",
+    "TurnCompletedMessage",
+]
+
+PROTOCOL_VERSION: Final = 1
+"""The protocol this module speaks; sent in `session` and checked in `offer`/`resume`."""
+MAX_TEXT_CHARS: Final = 4000
+"""Longest `text` message, in characters (about a page; a turn is not a document upload)."""
+MAX_SDP_CHARS: Final = 32 * 1024
+"""Longest SDP in an `offer`."""
+_MAX_ID_CHARS = 128
+ErrorCode: TypeAlias = Literal[
+    "message_too_large",
+    "invalid_json",
+    "invalid_message",
+    "unknown_type",
+    "unsupported_protocol",
+    "unexpected_message",
+    "not_ready",
+    "bad_offer",
+    "bad_candidate",
+    "server_full",
+    "shutting_down",
+    "resume_refused",
+    "idle_timeout",
+    "model_error",
+    "speech_error",
+    "internal",
+]
+"""Every `error.code` the server sends. Stable: clients may switch on them."""
+
+
+class _Message(BaseModel):
+    # strict: `"final": "yes"` or `"sdpMLineIndex": "0"` are errors, not coerced guesses.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# Client -> server ---------------------------------------------------------------------------
+
+
+class IceCandidate(BaseModel):
+    """A trickled ICE candidate, as the browser's `RTCIceCandidate.toJSON()` writes it.
+
+    Unknown fields are ignored here (not an error) because browsers add fields over time.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    candidate: str = Field(max_length=1024)
+    """The `candidate:...` SDP attribute line; `""` marks the end of candidates."""
+    sdpMid: str | None = Field(default=None, max_length=64)
+    """The media stream id the candidate belongs to."""
+    sdpMLineIndex: int | None = Field(default=None, ge=0, le=64)
+    """The index of the m-line the candidate belongs to."""
+    usernameFragment: str | None = Field(default=None, max_length=256)
+    """The ICE ufrag the candidate belongs to."""
+
+
+class OfferMessage(_Message):
+    """Client: start the media session with this SDP offer (after `resume`, if resuming)."""
+
+    type: Literal["offer"] = "offer"
+    sdp: str = Field(min_length=1, max_length=MAX_SDP_CHARS)
+    """The offer's SDP (`RTCSessionDescription.sdp`)."""
+    protocol: int | None = None
+    """The protocol version the client speaks; absent means `PROTOCOL_VERSION`."""
+
+
+class IceMessage(_Message):
+    """Either side: a trickled ICE candidate, or `null` for the end of candidates."""
+
+    type: Literal["ice"] = "ice"
+    candidate: IceCandidate | None
+    """The candidate; `null` (or an empty `candidate` string) ends the candidates."""
+
+    @property
+    def end_of_candidates(self) -> bool:
+        """True when this message only says no more candidates will come."""
+        return self.candidate is None or not self.candidate.candidate
+
+
+class TextMessage(_Message):
+    """Client: a typed user turn, handled like a final transcript."""
+
+    type: Literal["text"] = "text"
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    """What the user typed: not blank, at most `MAX_TEXT_CHARS` characters."""
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if text.isspace():
+            raise ValueError("must not be blank")
+        return text
+
+
+class InterruptMessage(_Message):
+    """Client: stop the agent's reply now, as a barge-in would."""
+
+    type: Literal["interrupt"] = "interrupt"
+
+
+class EndMessage(_Message):
+    """Client: hang up. The session ends for good (it cannot be resumed)."""
+
+    type: Literal["end"] = "end"
+
+
+class ResumeMessage(_Message):
+    """Client: the first message on a new connection to take back an earlier session."""
+
+    type: Literal["resume"] = "resume"
+    session_id: str = Field(min_length=1, max_length=_MAX_ID_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+    """The `session_id` of the earlier `session` message."""
+    token: str = Field(min_length=1, max_length=_MAX_ID_CHARS, pattern=r"^[A-Za-z0-9_-]+$")
+    """The latest `resume_token` the server sent for that session (each is single-use)."""
+    protocol: int | None = None
+    """The protocol version the client speaks; absent means `PROTOCOL_VERSION`."""
+
+
+class PingMessage(_Message):
+    """Client: answered with a `pong` carrying the same `id` (on the channel the ping came on)."""
+
+    type: Literal["ping"] = "ping"
+    id: str = Field(max_length=64)
+    """Echoed in the `pong`, to match replies (e.g. to measure the round trip)."""
+
+
+ClientMessage: TypeAlias = Annotated[
+    OfferMessage
+    | IceMessage
+    | TextMessage
+    | InterruptMessage
+    | EndMessage
+    | ResumeMessage
+    | PingMessage,
+    Field(discriminator="type"),
+]
+"""Any message a client may send."""
+
+
+# Server -> client ---------------------------------------------------------------------------
+
+
+class SessionMessage(_Message):
+    """Server: the session is admitted (sent just before `answer`)."""
+
+    type: Literal["session"] = "session"
+    session_id: str
+    """Identifies the session; the same after a resume."""
+    resume_token: str
+    """Secret to resume with; a new one after every resume (the old one stops working)."""
+    protocol: int = PROTOCOL_VERSION
+    """The protocol version the server speaks."""
+    resumed: bool = False
+    """True when an earlier session's history and playbook state were restored."""
+
+
+class AnswerMessage(_Message):
+    """Server: the SDP answer to the client's offer."""
+
+    type: Literal["answer"] = "answer"
+    sdp: str
+
+
+class SpeechStartedMessage(_Message):
+    """Server: the user started speaking (VAD)."""
+
+    type: Literal["speech_started"] = "speech_started"
+
+
+class SpeechEndedMessage(_Message):
+    """Server: the user's utterance ended; a transcript follows."""
+
+    type: Literal["speech_ended"] = "speech_ended"
+
+
+class TranscriptMessage(_Message):
+    """Server: what the speech recognizer heard; a final one starts a turn."""
+
+    type: Literal["transcript"] = "transcript"
+    text: str
+    final: bool = True
+
+
+class AssistantTextMessage(_Message):
+    """Server: a piece of the assistant's answer, in order."""
+
+    type: Literal["assistant_text"] = "assistant_text"
+    delta: str
+
+
+class ToolCallStartedMessage(_Message):
+    """Server: the model called a tool; exactly one `tool_call_finished` follows."""
+
+    type: Literal["tool_call_started"] = "tool_call_started"
+    call_id: str
+    name: str
+    """The tool's name as the model wrote it."""
+
+
+class ToolCallFinishedMessage(_Message):
+    """Server: one call got its result (sent when that call ends, not its whole batch)."""
+
+    type: Literal["tool_call_finished"] = "tool_call_finished"
+    call_id: str
+    name: str
+    status: ToolCallStatus
+    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
+    duration_ms: float = Field(ge=0)
+    """How long the tool ran (0 for a call that never ran)."""
+
+
+class StageChangedMessage(_Message):
+    """Server: the playbook moved to another stage."""
+
+    type: Literal["stage_changed"] = "stage_changed"
+    from_stage: str
+    to_stage: str
+
+
+class AgentSpeechStartedMessage(_Message):
+    """Server: the agent's reply started playing on the audio track."""
+
+    type: Literal["agent_speech_started"] = "agent_speech_started"
+    text: str
+    """The first piece of text being spoken."""
+
+
+class AgentSpeechEndedMessage(_Message):
+    """Server: the agent's reply stopped playing (finished or cut by a barge-in)."""
+
+    type: Literal["agent_speech_ended"] = "agent_speech_ended"
+    interrupted: bool
+    heard_text: str
+    """What was played before it stopped, to the word."""
+
+
+class BargeInMessage(_Message):
+    """Server: the user spoke over the agent (or sent `interrupt`); the reply was cut."""
+
+    type: Literal["barge_in"] = "barge_in"
+    heard_text: str = ""
+    """What the user had heard of the reply."""
+
+
+class TurnCompletedMessage(_Message):
+    """Server: the last event of every turn."""
+
+    type: Literal["turn_completed"] = "turn_completed"
+    text: str
+    """All assistant text of the turn."""
+    stop_reason: TurnStopReason
+    """`stop`, `length`, `max_tool_rounds`, `aborted` or `error`."""
+
+
+class ErrorMessage(_Message):
+    """Server: something failed; `code` is stable, `message` is for people."""
+
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+
+
+class PongMessage(_Message):
+    """Server: the answer to a `ping`."""
+
+    type: Literal["pong"] = "pong"
+    id: str
+
+
+ServerMessage: TypeAlias = Annotated[
+    SessionMessage
+    | AnswerMessage
+    | IceMessage
+    | SpeechStartedMessage
+    | SpeechEndedMessage
+    | TranscriptMessage
+    | AssistantTextMessage
+    | ToolCallStartedMessage
+    | ToolCallFinishedMessage
+    | StageChangedMessage
+    | AgentSpeechStartedMessage
+    | AgentSpeechEndedMessage
+    | BargeInMessage
+    | TurnCompletedMessage
+    | ErrorMessage
+    | PongMessage,
+    Field(discriminator="type"),
+]
+"""Any message the server sends."""
