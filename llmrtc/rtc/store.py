@@ -1,0 +1,205 @@
+"""Where a disconnected session waits to be resumed: `SessionStore` and its in-memory form.
+
+A session's state is saved when its client goes away (and may be saved after each turn); a
+client that comes back with `resume {session_id, token}` *claims* it: the token is checked and
+the entry removed in one step, so two connections can never take the same session. The store
+keeps only a hash of the token.
+
+    session_id, token = new_session_credentials()          # token goes to the client only
+    state = SessionState(session_id=session_id, token_hash=hash_token(token),
+                         history=history.to_dict(), playbook=engine.snapshot())
+    await store.save(state, ttl=120.0)
+    ...
+    state = await store.claim(session_id, token_from_client)   # None: resume_refused
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "InMemorySessionStore",
+    "SessionCredentials",
+    "SessionState",
+    "SessionStore",
+    "hash_token",
+    "new_session_credentials",
+]
+
+
+class SessionCredentials(NamedTuple):
+    """A new session's public id and its secret resume token (unpacks as a pair)."""
+
+    session_id: str
+    """Names the session in `session` and `resume` messages (not a secret)."""
+    token: str
+    """The resume secret: sent to the client once, stored only as `hash_token(token)`."""
+
+
+def new_session_credentials() -> SessionCredentials:
+    """A fresh session id (128 random bits) and resume token (256 random bits), URL-safe."""
+    return SessionCredentials(secrets.token_urlsafe(16), secrets.token_urlsafe(32))
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a resume token: what a store keeps instead of the token.
+
+    A plain hash is enough (no salt, no slow KDF): tokens are 256 random bits, not passwords,
+    so there is nothing to guess from a leaked hash.
+    """
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class SessionState(BaseModel):
+    """What a session needs to resume on a new connection (JSON-safe, for any store)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")
+    """The session's id (URL-safe characters, as `new_session_credentials` makes them)."""
+    token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """`hash_token(token)` of the current resume token; the token itself is never stored."""
+    history: dict[str, Any] | None = None
+    """`ConversationHistory.to_dict()`; None for a session without one."""
+    playbook: dict[str, Any] | None = None
+    """`PlaybookEngine.snapshot()` when the agent runs a playbook, else None."""
+    created_at: float = Field(default_factory=time.time)
+    """When the session started (Unix time)."""
+    updated_at: float = Field(default_factory=time.time)
+    """When this state was taken (Unix time)."""
+
+    def token_matches(self, token: str) -> bool:
+        """True when `token` is this session's resume token (compared in constant time)."""
+        return hmac.compare_digest(hash_token(token), self.token_hash)
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Keeps resumable sessions for a while. Implementations must make `claim` atomic: of two
+    concurrent claims with the right token, exactly one gets the state."""
+
+    async def save(self, state: SessionState, *, ttl: float) -> None:
+        """Store `state` under `state.session_id` (replacing any entry) for `ttl` seconds."""
+        ...
+
+    async def load(self, session_id: str) -> SessionState | None:
+        """The stored state, or None if there is none or it expired. Does not remove it."""
+        ...
+
+    async def claim(self, session_id: str, token: str) -> SessionState | None:
+        """Check `token` and remove the entry in one step; None if missing, expired or the
+        token is wrong (a wrong token leaves the entry for its rightful owner)."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session (no error if it is not there)."""
+        ...
+
+
+class InMemorySessionStore:
+    """A `SessionStore` in this process's memory, bounded in size.
+
+    Entries expire by the monotonic clock (wall-clock jumps do not extend or cut them) and are
+    purged lazily: an expired entry is dropped when it is looked up, and saves drop expired
+    entries at the front of the queue. When `max_sessions` entries are stored, a save evicts the
+    entry closest to expiry. Every operation runs under a lock with no await inside, so it is
+    atomic for tasks and for threads alike. One process only: with several workers, a resumed
+    client must reach the worker that holds its session (or use a shared store).
+
+    Example:
+        store = InMemorySessionStore(max_sessions=1000)
+        await store.save(state, ttl=120.0)
+    """
+
+    def __init__(
+        self, *, max_sessions: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Create an empty store.
+
+        Args:
+            max_sessions: Most entries kept at once (at least 1).
+            clock: Seconds from a monotonic clock (a fake one in tests).
+        """
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+        self.max_sessions = max_sessions
+        self._clock = clock
+        self._lock = threading.Lock()
+        # session_id -> (expires_at, state), in save order: with one TTL (the server's
+        # resume_ttl) that is expiry order, so purging from the front stops at the first live one.
+        self._entries: OrderedDict[str, tuple[float, SessionState]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """How many entries are held, expired ones not yet purged included."""
+        return len(self._entries)
+
+    async def save(self, state: SessionState, *, ttl: float) -> None:
+        """Store `state` for `ttl` seconds, replacing an entry with the same id.
+
+        Raises:
+            ValueError: `ttl` is not a finite number of seconds > 0.
+        """
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+            raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
+        with self._lock:
+            now = self._clock()
+            self._entries.pop(state.session_id, None)
+            self._purge_front(now)
+            if len(self._entries) >= self.max_sessions:
+                self._purge_all(now)
+            while len(self._entries) >= self.max_sessions:
+                soonest = min(self._entries, key=lambda key: self._entries[key][0])
+                del self._entries[soonest]
+            self._entries[state.session_id] = (now + ttl, state)
+
+    async def load(self, session_id: str) -> SessionState | None:
+        """The stored state, or None (missing or expired)."""
+        with self._lock:
+            return self._live(session_id, self._clock())
+
+    async def claim(self, session_id: str, token: str) -> SessionState | None:
+        """Take the state if `token` is right: it is removed, so a second claim gets None."""
+        with self._lock:
+            state = self._live(session_id, self._clock())
+            if state is None or not state.token_matches(token):
+                return None
+            del self._entries[session_id]
+            return state
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session (no error if it is not there)."""
+        with self._lock:
+            self._entries.pop(session_id, None)
+
+    def _live(self, session_id: str, now: float) -> SessionState | None:
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return None
+        if entry[0] <= now:
+            del self._entries[session_id]
+            return None
+        return entry[1]
+
+    def _purge_front(self, now: float) -> None:
+        while self._entries:
+            first = next(iter(self._entries))
+            if self._entries[first][0] > now:
+                return
+            del self._entries[first]
+
+    def _purge_all(self, now: float) -> None:
+        for session_id in [key for key, (expires, _) in self._entries.items() if expires <= now]:
+            del self._entries[session_id]
+
+    def __repr__(self) -> str:
+        return f"InMemorySessionStore({len(self)} entries, max_sessions={self.max_sessions})"
