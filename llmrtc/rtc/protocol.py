@@ -51,7 +51,9 @@ from llmrtc.rtc.messages import (
 )
 
 __all__ = [
+    "CLOSE_CODES",
     "ERROR_CODES",
+    "MAX_FRAME_BYTES",
     "MAX_MESSAGE_BYTES",
     "MAX_SDP_CHARS",
     "MAX_TEXT_CHARS",
@@ -112,6 +114,23 @@ ERROR_CODES: Final[dict[ErrorCode, str]] = {
     "internal": "The server failed unexpectedly; the session was closed.",
 }
 """What each code means, as sent when the server has nothing more specific to say."""
+
+CLOSE_CODES: Final[dict[ErrorCode, int]] = {
+    "unsupported_protocol": 1002,
+    "bad_offer": 1008,
+    "resume_refused": 1008,
+    "server_full": 1013,
+    "shutting_down": 1001,
+    "idle_timeout": 1000,
+    "internal": 1011,
+}
+"""The errors after which the server closes the WebSocket (and the session), with the
+WebSocket close code it uses. Every other error leaves the session running: the offending
+message is ignored."""
+MAX_FRAME_BYTES: Final = 1024 * 1024
+"""Largest WebSocket message the server reads at all (websockets' `max_size`): messages
+between `MAX_MESSAGE_BYTES` and this get `message_too_large`; larger ones close the connection
+with code 1009 before they are read."""
 
 
 class ProtocolError(Exception):

@@ -21,7 +21,9 @@ from llmrtc.agent.events import (
 )
 from llmrtc.rtc.events import MODEL_ERROR_TEXT, STT_ERROR_TEXT, TTS_ERROR_TEXT, wire_event
 from llmrtc.rtc.protocol import (
+    CLOSE_CODES,
     ERROR_CODES,
+    MAX_FRAME_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_TEXT_CHARS,
     PROTOCOL_VERSION,
@@ -327,7 +329,7 @@ def test_messages_are_frozen() -> None:
 
 def test_the_docs_describe_every_message_type_and_error_code() -> None:
     docs = DOCS.read_text()
-    types = {m.model_fields["type"].default for m in CLIENT_EXAMPLES + SERVER_EXAMPLES}
+    types = {type(m).model_fields["type"].default for m in CLIENT_EXAMPLES + SERVER_EXAMPLES}
     for name in sorted(types) + sorted(ERROR_CODES):
         assert re.search(rf"`{name}`", docs), f"docs/protocol.md does not mention `{name}`"
     assert f"{MAX_MESSAGE_BYTES // 1024} KiB" in docs
@@ -409,3 +411,25 @@ def test_a_negative_duration_is_sent_as_zero() -> None:
 @pytest.mark.parametrize("event", [object(), "text", None, TextMessage(text="hi")])
 def test_unknown_events_map_to_none(event: object) -> None:
     assert wire_event(event) is None
+
+
+def test_closing_codes_are_error_codes_with_websocket_close_codes() -> None:
+    assert set(CLOSE_CODES) <= set(ERROR_CODES)
+    assert {"server_full", "resume_refused", "bad_offer", "internal"} <= set(CLOSE_CODES)
+    assert not {"invalid_json", "unknown_type", "model_error", "not_ready"} & set(CLOSE_CODES)
+    assert all(code in (1000, 1001, 1002, 1008, 1011, 1013) for code in CLOSE_CODES.values())
+    assert MAX_FRAME_BYTES > MAX_MESSAGE_BYTES
+
+
+def test_the_docs_give_each_closing_code_its_close_code() -> None:
+    rows = {
+        line.split("|")[1].strip(" `"): line
+        for line in DOCS.read_text().splitlines()
+        if line.startswith("| `") and line.count("|") == 4
+    }
+    for code in ERROR_CODES:
+        assert code in rows, f"docs/protocol.md has no row for `{code}`"
+        if code in CLOSE_CODES:
+            assert f"closed ({CLOSE_CODES[code]})" in rows[code]
+        else:
+            assert "closed" not in rows[code]
