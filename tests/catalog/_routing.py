@@ -23,25 +23,14 @@ def executor_resolves() -> bool:
     return "resolve" in inspect.getsource(ToolExecutor._segments)
 
 
-def _segments_resolving(self: Any, batch: Any) -> list[list[Any]]:
-    segments: list[list[Any]] = []
-    group: list[Any] = []
-    resolve = batch.tools.resolve
-    default = self.default_policy
+_original_segments = ToolExecutor._segments
+
+
+def _segments_resolving(self: Any, batch: Any) -> Any:
+    # Resolve first, then the executor's own lookup (by the resolved name) as it is on main.
     for item in batch.calls:
-        item.call, tool = resolve(item.call)
-        item.tool = tool
-        policy = (tool.definition.execution_policy if tool else None) or default
-        if policy == "parallel":
-            group.append(item)
-            continue
-        if group:
-            segments.append(group)
-            group = []
-        segments.append([item])
-    if group:
-        segments.append(group)
-    return segments
+        item.call, _ = batch.tools.resolve(item.call)
+    return _original_segments(self, batch)
 
 
 @pytest.fixture(autouse=True)
