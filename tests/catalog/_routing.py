@@ -23,14 +23,32 @@ def executor_resolves() -> bool:
     return "resolve" in inspect.getsource(ToolExecutor._segments)
 
 
-_original_segments = ToolExecutor._segments
-
-
-def _segments_resolving(self: Any, batch: Any) -> Any:
-    # Resolve first, then the executor's own lookup (by the resolved name) as it is on main.
+def _segments_resolving(self: Any, batch: Any) -> list[list[Any]]:
+    # main's ToolExecutor._segments with the one proposed change: resolve, then use its tool.
+    segments: list[list[Any]] = []
+    group: list[Any] = []
+    resolve = batch.tools.resolve
+    default = self.default_policy
     for item in batch.calls:
-        item.call, _ = batch.tools.resolve(item.call)
-    return _original_segments(self, batch)
+        item.call, tool = resolve(item.call)
+        item.tool = tool
+        if tool is None:
+            policy = default
+        else:
+            definition = tool.definition
+            policy = definition.execution_policy or default
+            if definition.on_interrupt == "finish":
+                item.finish = batch.finishing = True
+        if policy == "parallel":
+            group.append(item)
+            continue
+        if group:
+            segments.append(group)
+            group = []
+        segments.append([item])
+    if group:
+        segments.append(group)
+    return segments
 
 
 @pytest.fixture(autouse=True)

@@ -202,3 +202,38 @@ def test_cli_search_prints_ranked_results() -> None:
     lines.clear()
     print_search(registry, "zzzz", semantic=False, out=lines.append)
     assert lines == ["no tool matches 'zzzz'"]
+
+
+@pytest.mark.parametrize(("policy", "status"), [("finish", "ok"), ("cancel", "aborted")])
+async def test_the_real_tools_interrupt_policy_applies_through_execute_tool(
+    policy: str, status: str
+) -> None:
+    import anyio
+
+    from llmrtc.abort import AbortController
+    from llmrtc.tools import ToolDefinition, define_tool
+
+    started, release = anyio.Event(), anyio.Event()
+
+    async def pay(args: Any, ctx: Any) -> str:
+        started.set()
+        await release.wait()
+        return "paid"
+
+    definition = ToolDefinition(name="billing.pay", on_interrupt=policy)  # type: ignore[arg-type]
+    injection = await _discovery([define_tool(definition, pay)])
+    executor = ToolExecutor(injection.registry)
+    controller = AbortController()
+    results: list[ToolCallResult] = []
+
+    async def run() -> None:
+        call = ToolCall("c1", "execute_tool", {"name": "billing.pay", "params": {}})
+        results.append(await executor.execute_single(call, abort_signal=controller.signal))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await started.wait()
+        controller.abort("barge-in")  # the turn is interrupted while the payment runs
+        await anyio.sleep(0.01)
+        release.set()
+    assert (results[0].tool_name, results[0].status) == ("billing.pay", status)
