@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         create_peer,
         description_from_dict,
         description_to_dict,
+        is_loopback_host,
         loopback_candidates,
         wait_connected,
     )
@@ -44,6 +45,7 @@ __all__ = [
     "create_peer",
     "description_from_dict",
     "description_to_dict",
+    "is_loopback_host",
     "loopback_candidates",
     "wait_connected",
 ]
@@ -61,6 +63,7 @@ _LAZY = {
     "create_peer": "llmrtc.rtc.peer",
     "description_from_dict": "llmrtc.rtc.peer",
     "description_to_dict": "llmrtc.rtc.peer",
+    "is_loopback_host": "llmrtc.rtc.peer",
     "loopback_candidates": "llmrtc.rtc.peer",
     "wait_connected": "llmrtc.rtc.peer",
 }

@@ -21,6 +21,7 @@ needs no trickling; remote candidates may trickle in (`add_candidate`).
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -29,7 +30,13 @@ from typing import Any
 
 import aioice.ice
 import anyio
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    InvalidStateError,
+    RTCConfiguration,
+    RTCIceCandidate,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 from aiortc.sdp import SessionDescription, candidate_from_sdp, candidate_to_sdp
 
 __all__ = [
@@ -46,6 +53,7 @@ __all__ = [
     "description_from_dict",
     "description_to_dict",
     "is_loopback",
+    "is_loopback_host",
     "loopback_candidates",
     "wait_connected",
 ]
@@ -149,6 +157,19 @@ def create_peer(*, loopback: bool = False) -> RTCPeerConnection:
     return RTCPeerConnection()
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name or address, as in a URL or `--host`) means this machine's
+    loopback interface: ``localhost``, 127.0.0.0/8 or ``::1``. A server bound there, or a
+    client of such a URL, needs `create_peer(loopback=True)`."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def is_loopback(pc: RTCPeerConnection) -> bool:
     """Whether `pc` was made by `create_peer(loopback=True)`."""
     return isinstance(pc, _LoopbackPeerConnection)
@@ -223,7 +244,9 @@ async def accept_offer(
 
     Raises:
         ValueError: `offer` is not an offer, or its SDP is malformed or refused by aiortc
-            (no ICE credentials, no DTLS fingerprint, no common codec...).
+            (no ICE credentials, no RTCP mux, no common codec...). aiortc may have applied
+            part of it: close the connection.
+        aiortc.InvalidStateError: `pc` is closed or is not in a state to take an offer.
     """
     if offer.type != "offer":
         raise ValueError(f"expected an SDP offer, got an SDP {offer.type}")
@@ -236,7 +259,9 @@ async def accept_answer(pc: RTCPeerConnection, answer: RTCSessionDescription) ->
     """Apply the remote `answer` to the offer `pc` made.
 
     Raises:
-        ValueError: `answer` is not an answer, or its SDP is malformed or refused.
+        ValueError: `answer` is not an answer, or its SDP is malformed or refused (close the
+            connection).
+        aiortc.InvalidStateError: `pc` is closed or has no offer of its own pending.
     """
     if answer.type not in ("answer", "pranswer"):
         raise ValueError(f"expected an SDP answer, got an SDP {answer.type}")
@@ -247,6 +272,8 @@ async def _set_remote(pc: RTCPeerConnection, description: RTCSessionDescription)
     check_sdp(description.sdp)
     try:
         await pc.setRemoteDescription(description)
+    except InvalidStateError:
+        raise  # the connection is closed or not expecting this: the caller's state, not the SDP
     except Exception as exc:
         # aiortc refuses with ValueError, InvalidAccessError, InvalidStateError or a bare
         # assertion depending on what is wrong: one type for the caller to map to a code.

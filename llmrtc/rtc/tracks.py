@@ -97,7 +97,9 @@ class InboundAudio:
         async for frame in inbound:
             await loop.push_audio(frame)
 
-    Iteration ends when the track ends (the peer closed, the sender stopped, or `stop()`).
+    Iteration ends when the track ends (the peer connection closed or the remote sender
+    stopped). To stop reading earlier, cancel the reading task: a read waiting for the next
+    frame is safe to cancel (aiortc's `track.stop()` would not wake it).
 
     Raises:
         ValueError: the track is not an audio track.
@@ -122,10 +124,6 @@ class InboundAudio:
             raise StopAsyncIteration from None
         self.frames += 1
         return from_av_frame(frame)  # type: ignore[arg-type]  # an audio track's frames
-
-    def stop(self) -> None:
-        """End the track (its pending and later reads end the iteration)."""
-        self.track.stop()
 
 
 class OutboundAudio(MediaStreamTrack):

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -24,6 +25,7 @@ pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "l
 import aioice.ice
 import numpy as np
 from aiortc import (
+    InvalidStateError,
     RTCConfiguration,
     RTCDataChannel,
     RTCPeerConnection,
@@ -46,6 +48,7 @@ from llmrtc.rtc import (
     create_peer,
     description_from_dict,
     description_to_dict,
+    is_loopback_host,
     loopback_candidates,
     wait_connected,
 )
@@ -141,8 +144,14 @@ def no_stun_peer() -> RTCPeerConnection:
 # Connection, audio, data channel, teardown -------------------------------------------------------
 
 
+def own_threads() -> set[str]:
+    """Live threads, without asyncio's default executor (aiortc encodes in it; its workers
+    stay for the event loop's life)."""
+    return {t.name for t in threading.enumerate() if not t.name.startswith("asyncio_")}
+
+
 async def test_a_tone_crosses_two_loopback_peers_as_audio_frames() -> None:
-    baseline = len(asyncio.all_tasks())
+    baseline, threads = len(asyncio.all_tasks()), own_threads()
     sender, receiver = create_peer(loopback=True), create_peer(loopback=True)
     assert is_loopback(sender) and is_loopback(receiver)
     lead, seconds = 0.4, 1.0
@@ -181,9 +190,10 @@ async def test_a_tone_crosses_two_loopback_peers_as_audio_frames() -> None:
     body = audio[loud[0] + 4800 : loud[0] + 4800 + 24000]  # 0.5 s inside the tone
     assert peak_frequency(body, 48000) == pytest.approx(1000.0, abs=5)
     assert np.sqrt(np.mean(audio[: max(0, loud[0] - 960)] ** 2)) < 300  # the lead was silent
-    # closing both peers ends the inbound track and leaves no aiortc task behind
+    # closing both peers ends the inbound track and leaves no aiortc task or thread behind
     assert inbound.frames == len(frames)
     assert await settle_tasks(baseline) == baseline
+    assert own_threads() == threads  # the receiver's "audio-decoder" thread was joined
 
 
 async def test_outbound_pts_counts_samples_and_converts_rate_and_channels() -> None:
@@ -519,6 +529,35 @@ async def test_an_offer_aiortc_refuses_is_a_value_error() -> None:
             await accept_offer(pc, RTCSessionDescription(sdp="nonsense", type="offer"))
     finally:
         await pc.close()
+    # a closed connection is the caller's state, not a bad SDP: aiortc's error, unchanged
+    offerer = create_peer(loopback=True)
+    offerer.createDataChannel("events")
+    try:
+        offer = await create_offer(offerer)
+    finally:
+        await offerer.close()
+    with pytest.raises(InvalidStateError, match="closed"):
+        await accept_offer(pc, offer)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("LOCALHOST.", True),
+        ("app.localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("192.0.2.2", False),
+        ("example.com", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
 
 
 def test_a_browser_candidate_round_trips() -> None:
