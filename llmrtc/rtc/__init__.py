@@ -1,7 +1,9 @@
 """`llmrtc.rtc`: WebRTC sessions over aiortc (floor 6, above `llmrtc.voice`).
 
 - `peer`: the peer connection (`create_peer`, with the `loopback` ICE option), SDP offer and
-  answer and trickle ICE candidates as JSON-able dicts, `wait_connected`.
+  answer as JSON-able dicts, trickled remote candidates, `wait_connected`.
+- `ice`: 127.0.0.1 as a host candidate (`loopback_candidates`, `is_loopback_host`) and ICE
+  candidates to and from the browser's JSON.
 - `tracks`: `InboundAudio` (remote track -> `AudioFrame`s) and `OutboundAudio` (an aiortc
   track fed by `VoiceLoop.audio_out()`).
 
@@ -15,19 +17,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llmrtc.rtc.ice import (
+        candidate_from_dict,
+        candidate_to_dict,
+        is_loopback_host,
+        loopback_candidates,
+    )
     from llmrtc.rtc.peer import (
         PeerConnectionError,
         accept_answer,
         accept_offer,
         add_candidate,
-        candidate_from_dict,
-        candidate_to_dict,
         create_offer,
         create_peer,
         description_from_dict,
         description_to_dict,
-        is_loopback_host,
-        loopback_candidates,
         wait_connected,
     )
     from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
@@ -57,14 +61,14 @@ _LAZY = {
     "accept_answer": "llmrtc.rtc.peer",
     "accept_offer": "llmrtc.rtc.peer",
     "add_candidate": "llmrtc.rtc.peer",
-    "candidate_from_dict": "llmrtc.rtc.peer",
-    "candidate_to_dict": "llmrtc.rtc.peer",
+    "candidate_from_dict": "llmrtc.rtc.ice",
+    "candidate_to_dict": "llmrtc.rtc.ice",
     "create_offer": "llmrtc.rtc.peer",
     "create_peer": "llmrtc.rtc.peer",
     "description_from_dict": "llmrtc.rtc.peer",
     "description_to_dict": "llmrtc.rtc.peer",
-    "is_loopback_host": "llmrtc.rtc.peer",
-    "loopback_candidates": "llmrtc.rtc.peer",
+    "is_loopback_host": "llmrtc.rtc.ice",
+    "loopback_candidates": "llmrtc.rtc.ice",
     "wait_connected": "llmrtc.rtc.peer",
 }
 
