@@ -127,6 +127,10 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         return _error(str(exc))
     except _ToolsFileError as exc:
         return _error(f"cannot load the tools file {args.file}:\n{exc}")
+    if args.search is not None:
+        from llmrtc.cli.catalog_search import print_search
+
+        return print_search(registry, args.search, limit=args.limit)
     definitions = registry.definitions()
     if args.json:
         print(json.dumps([d.to_openai() for d in definitions], indent=2))
@@ -311,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tools.add_argument("file", help="a Python file defining tools with @tool or define_tool")
     tools.add_argument("--json", action="store_true", help="print the OpenAI tool schemas")
+    tools.add_argument("--search", metavar="QUERY", help="rank the file's tools for QUERY")
+    tools.add_argument("--limit", type=int, default=10, help="results with --search (default 10)")
     tools.set_defaults(handler=_cmd_tools)
     validate = commands.add_parser(
         "validate",

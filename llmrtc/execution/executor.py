@@ -306,10 +306,14 @@ class ToolExecutor(CallRunner):
         interrupt."""
         segments: list[list[CallState]] = []
         group: list[CallState] = []
-        get = batch.tools.get
+        # The registry re-targets a router's call (discovery's execute_tool) to the real tool and
+        # names wire-name/id calls by the tool's name: policy, timeout, hooks and spans see the
+        # call that runs, under the model's call id.
+        resolve = batch.tools.resolve
         default = self.default_policy
         for item in batch.calls:
-            tool = item.tool = get(item.call.name)
+            item.call, tool = resolve(item.call)
+            item.tool = tool
             if tool is None:
                 policy = default
             else:

@@ -31,6 +31,7 @@ from llmrtc.llm.types import (
     Usage,
 )
 from llmrtc.llm.wire import ToolCallAssembler, message_to_openai
+from llmrtc.tools.ids import to_wire_name
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -290,7 +291,10 @@ class OpenAIProvider:
             params["tools"] = [tool.to_openai() for tool in request.tools]
             choice = request.tool_choice
             if isinstance(choice, Mapping):
-                params["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+                params["tool_choice"] = {
+                    "type": "function",
+                    "function": {"name": to_wire_name(choice["name"])},
+                }
             else:
                 params["tool_choice"] = choice
         return params
@@ -304,7 +308,7 @@ class OpenAIProvider:
                 extra.append((self.compat.tool_prompt or render_tool_prompt)(request.tools))
                 choice = request.tool_choice
                 if isinstance(choice, Mapping):
-                    extra.append(f"You must call the tool {choice['name']} now.")
+                    extra.append(f"You must call the tool {to_wire_name(choice['name'])} now.")
                 elif choice == "required":
                     extra.append("You must call one of the tools now.")
         elif self.compat.plain_answer_hint:
@@ -338,7 +342,7 @@ class OpenAIProvider:
             # results) a call the model still writes to a declared tool is one.
             allowed = [] if request.tool_choice == "none" else [t.name for t in request.tools]
             parser = TextToolCallParser(allowed)
-        calls = ToolCallAssembler()
+        calls = ToolCallAssembler([t.name for t in request.tools])
         emitted_calls = 0
         usage = Usage()
         model: str | None = None

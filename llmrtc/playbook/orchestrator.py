@@ -20,6 +20,7 @@ from llmrtc.agent.events import AgentEvent, StageChanged
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.agent.settings import TurnSettings
+from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import SystemMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
@@ -33,7 +34,7 @@ from llmrtc.playbook.models import (
     Stage,
     Transition,
 )
-from llmrtc.playbook.validation import PlaybookError, validate_playbook
+from llmrtc.playbook.validation import PlaybookError, stage_tool_names, validate_playbook
 from llmrtc.telemetry.hooks import (
     ErrorEvent,
     Hooks,
@@ -95,6 +96,7 @@ class PlaybookOrchestrator:
         hooks: Hooks | None = None,
         max_tool_rounds: int = 5,
         session_id: str | None = None,
+        toolkits: Sequence[Toolkit] = (),
         **executor_options: Any,
     ) -> None:
         """Create an orchestrator; pass a restored `engine` and `history` to resume a session.
@@ -108,6 +110,8 @@ class PlaybookOrchestrator:
             hooks: Observers of stages, transitions, turns, model requests and tools.
             max_tool_rounds: Tool batches per turn (see `TurnRunner`).
             session_id: Passed to tools and hooks.
+            toolkits: Toolkits the stages' `tools:` may name by key (each stands for its
+                members the registry has).
             **executor_options: `default_policy`, `max_concurrency`, `timeout`,
                 `validate_arguments` for this orchestrator's `ToolExecutor`.
 
@@ -116,7 +120,11 @@ class PlaybookOrchestrator:
             ValueError: if `registry` has a tool named `playbook_transition`, or the engine
                 runs another playbook.
         """
-        findings = [f for f in validate_playbook(playbook, registry) if f.severity == "error"]
+        findings = [
+            f
+            for f in validate_playbook(playbook, registry, toolkits=toolkits)
+            if f.severity == "error"
+        ]
         if findings:
             raise PlaybookError(findings, playbook.source_path)
         if registry.has(TRANSITION_TOOL):
@@ -125,6 +133,7 @@ class PlaybookOrchestrator:
             raise ValueError(f"engine runs playbook {engine.playbook.id!r}, not {playbook.id!r}")
         self.playbook = playbook
         self.registry = registry
+        self._toolkits = tuple(toolkits)
         self.hooks = hooks
         self.session_id = session_id
         self._announce_initial = engine is None  # a restored engine entered its stage long ago
@@ -159,15 +168,17 @@ class PlaybookOrchestrator:
         """Give the runner the current stage: prompt, offered tools (which are exactly the
         runnable ones), tool choice and model settings, in one settings assignment."""
         stage = self.engine.current_stage
-        names = tuple(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
-        # The playbook was checked against the registry when the orchestrator was built; a
-        # tool the application unregistered since (a permission switched off) is dropped
-        # here, in a live session, instead of failing the stage change half-way.
         registry = self.runner.executor.registry
-        gone = [name for name in names if not registry.has(name)]
+        entries = list(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
+        # Entries are tool names, wire names, catalog ids or toolkit keys. The playbook was
+        # checked against the registry when the orchestrator was built; a tool the application
+        # unregistered since (a permission switched off) is dropped here, in a live session,
+        # instead of failing the stage change half-way.
+        kits = {kit.key for kit in self._toolkits}
+        gone = [e for e in entries if e not in kits and not registry.has(e)]
         if gone:
             logger.warning("stage %r: tools %s left the registry; not offered", stage.id, gone)
-            names = tuple(name for name in names if name not in gone)
+        names = tuple(stage_tool_names(entries, registry, self._toolkits))
         targets = [] if self.engine.completed else self.playbook.llm_decision_targets(stage.id)
         extra_tools = (self._transition_tool(targets),) if targets else ()
         choice = stage.tool_choice

@@ -4,7 +4,7 @@ from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.registry import ToolRegistry
+from llmrtc.tools.registry import CallRouter, ToolRegistry
 from llmrtc.tools.tool import (
     FunctionTool,
     Tool,
@@ -16,6 +16,7 @@ from llmrtc.tools.tool import (
 from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
 
 __all__ = [
+    "CallRouter",
     "TOOL_NAME_PATTERN",
     "ExecutionPolicy",
     "FunctionTool",

@@ -1,60 +1,12 @@
-"""Shared pieces of the injection tests: a small business catalog, and the executor's call
-resolution (`ToolRegistry.resolve`) until `ToolExecutor._segments` calls it itself.
-
-The shim below is the exact change proposed for `llmrtc/execution/executor.py` (H8's report):
-once the executor resolves calls, `executor_resolves()` is true and the shim does nothing.
-"""
+"""Shared pieces of the injection tests: small and large business catalogs."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
-
-import pytest
 
 from llmrtc.catalog.backend import LocalBackend
 from llmrtc.catalog.catalog import ToolCatalog
-from llmrtc.execution import ToolExecutor
 from llmrtc.tools import Tool, ToolDefinition, define_tool
-
-
-def executor_resolves() -> bool:
-    """Whether `ToolExecutor` resolves each call through its registry view."""
-    return "resolve" in inspect.getsource(ToolExecutor._segments)
-
-
-def _segments_resolving(self: Any, batch: Any) -> list[list[Any]]:
-    # main's ToolExecutor._segments with the one proposed change: resolve, then use its tool.
-    segments: list[list[Any]] = []
-    group: list[Any] = []
-    resolve = batch.tools.resolve
-    default = self.default_policy
-    for item in batch.calls:
-        item.call, tool = resolve(item.call)
-        item.tool = tool
-        if tool is None:
-            policy = default
-        else:
-            definition = tool.definition
-            policy = definition.execution_policy or default
-            if definition.on_interrupt == "finish":
-                item.finish = batch.finishing = True
-        if policy == "parallel":
-            group.append(item)
-            continue
-        if group:
-            segments.append(group)
-            group = []
-        segments.append([item])
-    if group:
-        segments.append(group)
-    return segments
-
-
-@pytest.fixture(autouse=True)
-def _resolving_executor(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not executor_resolves():
-        monkeypatch.setattr(ToolExecutor, "_segments", _segments_resolving)
 
 
 def business_tools() -> list[Tool]:

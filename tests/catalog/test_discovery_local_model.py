@@ -27,7 +27,7 @@ from llmrtc.testing.scripted import check_chat_messages
 from llmrtc.tools import ToolDefinition, define_tool
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
-from _routing import _resolving_executor, catalog_of  # noqa: F401
+from _routing import catalog_of
 
 pytestmark = [pytest.mark.local_model, pytest.mark.anyio]
 

@@ -20,7 +20,7 @@ from llmrtc.testing import RecordingHooks, ScriptedLLM
 from llmrtc.tools import ToolCall, ToolDefinition, define_tool
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
-from _routing import _resolving_executor, business_tools, catalog_of, many_tools  # noqa: F401
+from _routing import business_tools, catalog_of, many_tools
 
 pytestmark = pytest.mark.anyio
 

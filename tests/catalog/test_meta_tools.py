@@ -18,7 +18,7 @@ from llmrtc.testing import InMemoryTelemetry, RecordingHooks
 from llmrtc.tools import ToolCall, ToolCallResult
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
-from _routing import _resolving_executor, business_tools, catalog_of, many_tools  # noqa: F401
+from _routing import business_tools, catalog_of, many_tools
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply, tool_
 from llmrtc.tools import ToolCall, ToolDefinition, ToolRegistry, define_tool
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
-from _routing import _resolving_executor, business_tools, catalog_of  # noqa: F401
+from _routing import business_tools, catalog_of
 
 pytestmark = pytest.mark.anyio
 
