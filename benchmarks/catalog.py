@@ -240,14 +240,34 @@ async def latency_section(embedder: TextEmbedder | None, quick: bool) -> None:
         print(f"     hybrid, new query        {fmt(fresh)}")
 
 
-async def injection_section() -> None:
-    """5. Injection build time and prompt tokens of direct vs discovery mode.
+async def injection_section(quick: bool) -> None:
+    """5. Injection build time and prompt tokens of direct vs discovery mode, on the generated
+    catalog (10 tools, 200 tools, and 5 000 without --quick), context window 8 192."""
+    import json
 
-    Integrator: measure `ToolInjection.build(catalog, config=..., context_window=...)` here on
-    the same generated catalogs (`make_tools(1)`; a 10-tool subset for direct mode), and print
-    the tokens of `injection.definitions()` + `injection.prompt_section()` in each mode.
-    """
-    print("\n5. Injection (direct vs discovery): not measured yet (see injection_section)")
+    from llmrtc.catalog.injection import ToolInjection, estimate_tokens
+
+    print("\n5. Injection (context window 8192: direct while schemas fit in 20 % = 1638 tokens)")
+    print("   tools   mode        offered tokens   all schemas direct   build p50 / p99")
+    sizes = [(10, make_tools(1)[:10]), (200, make_tools(1))]
+    if not quick:
+        sizes.append((5000, make_tools(25)))
+    for count, tools in sizes:
+        catalog = ToolCatalog([LocalBackend(tools)], embedder=None)
+
+        async def build(catalog: ToolCatalog = catalog) -> ToolInjection:
+            catalog.invalidate()
+            return await ToolInjection.build(catalog, context_window=8192)
+
+        injection = await build()
+        offered = sum(
+            estimate_tokens(json.dumps(d.to_openai())) for d in injection.definitions()
+        ) + estimate_tokens(injection.prompt_section())
+        times = await timed(build, 5 if count >= 5000 else 20)
+        print(
+            f"   {count:5d}   {injection.mode:10s}  {offered:14d}   {injection.direct_tokens:18d}"
+            f"   {pct(times, 0.5) * 1e3:7.1f} / {pct(times, 0.99) * 1e3:.1f} ms"
+        )
 
 
 async def main(quick: bool) -> None:
@@ -255,7 +275,7 @@ async def main(quick: bool) -> None:
     embedder = await model_section(quick)
     await recall_section(embedder)
     await latency_section(embedder, quick)
-    await injection_section()
+    await injection_section(quick)
 
 
 if __name__ == "__main__":
