@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         create_peer,
         description_from_dict,
         description_to_dict,
+        remote_audio_track,
         wait_connected,
     )
     from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
@@ -51,6 +52,7 @@ __all__ = [
     "description_to_dict",
     "is_loopback_host",
     "loopback_candidates",
+    "remote_audio_track",
     "wait_connected",
 ]
 
@@ -69,6 +71,7 @@ _LAZY = {
     "description_to_dict": "llmrtc.rtc.peer",
     "is_loopback_host": "llmrtc.rtc.ice",
     "loopback_candidates": "llmrtc.rtc.ice",
+    "remote_audio_track": "llmrtc.rtc.peer",
     "wait_connected": "llmrtc.rtc.peer",
 }
 

@@ -75,7 +75,7 @@ def loopback_candidates() -> Iterator[None]:
     """
     global _patch_users, _original
     with _patch_lock:
-        if _patch_users == 0:
+        if _patch_users == 0 and aioice.ice.get_host_addresses is not _host_addresses:
             _original = aioice.ice.get_host_addresses
             aioice.ice.get_host_addresses = _host_addresses
         _patch_users += 1
@@ -86,12 +86,11 @@ def loopback_candidates() -> Iterator[None]:
         _with_loopback.reset(token)
         with _patch_lock:
             _patch_users -= 1
-            if _patch_users == 0:
-                # Restore only our own wrapper: someone who patched after us keeps theirs.
-                if aioice.ice.get_host_addresses is _host_addresses:
-                    assert _original is not None
-                    aioice.ice.get_host_addresses = _original
-                _original = None
+            # Restore only over our own wrapper: a patch made after ours stays (and may still
+            # call ours, which keeps `_original` for it).
+            if _patch_users == 0 and aioice.ice.get_host_addresses is _host_addresses:
+                assert _original is not None
+                aioice.ice.get_host_addresses = _original
 
 
 def is_loopback_host(host: str) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 from aiortc import (
     InvalidStateError,
+    MediaStreamTrack,
     RTCConfiguration,
     RTCPeerConnection,
     RTCSessionDescription,
@@ -43,6 +44,7 @@ __all__ = [
     "description_from_dict",
     "description_to_dict",
     "is_loopback",
+    "remote_audio_track",
     "wait_connected",
 ]
 
@@ -196,6 +198,21 @@ def _local(pc: RTCPeerConnection) -> RTCSessionDescription:
     description = pc.localDescription
     assert description is not None  # set just before
     return description
+
+
+def remote_audio_track(pc: RTCPeerConnection) -> MediaStreamTrack | None:
+    """The track of the first audio the remote side sends, once its description is applied
+    (after `accept_offer` / `accept_answer`); None if it sends no audio.
+
+    The same track the ``"track"`` event reports, for code that would rather read it after
+    negotiation than register a callback before it (e.g. to start `InboundAudio` in a task
+    group it owns).
+    """
+    for transceiver in pc.getTransceivers():
+        track = transceiver.receiver.track
+        if transceiver.kind == "audio" and track is not None:
+            return track
+    return None
 
 
 async def add_candidate(pc: RTCPeerConnection, data: Mapping[str, Any] | None) -> None:

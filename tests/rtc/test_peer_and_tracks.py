@@ -50,6 +50,7 @@ from llmrtc.rtc import (
     description_to_dict,
     is_loopback_host,
     loopback_candidates,
+    remote_audio_track,
     wait_connected,
 )
 from llmrtc.rtc.peer import is_loopback
@@ -334,15 +335,18 @@ async def test_a_voice_loop_answers_speech_over_the_peer_connection() -> None:
     question = tts.render("What is the weather?")
     mic = paced(split_frames(bytes(2 * 24000 // 2) + question + bytes(2 * 24000), 24000))
     user.addTrack(OutboundAudio(mic))
-    agent_track, user_track = on_track(agent), on_track(user)
+    user_track = on_track(user)
     heard: list[AudioFrame] = []
     seen: list[Any] = []
     try:
         async with loop, anyio.create_task_group() as group:
             agent.addTrack(OutboundAudio(loop.audio_out()))
             events = loop.events()
+            assert remote_audio_track(agent) is None  # nothing negotiated yet
             await connect(user, agent)
-            inbound_mic = InboundAudio(await agent_track)
+            mic_track = remote_audio_track(agent)  # read after negotiation, no callback
+            assert mic_track is not None
+            inbound_mic = InboundAudio(mic_track)
             inbound_reply = InboundAudio(await user_track)
 
             async def pump_mic() -> None:
