@@ -284,7 +284,13 @@ async def wait_connected(pc: RTCPeerConnection, timeout: float) -> None:
 
 def _not_connected(pc: RTCPeerConnection, what: str) -> PeerConnectionError:
     hint = ""
-    if pc.iceConnectionState in ("new", "checking"):
+    if pc.iceConnectionState in ("new", "checking") and is_loopback(pc):
+        hint = (
+            " (no working candidate pair over 127.0.0.1: does the other peer use the loopback "
+            "option too, and is the loopback interface up? A fresh network namespace, such as "
+            "`unshare -n`, starts with lo down: `ip link set lo up`)"
+        )
+    elif pc.iceConnectionState in ("new", "checking"):
         hint = (
             " (no working candidate pair: on a loopback-only host both peers need "
             "loopback=True; otherwise check STUN reachability and that candidates arrive)"

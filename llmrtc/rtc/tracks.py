@@ -132,7 +132,8 @@ class OutboundAudio(MediaStreamTrack):
 
     Each frame is converted to mono s16 at 48 kHz (other rates and channel counts through one
     streaming `Resampler`, so the filter joins frames without clicks) and stamped with the
-    running sample count as `pts` (time base 1/48000). `recv()` waits for the iterator's next
+    running sample count as `pts` (time base 1/48000: a stalled source shows as late
+    packets, never as a gap in the RTP timestamps). `recv()` waits for the iterator's next
     frame and never sleeps on its own: the source sets the pace. When the iterator ends (or
     fails: the error is logged), the track ends, and aiortc's sender stops.
 
