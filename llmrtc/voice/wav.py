@@ -25,7 +25,8 @@ def read_wav(source: str | os.PathLike[str] | bytes) -> AudioFrame:
     Raises:
         FileNotFoundError: the path does not exist.
         ValueError: not a WAV file, not 16-bit PCM (e.g. float, 8-bit, 24-bit or compressed),
-            truncated, or holding no samples; the message names the file and what is allowed.
+            a header with a sample rate or channel count of 0, truncated, or holding no
+            samples; the message names the file and what is allowed.
             (A size left as a placeholder by a writer streaming to a pipe is not an error:
             the data is read to its end.)
     """
@@ -47,6 +48,13 @@ def read_wav(source: str | os.PathLike[str] | bytes) -> AudioFrame:
         raise ValueError(
             f"{name}: {8 * width}-bit samples; llmrtc reads 16-bit PCM WAV only "
             "(convert with e.g. `ffmpeg -i in.wav -c:a pcm_s16le out.wav`)"
+        )
+    # A hand-made or corrupt header can say 0 Hz or 0 channels (`wave` accepts both); say so
+    # here, naming the file, rather than let AudioFrame refuse it without saying where from.
+    if rate <= 0 or channels <= 0:
+        raise ValueError(
+            f"{name}: the header says {rate} Hz and {channels} channel(s); a WAV file needs a "
+            "sample rate > 0 and at least 1 channel"
         )
     whole = len(pcm) - len(pcm) % (2 * channels)
     # Writers that stream to a pipe (espeak-ng --stdout, ffmpeg to "-") cannot go back to fill

@@ -89,6 +89,28 @@ def test_read_refuses_truncated_and_empty_files() -> None:
         read_wav(wav_bytes(b"", 16000, 1))
 
 
+def test_read_refuses_a_header_of_zero_hz_or_zero_channels_naming_the_file(tmp_path: Path) -> None:
+    def header(rate: int, channels: int) -> bytes:
+        data = bytes(8)
+        fmt = struct.pack("<HHIIHH", 1, channels, rate, rate * 2 * channels, 2 * channels, 16)
+        body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+        body += b"data" + struct.pack("<I", len(data)) + data
+        return b"RIFF" + struct.pack("<I", len(body)) + body
+
+    path = tmp_path / "zero_rate.wav"
+    path.write_bytes(header(0, 1))
+    with pytest.raises(
+        ValueError, match=r"zero_rate\.wav: the header says 0 Hz .* sample rate > 0"
+    ):
+        read_wav(path)
+    with pytest.raises(ValueError, match=r"WAV bytes: .*0 Hz"):
+        read_wav(header(0, 1))
+    # `wave` itself refuses 0 channels; the message still names the file.
+    path.write_bytes(header(16000, 0))
+    with pytest.raises(ValueError, match=r"zero_rate\.wav: "):
+        read_wav(path)
+
+
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
 def test_reads_what_espeak_writes_to_a_file_and_to_a_pipe(tmp_path: Path) -> None:
     path = tmp_path / "hello.wav"
