@@ -24,6 +24,10 @@ _LINK = re.compile(r"\[([^\]\n]+)\](?:\([^)\n]*\)|\[[^\]\n]*\])")
 _INLINE_CODE = re.compile(r"`+([^`\n]*)`+")
 _PROSE_CODE = re.compile(r"[\w\s.,'!?:-]*[^\W\d_][\w\s.,'!?:-]*")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+# A GFM table's delimiter row, with or without outer pipes ("---|:--:", "| --- | --- |"): at
+# least one pipe, so a lone "---" stays a horizontal rule.
+_CELL = r"\s*:?-+:?\s*"
+_TABLE_DELIMITER = re.compile(rf"^\s*\|?{_CELL}(?:\|{_CELL})+\|?\s*$|^\s*\|{_CELL}\|\s*$")
 _RULE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
 _LINE_MARKER = re.compile(r"^\s*(?:#{1,6}\s+|>\s?|[-*+•]\s+|\d{1,3}[.)]\s+)+")
 _STRONG = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1")
@@ -31,7 +35,7 @@ _EMPHASIS = re.compile(
     r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\w)|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"
 )
 # Left-over markup: emphasis marks, backticks, a lone #, braces and brackets of no JSON.
-_STRAY = re.compile(r"[*`{}\[\]]+|~~|(?<!\S)#+(?!\w)")
+_STRAY = re.compile(r"[*`{}\[\]|]+|~~|(?<!\S)#+(?!\w)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
 
@@ -112,6 +116,22 @@ def _inline_code(match: re.Match[str]) -> str:
     return ""
 
 
+def _drop_tables(lines: list[str]) -> list[str]:
+    """`lines` without table blocks: a header line with a `|`, the delimiter row under it, and
+    the rows after it (lines with a `|`), whether or not the rows have outer pipes."""
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        if "|" in lines[i] and i + 1 < len(lines) and _TABLE_DELIMITER.match(lines[i + 1]):
+            i += 2
+            while i < len(lines) and "|" in lines[i]:
+                i += 1
+            continue
+        kept.append(lines[i])
+        i += 1
+    return kept
+
+
 def _clean_line(line: str) -> str:
     if line.lstrip().startswith("|") or _TABLE_RULE.match(line) or _RULE.match(line):
         return ""  # tables and horizontal rules are layout, not speech
@@ -130,9 +150,10 @@ def speakable(text: str) -> str:
     whitespace normalised. `""` when nothing speakable is left.
 
     Removed: fenced code blocks (even unclosed), JSON objects and arrays (tool calls written
-    as text, even unclosed), `<tool_call>`-style tag blocks and any other tags, tables,
-    horizontal rules, images. Kept as their words: headings, bullets and numbered items
-    (marker dropped), `**bold**`, `_italics_`, `~~struck~~`, links (`[text](url)` -> text),
+    as text, even unclosed), `<tool_call>`-style tag blocks and any other tags, tables (with
+    or without outer pipes; any other `|` too), horizontal rules, images. Kept as their
+    words: headings, bullets and numbered items (marker dropped), `**bold**`, `_italics_`,
+    `~~struck~~`, links (`[text](url)` -> text),
     inline code that reads as words (`` `get_weather` `` -> "get weather"; other code is
     dropped). Plain prose comes back as it went in, stripped.
 
@@ -143,7 +164,7 @@ def speakable(text: str) -> str:
     text = _TAG_BLOCK.sub(" ", text)
     text = _TAG.sub(" ", text)
     text = _drop_json(text)
-    text = " ".join(_clean_line(line) for line in text.splitlines())
+    text = " ".join(_clean_line(line) for line in _drop_tables(text.splitlines()))
     text = " ".join(text.split())
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
     return text if _WORDY.search(text) else ""

@@ -1,0 +1,49 @@
+"""speakable() and the segmenter on what models write for screens: none of it is spoken.
+
+Each case is checked through `speakable()` and through a `SentenceSegmenter` fed the text in
+two deltas split at every position and one character at a time (the cut a stream makes must
+never let machine text through).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llmrtc.voice.segmenter import SentenceSegmenter
+from llmrtc.voice.speakable import speakable
+
+
+def streamed(text: str) -> set[str]:
+    """What the segmenter says of `text` for every way of splitting it into deltas."""
+    said: set[str] = set()
+    splits = [[text[:k], text[k:]] for k in range(len(text) + 1)] + [list(text)]
+    for deltas in splits:
+        segmenter = SentenceSegmenter()
+        chunks = [chunk for delta in deltas for chunk in segmenter.push(delta)]
+        chunks += segmenter.flush()
+        said.add(" ".join(chunk.text for chunk in chunks))
+    return said
+
+
+def check(text: str, expected: str) -> None:
+    assert speakable(text) == expected
+    assert streamed(text) == {expected}
+
+
+TABLES = [
+    ("Here:\nCity | Temp\n--- | ---\nTokyo | 21\nParis | 15\n", "Here:"),
+    ("City | Temp\n---|---\nTokyo | 21\n\nThat is all.", "That is all."),
+    ("Temps:\n| City | Temp |\n|:---|---:|\n| Tokyo | 21 |\nNice.", "Temps: Nice."),
+    ("City|Temp\n:-:|:-:\nTokyo|21", ""),
+    ("Single:\n| City |\n| --- |\n| Tokyo |", "Single:"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TABLES)
+def test_tables_with_or_without_outer_pipes_are_not_spoken(text: str, expected: str) -> None:
+    check(text, expected)
+
+
+def test_a_pipe_outside_a_table_and_a_plain_rule_are_not_spoken() -> None:
+    check("Rain | wind today.", "Rain wind today.")
+    check("Above.\n\n---\n\nBelow.", "Above. Below.")
