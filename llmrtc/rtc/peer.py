@@ -17,7 +17,6 @@ trickle in (`add_candidate`). The ICE details (loopback gathering, candidate JSO
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,8 +46,6 @@ __all__ = [
     "remote_audio_track",
     "wait_connected",
 ]
-
-logger = logging.getLogger(__name__)
 
 _DESCRIPTION_TYPES = ("offer", "answer", "pranswer")
 
