@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["json_end", "looks_like_json_start", "speakable"]
+__all__ = ["call_end", "json_end", "looks_like_call_start", "looks_like_json_start", "speakable"]
 
 _FENCE = re.compile(r"(?:```|~~~).*?(?:```|~~~|\Z)", re.DOTALL)
 # Tags whose content is machine text (tool calls in the formats small models use).
@@ -40,6 +40,10 @@ _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
 
 _OPENERS = {"{": "}", "[": "]"}
+# A name glued to "(" (`get_weather(`, `functions.get_weather(`); prose puts a space first.
+_CALL_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(")
+_NAME_BEFORE = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+_KEY = re.compile(r"[A-Za-z_]\w*")
 
 
 def looks_like_json_start(text: str, index: int) -> bool | None:
@@ -59,6 +63,62 @@ def looks_like_json_start(text: str, index: int) -> bool | None:
     if opener == "[":
         return first in "{[\"']-" or first.isdigit()
     return False
+
+
+def looks_like_call_start(text: str, index: int) -> bool | None:
+    """Whether the `(` at `index` opens the arguments of a call written as code, not prose.
+
+    A call: a name glued to the `(` (`get_weather(`, `functions.get_weather(`) and arguments
+    that are `key=` pairs, JSON, a string or nothing (`city="Tokyo"`, `{"city": ...}`,
+    `'Oslo'`, `)`). "call me (maybe)" and "f(x)" are prose. `None`: the text ends before
+    it can tell (a streaming caller waits for more).
+    """
+    if not _NAME_BEFORE.search(text, max(0, index - 120), index):
+        return False
+    rest = text[index + 1 :].lstrip()
+    if not rest:
+        return None
+    if rest[0] in "{[\"')":
+        return True
+    key = _KEY.match(rest)
+    if not key:
+        return False
+    after = rest[key.end() :].lstrip()
+    if not after:
+        return None
+    if after[0] != "=":
+        return False
+    if len(after) == 1:
+        return None
+    return after[1] != "="  # `x==1` is a comparison, not an argument
+
+
+def call_end(text: str, index: int) -> int | None:
+    """The index just past the `)` closing the call arguments opened at `text[index]`, or
+    `None` if they are not closed yet. Brackets inside strings are skipped."""
+    depth = 0
+    quote = ""
+    escaped = False
+    for i in range(index, len(text)):
+        char = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            # As in `json_end`: a single quote opens a string only where a value can start.
+            if char == '"' or text[index:i].rstrip()[-1:] in ("(", "[", "{", ",", ":", "="):
+                quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
 
 
 def json_end(text: str, index: int) -> int | None:
@@ -108,6 +168,25 @@ def _drop_json(text: str) -> str:
     return "".join(out)
 
 
+def _drop_calls(text: str) -> str:
+    out: list[str] = []
+    start = 0
+    match = _CALL_NAME.search(text)
+    while match:
+        opener = match.end() - 1
+        if looks_like_call_start(text, opener) is False:
+            match = _CALL_NAME.search(text, match.end())
+            continue
+        out.append(text[start : match.start()])
+        end = call_end(text, opener)
+        if end is None:  # unclosed (or cut off before it could tell): a call being written
+            return "".join(out)
+        start = end
+        match = _CALL_NAME.search(text, end)
+    out.append(text[start:])
+    return "".join(out)
+
+
 def _inline_code(match: re.Match[str]) -> str:
     code = match.group(1).strip()
     # `Tokyo` or `get_weather` reads as words; `x = f(y)` or a path does not.
@@ -149,13 +228,16 @@ def speakable(text: str) -> str:
     """The words of `text` a voice should say: markdown, code and machine text removed,
     whitespace normalised. `""` when nothing speakable is left.
 
-    Removed: fenced code blocks (even unclosed), JSON objects and arrays (tool calls written
-    as text, even unclosed), `<tool_call>`-style tag blocks and any other tags, tables (with
-    or without outer pipes; any other `|` too), horizontal rules, images. Kept as their
-    words: headings, bullets and numbered items (marker dropped), `**bold**`, `_italics_`,
-    `~~struck~~`, links (`[text](url)` -> text),
-    inline code that reads as words (`` `get_weather` `` -> "get weather"; other code is
-    dropped). Plain prose comes back as it went in, stripped.
+    Removed: fenced code blocks (even unclosed); JSON objects and arrays (tool calls written
+    as text, even unclosed); calls written as code (`get_weather(city="Tokyo")`,
+    `functions.get_weather({...})`; not prose like "call me (maybe)"); `<tool_call>`-style
+    tag blocks and any other tags; tables (with or without outer pipes; any other `|` too);
+    horizontal rules; images.
+
+    Kept as their words: headings, bullets and numbered items (marker dropped), `**bold**`,
+    `_italics_`, `~~struck~~`, links (`[text](url)` -> text), inline code that reads as
+    words (`` `get_weather` `` -> "get weather"; other code is dropped). Plain prose comes
+    back as it went in, stripped.
 
     Example:
         speakable('**Sunny**, 21 °C. {"name": "log", "arguments": {}}')   # 'Sunny, 21 °C.'
@@ -163,6 +245,7 @@ def speakable(text: str) -> str:
     text = _FENCE.sub("\n", text)
     text = _TAG_BLOCK.sub(" ", text)
     text = _TAG.sub(" ", text)
+    text = _drop_calls(text)  # before JSON: `functions.f({...})` goes whole
     text = _drop_json(text)
     text = " ".join(_clean_line(line) for line in _drop_tables(text.splitlines()))
     text = " ".join(text.split())

@@ -47,3 +47,37 @@ def test_tables_with_or_without_outer_pipes_are_not_spoken(text: str, expected: 
 def test_a_pipe_outside_a_table_and_a_plain_rule_are_not_spoken() -> None:
     check("Rain | wind today.", "Rain wind today.")
     check("Above.\n\n---\n\nBelow.", "Above. Below.")
+
+
+CALLS = [
+    ('get_weather(city="Tokyo")', ""),
+    ('functions.get_weather({"city": "Tokyo"})', ""),
+    ("lookupWeather(city='Oslo', units=\"celsius\") It is sunny.", "It is sunny."),
+    ('Let me check. get_weather(city="Tokyo", note="it\'s (maybe) fine")', "Let me check."),
+    (
+        "One moment.\nget_weather(city = 'Tokyo')\nIt is 21 degrees.",
+        "One moment. It is 21 degrees.",
+    ),
+    ('Checking. search("Tokyo weather") Done.', "Checking. Done."),
+    ("Checking get_time() now.", "Checking now."),
+    ('Sure. get_weather(city="Tok', "Sure."),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CALLS)
+def test_calls_written_as_code_are_not_spoken(text: str, expected: str) -> None:
+    check(text, expected)
+
+
+PROSE_PARENTHESES = [
+    "The weather (sunny) is nice.",
+    "Call me (maybe).",
+    "It is f(x) for all x.",
+    "Use it(if x==1) wisely.",
+    "Ten (10) degrees.",
+]
+
+
+@pytest.mark.parametrize("text", PROSE_PARENTHESES)
+def test_prose_parentheses_are_spoken(text: str) -> None:
+    check(text, text)
