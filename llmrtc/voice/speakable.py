@@ -13,12 +13,27 @@ import re
 __all__ = ["call_end", "json_end", "looks_like_call_start", "looks_like_json_start", "speakable"]
 
 _FENCE = re.compile(r"(?:```|~~~).*?(?:```|~~~|\Z)", re.DOTALL)
-# Tags whose content is machine text (tool calls in the formats small models use).
+# Tags whose content is machine text (tool calls in the formats small models use) or the
+# model's reasoning (`<think>`).
+_BLOCK_TAGS = "tool_call|tool_calls|tools|tool_response|function_call|function|think"
 _TAG_BLOCK = re.compile(
-    r"<(tool_call|tool_calls|tools|tool_response|function_call|function)\b[^>]*>.*?(?:</\1\s*>|\Z)",
+    rf"<({_BLOCK_TAGS})\b[^>]*>.*?(?:</\1\s*>|\Z)",
     re.DOTALL | re.IGNORECASE,
 )
-_TAG = re.compile(r"</?[A-Za-z_][\w:.-]*(?:\s[^<>]*)?/?>|<\|[^|<>]*\|>")
+# Tool-call openers of chat formats, each followed by the call up to its closer or the end of
+# the text: Mistral `[TOOL_CALLS]`, Llama 3.1 `<|python_tag|>`, Phi / Granite `<|tool_call|>`,
+# DeepSeek's `tool calls begin` token (full-width bars and U+2581 for spaces, as escapes).
+_MACHINE_BLOCK = re.compile(
+    r"(?:\[TOOL_CALLS\]|<\|python_tag\|>|<\|tool_calls?\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>)"
+    r".*?(?:<\|/tool_calls?\|>|<\|eo[mt]_id\|>|<\uff5ctool\u2581calls\u2581end\uff5c>|</s>|\Z)",
+    re.DOTALL,
+)
+# Any tag, and special tokens: `<|im_end|>`, DeepSeek's full-width-bar tokens, Mistral's
+# `[TOOL_CALLS]` style (capitals with an underscore) and `[INST]`, `[/INST]`, `[ARGS]`.
+_TAG = re.compile(
+    r"</?[A-Za-z_][\w:.-]*(?:\s[^<>]*)?/?>|<\|[^|<>]*\|>|<\uff5c[^\uff5c<>]*\uff5c>"
+    r"|\[/?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\]|\[/?(?:INST|ARGS|SYS|THINK)\]"
+)
 _IMAGE = re.compile(r"!\[[^\]\n]*\]\([^)\n]*\)")
 _LINK = re.compile(r"\[([^\]\n]+)\](?:\([^)\n]*\)|\[[^\]\n]*\])")
 _INLINE_CODE = re.compile(r"`+([^`\n]*)`+")
@@ -231,8 +246,10 @@ def speakable(text: str) -> str:
     Removed: fenced code blocks (even unclosed); JSON objects and arrays (tool calls written
     as text, even unclosed); calls written as code (`get_weather(city="Tokyo")`,
     `functions.get_weather({...})`; not prose like "call me (maybe)"); `<tool_call>`-style
-    tag blocks and any other tags; tables (with or without outer pipes; any other `|` too);
-    horizontal rules; images.
+    tag blocks (and `<think>` reasoning) and any other tags; calls after `[TOOL_CALLS]`,
+    `<|python_tag|>`, `<|tool_call|>` and DeepSeek's tool-call tokens; special tokens
+    (`<|im_end|>`, `[INST]`, `[TOOL_RESULTS]`-style bracket tags); tables (with or without
+    outer pipes; any other `|` too); horizontal rules; images.
 
     Kept as their words: headings, bullets and numbered items (marker dropped), `**bold**`,
     `_italics_`, `~~struck~~`, links (`[text](url)` -> text), inline code that reads as
@@ -243,6 +260,7 @@ def speakable(text: str) -> str:
         speakable('**Sunny**, 21 °C. {"name": "log", "arguments": {}}')   # 'Sunny, 21 °C.'
     """
     text = _FENCE.sub("\n", text)
+    text = _MACHINE_BLOCK.sub(" ", text)
     text = _TAG_BLOCK.sub(" ", text)
     text = _TAG.sub(" ", text)
     text = _drop_calls(text)  # before JSON: `functions.f({...})` goes whole

@@ -81,3 +81,33 @@ PROSE_PARENTHESES = [
 @pytest.mark.parametrize("text", PROSE_PARENTHESES)
 def test_prose_parentheses_are_spoken(text: str) -> None:
     check(text, text)
+
+
+DEEPSEEK = (
+    "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>function"
+    '<\uff5ctool\u2581sep\uff5c>get_weather\n```json\n{"city": "Tokyo"}\n```'
+    "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>"
+)
+CHAT_FORMAT_CALLS = [
+    ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Tokyo"}}]', ""),
+    ('Let me check.[TOOL_CALLS]get_weather[ARGS]{"city": "Tokyo"}', "Let me check."),
+    ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Tokyo"}}<|eom_id|>', ""),
+    ('One moment. <|python_tag|>brave_search.call(query="Tokyo weather")', "One moment."),
+    (
+        'Sure. <|tool_call|>[{"name": "get_weather", "arguments": {}}]<|/tool_call|> Done.',
+        "Sure. Done.",
+    ),
+    (f"Checking. {DEEPSEEK} Sunny.", "Checking. Sunny."),
+    ("[/INST] Hello [TOOL_RESULTS] there.", "Hello there."),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CHAT_FORMAT_CALLS)
+def test_chat_format_tool_calls_and_special_tokens_are_not_spoken(text: str, expected: str) -> None:
+    check(text, expected)
+
+
+def test_reasoning_in_think_tags_is_not_spoken() -> None:
+    # Through speakable only: the segmenter streams <think> as text until it tracks the tag.
+    assert speakable("<think>The user wants weather</think>It is sunny.") == "It is sunny."
+    assert speakable("<think>Still thinking") == ""
