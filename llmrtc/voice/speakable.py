@@ -51,6 +51,8 @@ _EMPHASIS = re.compile(
 )
 # Left-over markup: emphasis marks, backticks, a lone #, braces and brackets of no JSON.
 _STRAY = re.compile(r"[*`{}\[\]|]+|~~|(?<!\S)#+(?!\w)")
+# A markdown escape: a backslash before ASCII punctuation means that character, literally.
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
 
@@ -230,13 +232,16 @@ def _clean_line(line: str) -> str:
     if line.lstrip().startswith("|") or _TABLE_RULE.match(line) or _RULE.match(line):
         return ""  # tables and horizontal rules are layout, not speech
     line = _LINE_MARKER.sub("", line)
+    # `\*` is a literal `*`, then treated as any `*` (never spoken); a backslash left (a
+    # Windows path, `\\`) is never read out either.
+    line = _ESCAPE.sub(r"\1", line)
     line = _IMAGE.sub("", line)
     line = _LINK.sub(r"\1", line)
     line = _INLINE_CODE.sub(_inline_code, line)
     for _ in range(2):  # nested emphasis: ***both*** or **_this_**
         line = _STRONG.sub(r"\2", line)
         line = _EMPHASIS.sub(lambda m: m.group(1) or m.group(2), line)
-    return _STRAY.sub("", line)
+    return _STRAY.sub("", line).replace("\\", " ")
 
 
 def speakable(text: str) -> str:
@@ -249,7 +254,8 @@ def speakable(text: str) -> str:
     tag blocks (and `<think>` reasoning) and any other tags; calls after `[TOOL_CALLS]`,
     `<|python_tag|>`, `<|tool_call|>` and DeepSeek's tool-call tokens; special tokens
     (`<|im_end|>`, `[INST]`, `[TOOL_RESULTS]`-style bracket tags); tables (with or without
-    outer pipes; any other `|` too); horizontal rules; images.
+    outer pipes; any other `|` too); horizontal rules; images; backslashes (a markdown
+    escape `\\X` is read as `X`, then as any `X`: `\\*` is an asterisk, never spoken).
 
     Kept as their words: headings, bullets and numbered items (marker dropped), `**bold**`,
     `_italics_`, `~~struck~~`, links (`[text](url)` -> text), inline code that reads as

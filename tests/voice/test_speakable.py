@@ -111,3 +111,18 @@ def test_reasoning_in_think_tags_is_not_spoken() -> None:
     # Through speakable only: the segmenter streams <think> as text until it tracks the tag.
     assert speakable("<think>The user wants weather</think>It is sunny.") == "It is sunny."
     assert speakable("<think>Still thinking") == ""
+
+
+ESCAPES = [
+    ("Price is 5\\$ and \\*not bold\\*.", "Price is 5$ and not bold."),
+    ("Use 50\\% off, a \\# sign and \\_this\\_.", "Use 50% off, a sign and this."),
+    ("Saved to C:\\Users\\bob today.", "Saved to C: Users bob today."),
+    ("A backslash \\\\ alone.", "A backslash alone."),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ESCAPES)
+def test_markdown_escapes_are_read_as_their_character_and_no_backslash_is_spoken(
+    text: str, expected: str
+) -> None:
+    check(text, expected)
