@@ -52,6 +52,9 @@ _EMPHASIS = re.compile(
 # Left-over markup: emphasis marks, backticks, a lone #, braces and brackets of no JSON.
 _STRAY = re.compile(r"[*`{}\[\]|]+|~~|(?<!\S)#+(?!\w)")
 # A markdown escape: a backslash before ASCII punctuation means that character, literally.
+# Footnotes: a marker (`sunny[^1].`) and a definition line (`[^1]: Source: ...`).
+_FOOTNOTE = re.compile(r"\[\^[^\]\s]+\]")
+_FOOTNOTE_LINE = re.compile(r"^\s*\[\^[^\]\s]+\]:")
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
@@ -212,9 +215,10 @@ def _inline_code(match: re.Match[str]) -> str:
     return ""
 
 
-def _drop_tables(lines: list[str]) -> list[str]:
-    """`lines` without table blocks: a header line with a `|`, the delimiter row under it, and
-    the rows after it (lines with a `|`), whether or not the rows have outer pipes."""
+def _drop_blocks(lines: list[str]) -> list[str]:
+    """`lines` without footnote definitions and table blocks: a header line with a `|`, the
+    delimiter row under it, and the rows after it (lines with a `|`), whether or not the rows
+    have outer pipes."""
     kept: list[str] = []
     i = 0
     while i < len(lines):
@@ -223,7 +227,8 @@ def _drop_tables(lines: list[str]) -> list[str]:
             while i < len(lines) and "|" in lines[i]:
                 i += 1
             continue
-        kept.append(lines[i])
+        if not _FOOTNOTE_LINE.match(lines[i]):
+            kept.append(lines[i])
         i += 1
     return kept
 
@@ -235,6 +240,7 @@ def _clean_line(line: str) -> str:
     # `\*` is a literal `*`, then treated as any `*` (never spoken); a backslash left (a
     # Windows path, `\\`) is never read out either.
     line = _ESCAPE.sub(r"\1", line)
+    line = _FOOTNOTE.sub("", line)
     line = _IMAGE.sub("", line)
     line = _LINK.sub(r"\1", line)
     line = _INLINE_CODE.sub(_inline_code, line)
@@ -254,7 +260,8 @@ def speakable(text: str) -> str:
     tag blocks (and `<think>` reasoning) and any other tags; calls after `[TOOL_CALLS]`,
     `<|python_tag|>`, `<|tool_call|>` and DeepSeek's tool-call tokens; special tokens
     (`<|im_end|>`, `[INST]`, `[TOOL_RESULTS]`-style bracket tags); tables (with or without
-    outer pipes; any other `|` too); horizontal rules; images; backslashes (a markdown
+    outer pipes; any other `|` too); horizontal rules; images; footnote markers (`[^1]`)
+    and footnote lines (`[^1]: Source ...`); backslashes (a markdown
     escape `\\X` is read as `X`, then as any `X`: `\\*` is an asterisk, never spoken).
 
     Kept as their words: headings, bullets and numbered items (marker dropped), `**bold**`,
@@ -271,7 +278,7 @@ def speakable(text: str) -> str:
     text = _TAG.sub(" ", text)
     text = _drop_calls(text)  # before JSON: `functions.f({...})` goes whole
     text = _drop_json(text)
-    text = " ".join(_clean_line(line) for line in _drop_tables(text.splitlines()))
+    text = " ".join(_clean_line(line) for line in _drop_blocks(text.splitlines()))
     text = " ".join(text.split())
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
     return text if _WORDY.search(text) else ""

@@ -126,3 +126,14 @@ def test_markdown_escapes_are_read_as_their_character_and_no_backslash_is_spoken
     text: str, expected: str
 ) -> None:
     check(text, expected)
+
+
+FOOTNOTES = [
+    ("It is sunny[^1].\n\n[^1]: Source: weather.com", "It is sunny."),
+    ("Rain[^met] later. Then sun.\n[^met]: Per the met office", "Rain later. Then sun."),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FOOTNOTES)
+def test_footnote_markers_and_definitions_are_not_spoken(text: str, expected: str) -> None:
+    check(text, expected)
