@@ -8,6 +8,7 @@ words and drops the rest; `llmrtc.voice.segmenter` uses it on every sentence it 
 
 from __future__ import annotations
 
+import html
 import re
 
 __all__ = ["call_end", "json_end", "looks_like_call_start", "looks_like_json_start", "speakable"]
@@ -51,10 +52,27 @@ _EMPHASIS = re.compile(
 )
 # Left-over markup: emphasis marks, backticks, a lone #, braces and brackets of no JSON.
 _STRAY = re.compile(r"[*`{}\[\]|]+|~~|(?<!\S)#+(?!\w)")
-# A markdown escape: a backslash before ASCII punctuation means that character, literally.
+# Math is not read out ("x caret 2" is noise): `$$...$$`, `\\[...\\]`, `\\(...\\)` and inline
+# `$...$`; an inline opener must not be followed by a digit, so "$3.50 and $4" is money.
+_MATH = re.compile(
+    r"(?<!\\)\$\$.*?(?:\$\$|\Z)|\\\[.*?\\\]|\\\(.*?\\\)"
+    r"|(?<![\\$\w])\$(?=[^\s$\d])[^$\n]*?(?<=[^\s\\$])\$(?![\w$])",
+    re.DOTALL,
+)
+# HTML character references (`&amp;`, `&#39;`); the semicolon is required, so `?a=1&notice=2`
+# in a URL stays as written.
+_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+# Emoji and their modifiers (variation selectors, keycap, skin tones, ZWJ sequences, flags,
+# tag sequences): pictures, not words; "I <heart> Tokyo" is read "I Tokyo". A ZWJ goes only
+# after an emoji, since scripts like Devanagari use it inside words.
+_EMOJI = re.compile(
+    "(?:[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\u2300-\u23ff\U000e0020-\U000e007f]"
+    "[\ufe0e\ufe0f\u20e3]*\u200d?)+|[\ufe0e\ufe0f\u20e3]"
+)
 # Footnotes: a marker (`sunny[^1].`) and a definition line (`[^1]: Source: ...`).
 _FOOTNOTE = re.compile(r"\[\^[^\]\s]+\]")
 _FOOTNOTE_LINE = re.compile(r"^\s*\[\^[^\]\s]+\]:")
+# A markdown escape: a backslash before ASCII punctuation means that character, literally.
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?](?!\w))")
 _WORDY = re.compile(r"[^\W_]")
@@ -261,13 +279,15 @@ def speakable(text: str) -> str:
     `<|python_tag|>`, `<|tool_call|>` and DeepSeek's tool-call tokens; special tokens
     (`<|im_end|>`, `[INST]`, `[TOOL_RESULTS]`-style bracket tags); tables (with or without
     outer pipes; any other `|` too); horizontal rules; images; footnote markers (`[^1]`)
-    and footnote lines (`[^1]: Source ...`); backslashes (a markdown
+    and footnote lines (`[^1]: Source ...`); math (`$$...$$`, `$x^2$`, `\\(...\\)`; money
+    like `$3.50` stays); emoji (pictures, not words); backslashes (a markdown
     escape `\\X` is read as `X`, then as any `X`: `\\*` is an asterisk, never spoken).
 
     Kept as their words: headings, bullets and numbered items (marker dropped), `**bold**`,
     `_italics_`, `~~struck~~`, links (`[text](url)` -> text), inline code that reads as
-    words (`` `get_weather` `` -> "get weather"; other code is dropped). Plain prose comes
-    back as it went in, stripped.
+    words (`` `get_weather` `` -> "get weather"; other code is dropped), HTML entities as
+    their character (`&amp;` -> "&"). URLs stay as written (the TTS engines read them out;
+    a markdown link speaks its text). Plain prose comes back as it went in, stripped.
 
     Example:
         speakable('**Sunny**, 21 °C. {"name": "log", "arguments": {}}')   # 'Sunny, 21 °C.'
@@ -276,8 +296,13 @@ def speakable(text: str) -> str:
     text = _MACHINE_BLOCK.sub(" ", text)
     text = _TAG_BLOCK.sub(" ", text)
     text = _TAG.sub(" ", text)
+    text = _MATH.sub(" ", text)
     text = _drop_calls(text)  # before JSON: `functions.f({...})` goes whole
     text = _drop_json(text)
+    # After JSON (an entity in a JSON string must not end it early); a tag written with
+    # entities (`&lt;b&gt;`) is a tag.
+    text = _TAG.sub(" ", _ENTITY.sub(lambda m: html.unescape(m.group()), text))
+    text = _EMOJI.sub(" ", text)
     text = " ".join(_clean_line(line) for line in _drop_blocks(text.splitlines()))
     text = " ".join(text.split())
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)

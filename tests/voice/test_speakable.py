@@ -137,3 +137,33 @@ FOOTNOTES = [
 @pytest.mark.parametrize(("text", "expected"), FOOTNOTES)
 def test_footnote_markers_and_definitions_are_not_spoken(text: str, expected: str) -> None:
     check(text, expected)
+
+
+OTHER_MARKUP = [
+    # Emoji are pictures, not words: dropped, with their modifiers and joiners.
+    ("Sunny today \u2600\ufe0f\U0001f600!", "Sunny today!"),
+    (
+        "Flags \U0001f1ef\U0001f1f5, a family \U0001f468\u200d\U0001f469\u200d\U0001f467 "
+        "and \U0001f44d\U0001f3fd here.",
+        "Flags, a family and here.",
+    ),
+    ("Press 1\ufe0f\u20e3 now. \u2b50 Great.", "Press 1 now. Great."),
+    ("Caf\u00e9, na\u00efve, \u6771\u4eac, \u041f\u0440\u0438\u0432\u0435\u0442 stay.", None),
+    ("\u0915\u094d\u200d\u0937 stays whole.", None),  # a joiner inside Devanagari is kept
+    # HTML: tags dropped, character references read as their character.
+    ("<b>Bold</b> &amp; <i>it</i><br>done.", "Bold & it done."),
+    ("Tom&#39;s &lt;b&gt;note&lt;/b&gt;&nbsp;here.", "Tom's note here."),
+    # Math is dropped; money is not math.
+    ("The answer is $x^2 + y^2$. Yes.", "The answer is. Yes."),
+    ("Area:\n$$\nA = \\pi r^2\n$$\nDone.", "Area: Done."),
+    ("So \\(a + b\\) and \\[c = d\\] hold.", "So and hold."),
+    ("It costs $3.50, or $4 with tax.", None),
+    # URLs are spoken as written (the TTS reads them; a markdown link speaks its text).
+    ("See https://example.com/weather?city=Tokyo&units=metric for more.", None),
+    ("See [the forecast](https://example.com/w?a=1) now.", "See the forecast now."),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), OTHER_MARKUP)
+def test_emoji_html_math_and_urls(text: str, expected: str | None) -> None:
+    check(text, text if expected is None else expected)
