@@ -45,7 +45,8 @@ _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
 _CELL = r"\s*:?-+:?\s*"
 _TABLE_DELIMITER = re.compile(rf"^\s*\|?{_CELL}(?:\|{_CELL})+\|?\s*$|^\s*\|{_CELL}\|\s*$")
 _RULE = re.compile(r"^\s*(?:[-*_]\s*){3,}$")
-_LINE_MARKER = re.compile(r"^\s*(?:#{1,6}\s+|>\s?|[-*+•]\s+|\d{1,3}[.)]\s+)+")
+# Line markers: heading, quote, bullet, numbered item, task box (`- [x] done`).
+_LINE_MARKER = re.compile(r"^\s*(?:#{1,6}\s+|>\s?|[-*+•]\s+|\d{1,3}[.)]\s+|\[[ xX]\]\s+)+")
 _STRONG = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1")
 _EMPHASIS = re.compile(
     r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\w)|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"
@@ -87,7 +88,8 @@ _KEY = re.compile(r"[A-Za-z_]\w*")
 def looks_like_json_start(text: str, index: int) -> bool | None:
     """Whether the `{` or `[` at `index` starts JSON (an object or an array), not prose.
 
-    `{` followed by a quote or `}` is an object; `[` followed by `{`, `[`, a quote, a digit,
+    `{` followed by a quote, `}` or an unquoted `key:` (`{name: get_weather}`, as small
+    models write) is an object; `[` followed by `{`, `[`, a quote, a digit,
     `-` or `]` is an array (a markdown link's `[text]` is not). `None`: the text ends before
     it can tell (a streaming caller waits for more).
     """
@@ -97,7 +99,13 @@ def looks_like_json_start(text: str, index: int) -> bool | None:
         return None
     first = rest[0]
     if opener == "{":
-        return first in "\"'}"
+        if first in "\"'}":
+            return True
+        key = _KEY.match(rest)
+        if not key:
+            return False
+        after = rest[key.end() :].lstrip()
+        return (after[0] == ":") if after else None  # "{like this}" is prose
     if opener == "[":
         return first in "{[\"']-" or first.isdigit()
     return False

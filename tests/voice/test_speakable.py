@@ -167,3 +167,12 @@ OTHER_MARKUP = [
 @pytest.mark.parametrize(("text", "expected"), OTHER_MARKUP)
 def test_emoji_html_math_and_urls(text: str, expected: str | None) -> None:
     check(text, text if expected is None else expected)
+
+
+def test_json_with_unquoted_keys_is_not_spoken_and_braced_prose_is() -> None:
+    check("Sure. {name: get_weather, arguments: {city: Tokyo}} Done.", "Sure. Done.")
+    check("A set {like this} and {city} stay.", "A set like this and city stay.")
+
+
+def test_task_list_boxes_are_not_spoken() -> None:
+    check("- [ ] buy milk\n- [x] call mum\n* [X] done", "buy milk call mum done")
