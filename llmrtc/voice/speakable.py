@@ -80,8 +80,8 @@ _WORDY = re.compile(r"[^\W_]")
 
 _OPENERS = {"{": "}", "[": "]"}
 # A name glued to "(" (`get_weather(`, `functions.get_weather(`); prose puts a space first.
-_CALL_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(")
-_NAME_BEFORE = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+_CALL_NAME = re.compile(r"(?<![A-Za-z_])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(")
+_NAME_BEFORE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _KEY = re.compile(r"[A-Za-z_]\w*")
 
 

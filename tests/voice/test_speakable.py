@@ -7,9 +7,11 @@ never let machine text through).
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from llmrtc.voice.segmenter import SentenceSegmenter
+from llmrtc.voice.segmenter import SentenceSegmenter, SpeechChunk
 from llmrtc.voice.speakable import speakable
 
 
@@ -176,3 +178,62 @@ def test_json_with_unquoted_keys_is_not_spoken_and_braced_prose_is() -> None:
 
 def test_task_list_boxes_are_not_spoken() -> None:
     check("- [ ] buy milk\n- [x] call mum\n* [X] done", "buy milk call mum done")
+
+
+_PIECES = [
+    "Sunny",
+    " and warm",
+    ".",
+    " ",
+    "\n",
+    "\n\n",
+    "|",
+    " | ",
+    "---|---",
+    "\n--- | ---\n",
+    'get_weather(city="Tokyo", note="a. b")',
+    "city=",
+    '"Tokyo"',
+    ")",
+    "(maybe)",
+    "{",
+    "}",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "\\",
+    "\\*",
+    "*",
+    "[^1]",
+    "[^1]: ",
+    "$",
+    "$$",
+    "x^2",
+    "\u2600\ufe0f",
+    "\U0001f600",
+    "&amp;",
+    "<br>",
+    "Dr.",
+    "3.5",
+    "!",
+]
+
+
+def test_random_markup_is_cut_the_same_however_it_streams_and_never_leaks() -> None:
+    rng = random.Random(9)
+    for _ in range(600):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 30)))
+        whole = SentenceSegmenter()
+        reference = whole.push(text) + whole.flush()
+        segmenter = SentenceSegmenter()
+        chunks: list[SpeechChunk] = []
+        start = 0
+        while start < len(text):
+            size = rng.randint(1, 5)
+            chunks += segmenter.push(text[start : start + size])
+            start += size
+        chunks += segmenter.flush()
+        assert chunks == reference, text
+        for chunk in chunks:
+            assert chunk.text and chunk.text == chunk.text.strip(), text
+            for leak in ("|", "\\", "TOOL_CALLS", "python_tag", "weather(city", "[^", "\ufe0f"):
+                assert leak not in chunk.text, (text, chunk)
