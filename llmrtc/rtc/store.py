@@ -1,8 +1,8 @@
-"""Where a disconnected session waits to be resumed: `SessionStore` and its in-memory form.
+"""Where a disconnected session waits to be resumed: `SessionStore`, in memory or in SQLite.
 
 A session's state is saved when its client goes away (and may be saved after each turn); a
 client that comes back with `resume {session_id, token}` *claims* it: the token is checked and
-the entry removed in one step, so two connections can never take the same session. The store
+the entry removed in one step, so two connections can never take the same session. A store
 keeps only a hash of the token.
 
     session_id, token = new_session_credentials()          # token goes to the client only
@@ -11,6 +11,9 @@ keeps only a hash of the token.
     await store.save(state, ttl=120.0)
     ...
     state = await store.claim(session_id, token_from_client)   # None: resume_refused
+
+`InMemorySessionStore` serves one process; `SQLiteSessionStore` is shared by the worker
+processes of one machine (`llmrtc serve --workers N`).
 """
 
 from __future__ import annotations
@@ -18,17 +21,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import os
 import secrets
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "InMemorySessionStore",
+    "SQLiteSessionStore",
     "SessionCredentials",
     "SessionState",
     "SessionStore",
@@ -113,8 +120,8 @@ class InMemorySessionStore:
     purged lazily: an expired entry is dropped when it is looked up, and saves drop expired
     entries at the front of the queue. When `max_sessions` entries are stored, a save evicts the
     entry closest to expiry. Every operation runs under a lock with no await inside, so it is
-    atomic for tasks and for threads alike. One process only: with several workers, a resumed
-    client must reach the worker that holds its session (or use a shared store).
+    atomic for tasks and for threads alike. One process only: with several worker processes, a
+    reconnecting client may reach another worker; share a `SQLiteSessionStore` between them.
 
     Example:
         store = InMemorySessionStore(max_sessions=1000)
@@ -203,3 +210,153 @@ class InMemorySessionStore:
 
     def __repr__(self) -> str:
         return f"InMemorySessionStore({len(self)} entries, max_sessions={self.max_sessions})"
+
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    state TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_at);
+"""
+
+
+class SQLiteSessionStore:
+    """A `SessionStore` in an SQLite file, shared by the worker processes of one machine.
+
+    `llmrtc serve --workers N` runs N processes on one port; the kernel hands a reconnecting
+    client to any of them, so the session it left must be readable from all. Claims run in
+    an `IMMEDIATE` transaction (SQLite's write lock), so of concurrent claims from any number
+    of processes exactly one gets the state. Expiry uses the wall clock (a monotonic clock is
+    not comparable across reboots, and the file may outlive one); expired rows are purged by
+    saves. Blocking SQLite calls run in worker threads, one at a time per store (a
+    store may be used from several event loops, one per thread).
+
+    Example:
+        store = SQLiteSessionStore(Path(run_dir) / "sessions.sqlite3")
+        await store.save(state, ttl=120.0)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_sessions: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (or create) the store's file; its folder must exist.
+
+        Args:
+            path: The SQLite file, the same for every process that shares the sessions.
+            max_sessions: Most entries kept at once (at least 1).
+            clock: Unix seconds (a fake one in tests).
+
+        Raises:
+            ValueError: `max_sessions` is not an int >= 1.
+            sqlite3.Error: the file cannot be opened or is not an SQLite database.
+        """
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+        self.path = os.fspath(path)
+        self.max_sessions = max_sessions
+        self._clock = clock
+        self._lock = threading.Lock()
+        # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE takes the
+        # write lock up front, so a claim's check and delete cannot interleave with another's).
+        self._db = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def close(self) -> None:
+        """Close the file (the store cannot be used after)."""
+        with self._lock:
+            self._db.close()
+
+    async def save(self, state: SessionState, *, ttl: float) -> None:
+        """Store `state` for `ttl` seconds, replacing an entry with the same id.
+
+        Raises:
+            ValueError: `ttl` is not a finite number of seconds > 0.
+        """
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+            raise ValueError(f"ttl must be a finite number of seconds > 0, got {ttl!r}")
+        row = (state.session_id, state.token_hash, state.model_dump_json())
+
+        def save(db: sqlite3.Connection) -> None:
+            now = self._clock()
+            db.execute(
+                "DELETE FROM sessions WHERE expires_at <= ? OR session_id = ?", (now, row[0])
+            )
+            (count,) = db.execute("SELECT count(*) FROM sessions").fetchone()
+            if count >= self.max_sessions:  # evict what would expire soonest
+                db.execute(
+                    "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions "
+                    "ORDER BY expires_at LIMIT ?)",
+                    (count - self.max_sessions + 1,),
+                )
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)", (*row[:2], now + ttl, row[2]))
+
+        await self._run(save)
+
+    async def load(self, session_id: str) -> SessionState | None:
+        """The stored state, or None (missing or expired)."""
+
+        def load(db: sqlite3.Connection) -> str | None:
+            found = db.execute(
+                "SELECT state FROM sessions WHERE session_id = ? AND expires_at > ?",
+                (session_id, self._clock()),
+            ).fetchone()
+            return None if found is None else str(found[0])
+
+        text = await self._run(load)
+        return None if text is None else SessionState.model_validate_json(text)
+
+    async def claim(self, session_id: str, token: str) -> SessionState | None:
+        """Take the state if `token` is right: it is removed, so a second claim gets None."""
+        wanted = hash_token(token)
+
+        def claim(db: sqlite3.Connection) -> str | None:
+            found = db.execute(
+                "SELECT token_hash, state FROM sessions WHERE session_id = ? AND expires_at > ?",
+                (session_id, self._clock()),
+            ).fetchone()
+            if found is None or not hmac.compare_digest(str(found[0]), wanted):
+                return None
+            db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+            return str(found[1])
+
+        text = await self._run(claim)
+        return None if text is None else SessionState.model_validate_json(text)
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session (no error if it is not there)."""
+        await self._run(
+            lambda db: db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        )
+
+    async def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        def transaction() -> _T:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(self._db)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+                return result
+
+        return await anyio.to_thread.run_sync(transaction)
+
+    def __repr__(self) -> str:
+        return f"SQLiteSessionStore({self.path!r}, max_sessions={self.max_sessions})"

@@ -1,9 +1,13 @@
-"""Session store: TTL, atomic claims, wrong and expired tokens, bounded size, hashed tokens, and
-a resumed conversation that comes back whole (history and playbook engine)."""
+"""Session stores (in memory, and SQLite shared by processes): TTL, atomic claims, wrong and
+expired tokens, bounded size, hashed tokens, and a resumed conversation that comes back whole
+(history and playbook engine)."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -18,6 +22,7 @@ from llmrtc.rtc.store import (
     SessionCredentials,
     SessionState,
     SessionStore,
+    SQLiteSessionStore,
     hash_token,
     new_session_credentials,
 )
@@ -35,6 +40,26 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+MakeStore = Callable[..., InMemorySessionStore | SQLiteSessionStore]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
+    """Builds the parametrized kind of store: `make_store(clock=..., max_sessions=...)`."""
+    opened: list[SQLiteSessionStore] = []
+
+    def make(**options: object) -> InMemorySessionStore | SQLiteSessionStore:
+        if request.param == "memory":
+            return InMemorySessionStore(**options)  # type: ignore[arg-type]
+        store = SQLiteSessionStore(tmp_path / "sessions.sqlite3", **options)  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
 
 
 def _state(credentials: SessionCredentials, **fields: object) -> SessionState:
@@ -72,12 +97,12 @@ def test_a_state_needs_a_real_hash_and_a_url_safe_id() -> None:
         SessionState(session_id="../etc", token_hash=hash_token("t"))
 
 
-def test_the_in_memory_store_is_a_session_store() -> None:
-    assert isinstance(InMemorySessionStore(), SessionStore)
+def test_both_stores_are_session_stores(make_store: MakeStore) -> None:
+    assert isinstance(make_store(), SessionStore)
 
 
-async def test_save_load_and_delete() -> None:
-    store = InMemorySessionStore()
+async def test_save_load_and_delete(make_store: MakeStore) -> None:
+    store = make_store()
     credentials = new_session_credentials()
     state = _state(credentials, history={"max_messages": 50, "messages": []})
     await store.save(state, ttl=60)
@@ -89,9 +114,9 @@ async def test_save_load_and_delete() -> None:
     assert await store.load("never-saved") is None
 
 
-async def test_saving_again_replaces_the_state_and_restarts_its_ttl() -> None:
+async def test_saving_again_replaces_the_state_and_restarts_its_ttl(make_store: MakeStore) -> None:
     clock = FakeClock()
-    store = InMemorySessionStore(clock=clock)
+    store = make_store(clock=clock)
     credentials = new_session_credentials()
     await store.save(_state(credentials, playbook={"current_stage": "a"}), ttl=10)
     clock.now += 8
@@ -99,24 +124,24 @@ async def test_saving_again_replaces_the_state_and_restarts_its_ttl() -> None:
     clock.now += 8  # 16 s after the first save, 8 after the second
     state = await store.load(credentials.session_id)
     assert state is not None and state.playbook == {"current_stage": "b"}
-    assert len(store) == 1
 
 
-async def test_entries_expire_after_their_ttl() -> None:
+async def test_entries_expire_after_their_ttl(make_store: MakeStore) -> None:
     clock = FakeClock()
-    store = InMemorySessionStore(clock=clock)
+    store = make_store(clock=clock)
     credentials = new_session_credentials()
     await store.save(_state(credentials), ttl=120)
     clock.now += 119.9
     assert await store.load(credentials.session_id) is not None
     clock.now += 0.1
     assert await store.load(credentials.session_id) is None
-    assert len(store) == 0  # purged when it was found expired
+    if isinstance(store, InMemorySessionStore):
+        assert len(store) == 0  # purged when it was found expired
 
 
-async def test_an_expired_token_cannot_claim() -> None:
+async def test_an_expired_token_cannot_claim(make_store: MakeStore) -> None:
     clock = FakeClock()
-    store = InMemorySessionStore(clock=clock)
+    store = make_store(clock=clock)
     credentials = new_session_credentials()
     await store.save(_state(credentials), ttl=5)
     clock.now += 5.0
@@ -134,8 +159,8 @@ async def test_expired_entries_are_purged_lazily_by_later_saves() -> None:
     assert len(store) == 1
 
 
-async def test_a_claim_takes_the_state_once() -> None:
-    store = InMemorySessionStore()
+async def test_a_claim_takes_the_state_once(make_store: MakeStore) -> None:
+    store = make_store()
     credentials = new_session_credentials()
     state = _state(credentials, history={"max_messages": 50, "messages": []})
     await store.save(state, ttl=60)
@@ -144,8 +169,10 @@ async def test_a_claim_takes_the_state_once() -> None:
     assert await store.load(credentials.session_id) is None
 
 
-async def test_a_wrong_token_is_refused_and_leaves_the_session_to_its_owner() -> None:
-    store = InMemorySessionStore()
+async def test_a_wrong_token_is_refused_and_leaves_the_session_to_its_owner(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
     mine, theirs = new_session_credentials(), new_session_credentials()
     await store.save(_state(mine), ttl=60)
     await store.save(_state(theirs), ttl=60)
@@ -157,8 +184,8 @@ async def test_a_wrong_token_is_refused_and_leaves_the_session_to_its_owner() ->
     assert claimed is not None and claimed.session_id == mine.session_id
 
 
-async def test_concurrent_claims_give_the_session_to_exactly_one() -> None:
-    store = InMemorySessionStore()
+async def test_concurrent_claims_give_the_session_to_exactly_one(make_store: MakeStore) -> None:
+    store = make_store()
     credentials = new_session_credentials()
     await store.save(_state(credentials), ttl=60)
     winners: list[SessionState] = []
@@ -175,8 +202,10 @@ async def test_concurrent_claims_give_the_session_to_exactly_one() -> None:
     assert len(winners) == 1
 
 
-async def test_concurrent_claims_from_threads_give_the_session_to_exactly_one() -> None:
-    store = InMemorySessionStore()
+async def test_concurrent_claims_from_threads_give_the_session_to_exactly_one(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
     credentials = new_session_credentials()
     await store.save(_state(credentials), ttl=60)
     winners: list[SessionState] = []
@@ -192,9 +221,9 @@ async def test_concurrent_claims_from_threads_give_the_session_to_exactly_one() 
     assert len(winners) == 1
 
 
-async def test_the_store_is_bounded_and_evicts_what_expires_soonest() -> None:
+async def test_the_store_is_bounded_and_evicts_what_expires_soonest(make_store: MakeStore) -> None:
     clock = FakeClock()
-    store = InMemorySessionStore(max_sessions=3, clock=clock)
+    store = make_store(max_sessions=3, clock=clock)
     long_lived = new_session_credentials()
     await store.save(_state(long_lived), ttl=1000)
     short = [new_session_credentials() for _ in range(2)]
@@ -202,22 +231,23 @@ async def test_the_store_is_bounded_and_evicts_what_expires_soonest() -> None:
         await store.save(_state(credentials), ttl=10 + index)
     newest = new_session_credentials()
     await store.save(_state(newest), ttl=60)
-    assert len(store) == 3
     assert await store.load(short[0].session_id) is None  # it would have expired first
     for kept in (long_lived, short[1], newest):
         assert await store.load(kept.session_id) is not None
 
 
-async def test_a_full_store_drops_expired_entries_before_live_ones() -> None:
+async def test_a_full_store_drops_expired_entries_before_live_ones(make_store: MakeStore) -> None:
     clock = FakeClock()
-    store = InMemorySessionStore(max_sessions=2, clock=clock)
+    store = make_store(max_sessions=2, clock=clock)
     live, stale = new_session_credentials(), new_session_credentials()
     await store.save(_state(live), ttl=100)
     await store.save(_state(stale), ttl=1)  # behind a live entry: the front purge misses it
     clock.now += 2
-    await store.save(_state(new_session_credentials()), ttl=100)
+    newest = new_session_credentials()
+    await store.save(_state(newest), ttl=100)
     assert await store.load(live.session_id) is not None
-    assert len(store) == 2
+    assert await store.load(newest.session_id) is not None
+    assert await store.load(stale.session_id) is None
 
 
 async def test_the_store_never_holds_the_plain_token() -> None:
@@ -233,8 +263,10 @@ async def test_the_store_never_holds_the_plain_token() -> None:
 
 
 @pytest.mark.parametrize("ttl", [0, -1, math.inf, math.nan, True, "60"])
-async def test_a_ttl_must_be_a_positive_number_of_seconds(ttl: object) -> None:
-    store = InMemorySessionStore()
+async def test_a_ttl_must_be_a_positive_number_of_seconds(
+    make_store: MakeStore, ttl: object
+) -> None:
+    store = make_store()
     with pytest.raises(ValueError, match="ttl must be a finite number of seconds > 0"):
         await store.save(_state(new_session_credentials()), ttl=ttl)  # type: ignore[arg-type]
 
@@ -245,7 +277,9 @@ def test_max_sessions_must_be_a_positive_int(size: object) -> None:
         InMemorySessionStore(max_sessions=size)  # type: ignore[arg-type]
 
 
-async def test_a_claimed_state_restores_the_conversation_and_playbook_stage() -> None:
+async def test_a_claimed_state_restores_the_conversation_and_playbook_stage(
+    make_store: MakeStore,
+) -> None:
     playbook = load_playbook(PLAYBOOKS / "weather.yaml")
     engine = PlaybookEngine(playbook)
     first_stage = engine.current_stage.id
@@ -256,7 +290,7 @@ async def test_a_claimed_state_restores_the_conversation_and_playbook_stage() ->
         messages=[UserMessage("Weather in Tokyo?"), AssistantMessage("Sunny, 21 degrees.")]
     )
     credentials = new_session_credentials()
-    store = InMemorySessionStore()
+    store = make_store()
     await store.save(
         _state(credentials, history=history.to_dict(), playbook=engine.snapshot()), ttl=120
     )
@@ -272,3 +306,94 @@ async def test_a_claimed_state_restores_the_conversation_and_playbook_stage() ->
     assert restored.current_stage.id == engine.current_stage.id
     assert restored.context["city"] == "Tokyo"
     assert restored.snapshot() == engine.snapshot()
+
+
+# SQLite: one file shared by processes -------------------------------------------------------
+
+
+async def test_sqlite_stores_on_one_file_share_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    first, second = SQLiteSessionStore(path), SQLiteSessionStore(path)
+    try:
+        credentials = new_session_credentials()
+        await first.save(_state(credentials, playbook={"current_stage": "chat"}), ttl=60)
+        state = await second.claim(*credentials)
+        assert state is not None and state.playbook == {"current_stage": "chat"}
+        assert await first.claim(*credentials) is None
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_concurrent_claims_from_separate_connections_give_one_winner(
+    tmp_path: Path,
+) -> None:
+    # One connection per thread: SQLite's file locks decide, as between worker processes.
+    path = tmp_path / "sessions.sqlite3"
+    stores = [SQLiteSessionStore(path) for _ in range(6)]
+    credentials = new_session_credentials()
+    await stores[0].save(_state(credentials), ttl=60)
+    winners: list[SessionState] = []
+
+    async def claim(store: SQLiteSessionStore) -> None:
+        state = await store.claim(*credentials)
+        if state is not None:
+            winners.append(state)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            for store in stores:
+                tasks.start_soon(claim, store)
+    finally:
+        for store in stores:
+            store.close()
+    assert len(winners) == 1
+
+
+_CLAIMER = """
+import sys, anyio
+from llmrtc.rtc.store import SQLiteSessionStore
+store = SQLiteSessionStore(sys.argv[1])
+sys.stdin.readline()  # start together
+state = anyio.run(store.claim, sys.argv[2], sys.argv[3])
+print("won" if state is not None else "lost", flush=True)
+"""
+
+
+async def test_concurrent_claims_from_processes_give_one_winner(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    store = SQLiteSessionStore(path)
+    credentials = new_session_credentials()
+    await store.save(_state(credentials), ttl=60)
+    store.close()
+    command = [sys.executable, "-c", _CLAIMER, str(path), *credentials]
+    processes = [
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outcomes = [process.communicate("go\n", timeout=120)[0].strip() for process in processes]
+    assert sorted(outcomes) == ["lost", "lost", "won"]
+
+
+async def test_the_sqlite_file_never_holds_the_plain_token(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    credentials = new_session_credentials()
+    await store.save(_state(credentials, history={"max_messages": 50, "messages": []}), ttl=60)
+    store.close()
+    on_disk = b"".join(path.read_bytes() for path in tmp_path.iterdir())
+    assert credentials.session_id.encode() in on_disk
+    assert credentials.token.encode() not in on_disk
+    assert hash_token(credentials.token).encode() in on_disk
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database\n" * 100)
+    with pytest.raises(Exception, match="not a database"):
+        SQLiteSessionStore(path)
+
+
+@pytest.mark.parametrize("size", [0, True])
+def test_sqlite_max_sessions_must_be_a_positive_int(tmp_path: Path, size: object) -> None:
+    with pytest.raises(ValueError, match="max_sessions must be an int >= 1"):
+        SQLiteSessionStore(tmp_path / "s.sqlite3", max_sessions=size)  # type: ignore[arg-type]
