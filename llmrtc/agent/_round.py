@@ -108,12 +108,28 @@ def model_request(
     tools = [] if without_tools else offered.definitions()
     if not strict:
         choice = _reachable_choice(choice, {t.name for t in tools})
+    messages = history.for_request(settings.system_prompt)
     return LLMRequest(
-        messages=history.for_request(settings.system_prompt),
+        messages=messages,
         tools=tools,
         tool_choice=choice,
         settings=settings.model,
+        # Hidden tools run when named (auto-routing): a text-mode provider must not drop a
+        # call to one. Not when no call may be made at all.
+        routable_names=() if without_tools or choice == "none" else offered.hidden_names(),
+        continues_chain=bool(tools) and _continues_chain(messages, offered),
     )
+
+
+def _continues_chain(messages: Sequence[object], offered: ToolRegistry) -> bool:
+    """Whether the request answers tool results of which one came from a `ChainStep` (a call
+    that only prepares another, such as `search_tools`)."""
+    if not messages or not isinstance(messages[-1], ToolMessage):
+        return False
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            return any(offered.leads_to_call(call.name) for call in message.tool_calls)
+    return False
 
 
 def _reachable_choice(choice: ToolChoice, names: set[str]) -> ToolChoice:

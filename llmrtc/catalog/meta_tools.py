@@ -85,6 +85,14 @@ def tool_details(definition: ToolDefinition) -> dict[str, Any]:
     return details
 
 
+class StepTool(Tool):
+    """A meta-tool whose result prepares the next call (a `ChainStep`): the provider keeps
+    offering tools after it, so search → get_tool → execute_tool fits in one turn."""
+
+    __slots__ = ()
+    leads_to_call = True
+
+
 class ExecuteTool(Tool):
     """`execute_tool(name, params)`: a `CallRouter` the executor re-targets to the real tool.
 
@@ -247,11 +255,11 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
         },
     )
     return [
-        Tool(search, search_tools),
-        Tool(details, get_tool),
-        ExecuteTool(execute, _not_routed),
-        Tool(listing, list_categories),
-        Tool(browse, browse_category),
+        StepTool(search, search_tools),
+        StepTool(details, get_tool),
+        ExecuteTool(execute, _not_routed),  # its result is the real tool's: not a step
+        StepTool(listing, list_categories),
+        StepTool(browse, browse_category),
     ]
 
 

@@ -265,7 +265,10 @@ class OpenAIProvider:
         if not request.tools or request.tool_choice == "none":
             return False
         after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
-        return not (self.compat.omit_tools_after_tool_results and after_results)
+        # Results that only prepare the next call (a discovery search) leave the model midway
+        # through its task: omitting the tools then would force a premature answer.
+        omit = self.compat.omit_tools_after_tool_results and not request.continues_chain
+        return not (omit and after_results)
 
     def _params(
         self, request: LLMRequest, *, withhold_tools: bool = False, prefill: str = ""
@@ -340,9 +343,15 @@ class OpenAIProvider:
             # Every request, tools or not: call-shaped JSON is never text. With
             # tool_choice "none" no call is accepted; after a retry without tools (or tool
             # results) a call the model still writes to a declared tool is one.
-            allowed = [] if request.tool_choice == "none" else [t.name for t in request.tools]
+            # Routable names (hidden, auto-routed tools) are accepted too: a text call to one is
+            # a call the executor runs, not call-shaped noise to drop.
+            allowed = (
+                []
+                if request.tool_choice == "none"
+                else [*(t.name for t in request.tools), *request.routable_names]
+            )
             parser = TextToolCallParser(allowed)
-        calls = ToolCallAssembler([t.name for t in request.tools])
+        calls = ToolCallAssembler([*(t.name for t in request.tools), *request.routable_names])
         emitted_calls = 0
         usage = Usage()
         model: str | None = None

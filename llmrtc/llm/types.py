@@ -44,6 +44,13 @@ class LLMRequest:
     """Whether and which tools the model must call."""
     settings: ModelSettings = field(default_factory=ModelSettings)
     """Model name and sampling options; what is None uses the provider's defaults."""
+    routable_names: Sequence[str] = ()
+    """Tools that run when called but are not offered (a discovery-mode catalog's real tools,
+    auto-routed). Never shown to the model; a provider that finds calls in text accepts calls
+    naming them (dotted or wire form) instead of dropping them as unknown."""
+    continues_chain: bool = False
+    """The last tool results only prepare another call (they came from a `ChainStep` such as
+    `search_tools`): tools stay offered even where a profile omits them after tool results."""
 
     def __post_init__(self) -> None:
         choice = self.tool_choice

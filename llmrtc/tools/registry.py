@@ -10,7 +10,7 @@ from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.tool import Tool
 
-__all__ = ["CallRouter", "ToolRegistry"]
+__all__ = ["CallRouter", "ChainStep", "ToolRegistry"]
 
 
 @runtime_checkable
@@ -26,6 +26,17 @@ class CallRouter(Protocol):
         """The call to run instead of `call`, or None to run `call` itself (e.g. its own
         arguments are malformed: its schema then says why)."""
         ...
+
+
+@runtime_checkable
+class ChainStep(Protocol):
+    """A tool whose result only prepares another call (discovery's `search_tools`,
+    `get_tool`, `list_categories`, `browse_category`): after its result the model still needs
+    its tools, even where a provider profile leaves tools out after tool results (the offline
+    model's, which otherwise answers instead of taking the next step)."""
+
+    leads_to_call: bool
+    """True: a result of this tool asks for a follow-up call."""
 
 
 def _keys(definition: ToolDefinition) -> list[str]:
@@ -220,6 +231,11 @@ class ToolRegistry:
     def hidden_names(self) -> list[str]:
         """Names of the hidden tools (they run when called, but are never offered)."""
         return list(self._hidden)
+
+    def leads_to_call(self, name: str) -> bool:
+        """Whether the tool found as `name` is a `ChainStep` (its result asks for another
+        call); False for unknown names."""
+        return bool(getattr(self.get(name), "leads_to_call", False))
 
     def definitions(self, names: Sequence[str] | None = None) -> list[ToolDefinition]:
         """Definitions of all offered tools, or of `names` (any lookup form) in the order given.

@@ -1,0 +1,69 @@
+"""Discovery mode through a text-mode provider (how the offline model and Ollama run): calls
+written as text to hidden real tools are auto-routed, and the discovery chain keeps its tools."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmrtc.agent import TurnRunner
+from llmrtc.catalog.injection import ToolInjection
+from llmrtc.execution import ToolExecutor
+from llmrtc.llm import OpenAIProvider, RetryPolicy
+from llmrtc.llm.local import LLAMA_CPP_PROFILE
+from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.testing import RecordingHooks, ScriptedOpenAIServer, text_reply
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
+from _routing import business_tools, catalog_of
+
+pytestmark = pytest.mark.anyio
+
+
+async def _run(replies: list[Any], **options: Any) -> tuple[RecordingHooks, ScriptedOpenAIServer]:
+    injection = await ToolInjection.build(catalog_of(business_tools()), mode="discovery")
+    hooks = RecordingHooks()
+    async with ScriptedOpenAIServer(replies) as server:
+        llm = OpenAIProvider(
+            "m",
+            base_url=server.base_url,
+            api_key="test",
+            tool_call_format="text",
+            retry=RetryPolicy(max_retries=0),
+            **options,
+        )
+        executor = ToolExecutor(injection.registry, hooks=hooks)
+        runner = TurnRunner(llm, executor, system_prompt="Bot.\n\n" + injection.prompt_section())
+        [event async for event in runner.run_turn("read /a")]
+    return hooks, server
+
+
+@pytest.mark.parametrize("name", ["files__read", "files.read"])
+async def test_a_text_call_to_a_hidden_real_tool_is_auto_routed(name: str) -> None:
+    call = json.dumps({"name": name, "arguments": {"path": "/a"}})
+    hooks, _ = await _run([text_reply(call, pieces=1), text_reply("It says hello.")])
+    assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["files.read"]
+
+
+async def test_the_local_profile_keeps_tools_through_the_discovery_chain() -> None:
+    """The offline model's profile omits tools after tool results; not after a search, whose
+    result only prepares the next call, so search → execute fits in one turn."""
+    search = {"name": "search_tools", "arguments": {"query": "read a file"}}
+    execute = {
+        "name": "execute_tool",
+        "arguments": {"name": "files.read", "params": {"path": "/a"}},
+    }
+    replies = [
+        text_reply(json.dumps(search), pieces=1),
+        text_reply(json.dumps(execute), pieces=1),
+        text_reply("It says hello."),
+    ]
+    hooks, server = await _run(replies, compat=LLAMA_CPP_PROFILE)
+    assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["search_tools", "files.read"]
+    prompts = [r.body["messages"][0]["content"] for r in server.requests]
+    # Tool instructions: first request, after the search; not after the real tool's result.
+    assert ["<tool_call>" in p for p in prompts] == [True, True, False]
