@@ -35,7 +35,13 @@ from llmrtc.voice.events import (
     UserSpeechStarted,
 )
 
-__all__ = ["MODEL_ERROR_TEXT", "STT_ERROR_TEXT", "TTS_ERROR_TEXT", "wire_event"]
+__all__ = [
+    "MODEL_ERROR_TEXT",
+    "STT_ERROR_TEXT",
+    "TTS_ERROR_TEXT",
+    "TURN_ERROR_TEXT",
+    "wire_event",
+]
 
 # The events' own messages name exception types, servers and URLs: for logs, never for the
 # client. The client gets a fixed sentence it can show a user.
@@ -48,6 +54,11 @@ STT_ERROR_TEXT = "Speech recognition failed for the last utterance; please say i
 """The `speech_error` message sent when the STT failed."""
 TTS_ERROR_TEXT = "Speech synthesis failed; the agent's reply is shown as text only."
 """The `speech_error` message sent when the TTS failed."""
+TURN_ERROR_TEXT = (
+    "The agent failed during this turn and answered with an apology. You can go on talking."
+)
+"""The `turn_error` message sent when the turn handler itself failed (`SpeechError` with
+`source="turn"`, or any source this module does not know)."""
 
 _SPEECH_STARTED = SpeechStartedMessage()
 _SPEECH_ENDED = SpeechEndedMessage()
@@ -57,8 +68,8 @@ def wire_event(event: object) -> ServerMessage | None:
     """The message to send the client for one loop event, or None for events it never sees.
 
     Covers every `llmrtc.voice.events` and `llmrtc.agent.events` type. Error events become
-    `error` messages with a stable code (`model_error`, `speech_error`) and a fixed, safe
-    text: their internal detail stays in the server's logs and hooks.
+    `error` messages with a stable code (`model_error`, `speech_error`, `turn_error`) and a
+    fixed, safe text: their internal detail stays in the server's logs and hooks.
 
     Args:
         event: Anything `VoiceLoop.events()` yields.
@@ -97,7 +108,10 @@ def wire_event(event: object) -> ServerMessage | None:
             return AgentSpeechEndedMessage(interrupted=interrupted, heard_text=heard_text)
         case BargeIn(heard_text=heard_text):
             return BargeInMessage(heard_text=heard_text)
-        case SpeechError(source=source):
-            text = STT_ERROR_TEXT if source == "stt" else TTS_ERROR_TEXT
-            return ErrorMessage(code="speech_error", message=text)
+        case SpeechError(source="stt"):
+            return ErrorMessage(code="speech_error", message=STT_ERROR_TEXT)
+        case SpeechError(source="tts"):
+            return ErrorMessage(code="speech_error", message=TTS_ERROR_TEXT)
+        case SpeechError():  # "turn": the handler raised; the loop apologised and goes on
+            return ErrorMessage(code="turn_error", message=TURN_ERROR_TEXT)
     return None

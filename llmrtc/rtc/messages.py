@@ -69,6 +69,7 @@ ErrorCode: TypeAlias = Literal[
     "idle_timeout",
     "model_error",
     "speech_error",
+    "turn_error",
     "internal",
 ]
 """Every `error.code` the server sends. Stable: clients may switch on them."""

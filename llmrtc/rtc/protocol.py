@@ -111,6 +111,7 @@ ERROR_CODES: Final[dict[ErrorCode, str]] = {
     "idle_timeout": "The session was idle for too long and was closed.",
     "model_error": "The language model failed during a turn; the agent apologised.",
     "speech_error": "Speech recognition or synthesis failed during a turn.",
+    "turn_error": "The agent failed during a turn (not the model); it apologised.",
     "internal": "The server failed unexpectedly; the session was closed.",
 }
 """What each code means, as sent when the server has nothing more specific to say."""

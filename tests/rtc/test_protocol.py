@@ -19,7 +19,13 @@ from llmrtc.agent.events import (
     TurnCompleted,
     TurnError,
 )
-from llmrtc.rtc.events import MODEL_ERROR_TEXT, STT_ERROR_TEXT, TTS_ERROR_TEXT, wire_event
+from llmrtc.rtc.events import (
+    MODEL_ERROR_TEXT,
+    STT_ERROR_TEXT,
+    TTS_ERROR_TEXT,
+    TURN_ERROR_TEXT,
+    wire_event,
+)
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     ERROR_CODES,
@@ -378,6 +384,10 @@ EVENTS: list[tuple[object, BaseModel]] = [
         SpeechError("tts", "piper exited with 137", "TTSError"),
         ErrorMessage(code="speech_error", message=TTS_ERROR_TEXT),
     ),
+    (
+        SpeechError("turn", "KeyError: 'piper' in /srv/app/agent.py", "KeyError"),  # type: ignore[arg-type]
+        ErrorMessage(code="turn_error", message=TURN_ERROR_TEXT),
+    ),
 ]
 
 
@@ -392,11 +402,11 @@ def test_each_loop_event_becomes_its_message(event: object, expected: BaseModel)
     assert parse_server_message(to_wire(expected)) == message
 
 
-@pytest.mark.parametrize("index", [5, 12, 13])
+@pytest.mark.parametrize("index", [5, 12, 13, 14])
 def test_error_events_never_send_internal_detail(index: int) -> None:
     event, _ = EVENTS[index]
     wire = to_wire(wire_event(event))  # type: ignore[arg-type]
-    for leak in ("10.0.0.3", "sk-abc", "LLMError", "/opt/models", "CUDA", "piper", "137"):
+    for leak in ("10.0.0.3", "sk-abc", "Error:", "/opt/", "/srv/", "CUDA", "piper", "137"):
         assert leak not in wire
 
 
