@@ -1,9 +1,11 @@
 """`speakable`: what of a model's text a voice may say (no markdown, code, JSON or tags).
 
-Models write for screens: `**bold**`, bullets, tables, fenced code, and small local models
-also put their tool calls in the text as bare JSON or inside `<tool_call>` tags. A TTS would
-read all of it aloud ("asterisk asterisk", "curly brace name colon"). This module keeps the
-words and drops the rest; `llmrtc.voice.segmenter` uses it on every sentence it cuts.
+Models write for screens: `**bold**`, bullets, tables, fenced code, math, emoji, and models
+also put their tool calls in the text: bare JSON, `<tool_call>` tags, code-style calls
+(`get_weather(city="Tokyo")`) or their chat format's tokens (`[TOOL_CALLS]`,
+`<|python_tag|>`). A TTS would read all of it aloud ("asterisk asterisk", "curly brace name
+colon"). This module keeps the words and drops the rest; `llmrtc.voice.segmenter` uses it
+on every sentence it cuts.
 """
 
 from __future__ import annotations
