@@ -93,9 +93,7 @@ def on_track(pc: RTCPeerConnection) -> asyncio.Future[MediaStreamTrack]:
     return future
 
 
-async def paced(
-    frames: Iterable[AudioFrame], *, then_silence: bool = True
-) -> AsyncIterator[AudioFrame]:
+async def paced(frames: Iterable[AudioFrame]) -> AsyncIterator[AudioFrame]:
     """One frame per `FRAME_DURATION`, against the clock (as `VoiceLoop.audio_out()` paces),
     followed by silence until the consumer stops reading."""
     start = anyio.current_time()
@@ -106,7 +104,7 @@ async def paced(
         rate = frame.sample_rate
         yield frame
         index += 1
-    while then_silence:
+    while True:
         await anyio.sleep_until(start + index * FRAME_DURATION)
         yield AudioFrame.silence(FRAME_DURATION, rate)
         index += 1
