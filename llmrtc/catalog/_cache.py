@@ -7,8 +7,10 @@ old snapshot or the new one, never a half-built one.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,28 +51,57 @@ class Snapshot:
     latest_set: frozenset[int]
     keywords: KeywordIndex
     """`keywords.entries[i]` is the searchable text of `tools[i]`."""
-    _index: EmbeddingIndex | None = field(default=None, repr=False)
-    _index_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    _index: Future[EmbeddingIndex] | None = field(default=None, repr=False)
+
+    def start_index(
+        self, embedder: TextEmbedder, reuse: Mapping[str, object]
+    ) -> Future[EmbeddingIndex]:
+        """Start building this snapshot's embedding index, once, in a thread of its own (call
+        on the event loop); returns its future.
+
+        The build belongs to no caller, so a search that stops waiting (barge-in, timeout)
+        abandons only its wait: the index is stored when ready, for whoever asks next.
+        `reuse` maps texts to vectors embedded for an earlier snapshot (copied here: builds of
+        successive snapshots may overlap), so a rebuild only embeds what changed.
+        """
+        if self._index is None:
+            from llmrtc.catalog.embeddings import EmbeddingIndex
+
+            future: Future[EmbeddingIndex] = Future()
+            definitions = [tool.definition for tool in self.tools]
+            vectors = dict(reuse)
+
+            def build() -> None:
+                try:
+                    future.set_result(EmbeddingIndex.build(embedder, definitions, vectors))
+                except BaseException as exc:  # delivered to whoever awaits the index
+                    future.set_exception(exc)
+
+            self._index = future
+            name = f"llmrtc-catalog-index-{self.generation}"
+            threading.Thread(target=build, name=name, daemon=True).start()
+        return self._index
+
+    def ready_index(self) -> EmbeddingIndex | None:
+        """The embedding index if its build finished (None while building, or if it failed)."""
+        future = self._index
+        if future is None or not future.done() or future.exception() is not None:
+            return None
+        return future.result()
 
     async def embedding_index(
-        self, embedder: TextEmbedder, reuse: dict[str, object]
+        self, embedder: TextEmbedder, reuse: Mapping[str, object]
     ) -> EmbeddingIndex:
         """This snapshot's embedding index, built once (off the event loop) for all callers.
+        The wait is cancellable; the build goes on (see `start_index`).
 
-        `reuse` maps texts to vectors embedded for an earlier snapshot, so a rebuild after
-        `invalidate()` only embeds what changed; it is replaced by this index's own texts.
+        Raises:
+            EmbedderError: if the model failed.
         """
-        if self._index is not None:
-            return self._index
-        async with self._index_lock:
-            if self._index is None:
-                from llmrtc.catalog.embeddings import EmbeddingIndex
-
-                definitions = [tool.definition for tool in self.tools]
-                self._index = await anyio.to_thread.run_sync(
-                    EmbeddingIndex.build, embedder, definitions, reuse
-                )
-            return self._index
+        future = self.start_index(embedder, reuse)
+        if not future.done():
+            await anyio.to_thread.run_sync(future.exception, abandon_on_cancel=True)
+        return future.result()
 
 
 async def _list_backend(backend: ToolBackend, hooks: Hooks | None) -> list[Tool]:
@@ -167,7 +198,9 @@ class CatalogCore:
         self.embedder_resolved = embedder != "auto"
         if embedder != "auto":
             self.embedder = embedder
-        self.vectors: dict[str, object] = {}
+        self.vectors: Mapping[str, object] = {}
+        """Text → vector of the newest built index (what the next build reuses)."""
+        self.vectors_generation = -1
         self.queries = OrderedDict()
 
     async def current(self) -> Snapshot:
@@ -189,6 +222,13 @@ class CatalogCore:
             # One assignment: readers see the old snapshot or this complete one.
             self.snapshot = built
             return built
+
+    def adopt_vectors(self, generation: int, vectors: Mapping[str, object]) -> None:
+        """Keep `vectors` (of the index built for `generation`) for the next build to reuse,
+        unless a newer generation's are kept already. Called on the event loop."""
+        if generation > self.vectors_generation:
+            self.vectors = vectors
+            self.vectors_generation = generation
 
     def resolve_embedder(self) -> TextEmbedder | None:
         """The embedder; `"auto"` is resolved (and a missing model logged) on first use."""

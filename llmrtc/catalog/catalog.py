@@ -218,9 +218,12 @@ class ToolCatalog:
         namespace: str | None = None,
         tag: str | None = None,
         mode: SearchMode = "hybrid",
+        wait: bool = True,
     ) -> builtins.list[Tool]:
         """The tools shown that best match `query`, best first (see `search_scored`)."""
-        hits = await self.search_scored(query, limit, namespace=namespace, tag=tag, mode=mode)
+        hits = await self.search_scored(
+            query, limit, namespace=namespace, tag=tag, mode=mode, wait=wait
+        )
         return [hit.tool for hit in hits]
 
     async def search_scored(
@@ -231,10 +234,12 @@ class ToolCatalog:
         namespace: str | None = None,
         tag: str | None = None,
         mode: SearchMode = "hybrid",
+        wait: bool = True,
     ) -> builtins.list[SearchHit]:
         """Ranked hits with their scores and what matched (`llmrtc.catalog.search` has the
         rules). The first hybrid search loads the embedding model and embeds the catalog off
-        the event loop; later ones reuse both until the cache is rebuilt.
+        the event loop; later ones reuse both until the cache is rebuilt. Cancelling a search
+        that waits for the index stops the wait only: the index is kept when ready.
 
         Args:
             query: Words, a name, a tag, or a phrase in the user's language.
@@ -242,6 +247,8 @@ class ToolCatalog:
             namespace: Only tools of this namespace.
             tag: Only tools with this tag.
             mode: `"hybrid"` (default) or `"keyword"`.
+            wait: False: while the semantic index is still being built, answer by keyword
+                now (the build goes on) rather than wait for it (a live turn's `search_tools`).
 
         Raises:
             ValueError: if `limit` < 1 or `mode` is unknown.
@@ -265,7 +272,7 @@ class ToolCatalog:
                     keyword[i] = (score, why)
         similarities = None
         if mode == "hybrid" and candidates:
-            similarities = await self._similarities(snapshot, query)
+            similarities = await self._similarities(snapshot, query, wait=wait)
         if similarities is None:
             ranked = heapq.nsmallest(limit, keyword, key=lambda i: (-keyword[i][0], i))
             return [
@@ -309,29 +316,55 @@ class ToolCatalog:
         if snapshot.tools:
             await self._similarities(snapshot, None)
 
-    async def _similarities(self, snapshot: Snapshot, query: str | None) -> Any:
-        """Cosine similarity of `query` to each tool of `snapshot`, or None without a model
-        (or without a query: then this only builds the index)."""
+    async def start_indexing(self) -> None:
+        """Build the cache now and start embedding every tool in the background, without
+        waiting (what `ToolInjection.build` does in discovery mode). Searches that pass
+        `wait=False` answer by keyword until the index is ready."""
+        snapshot = await self._core.current()
+        embedder = self._core.resolve_embedder()
+        if snapshot.tools and embedder is not None:
+            snapshot.start_index(embedder, self._core.vectors)
+
+    async def _similarities(self, snapshot: Snapshot, query: str | None, wait: bool = True) -> Any:
+        """Cosine similarity of `query` to each tool of `snapshot`, or None without a model,
+        while the index builds and `wait` is False (or without a query: then this only builds
+        the index)."""
+        from llmrtc.catalog.embeddings import EmbedderError, embed_query
+
         core = self._core
         embedder = core.resolve_embedder()
         if embedder is None:
             return None
         try:
-            index = await snapshot.embedding_index(embedder, core.vectors)
+            if wait:
+                index = await snapshot.embedding_index(embedder, core.vectors)
+            elif (ready := snapshot.ready_index()) is not None:
+                index = ready
+            else:
+                snapshot.start_index(embedder, core.vectors)
+                return None
+            core.adopt_vectors(snapshot.generation, index.vectors)
             if query is None:
                 return None
             vector = core.queries.get(query)
             if vector is None:
-                vector = await anyio.to_thread.run_sync(embedder.embed_one, query)
+                vector = await anyio.to_thread.run_sync(
+                    embed_query, embedder, query, abandon_on_cancel=True
+                )
                 core.queries[query] = vector
                 if len(core.queries) > QUERY_CACHE_SIZE:
                     core.queries.popitem(last=False)
             else:
                 core.queries.move_to_end(query)
-        except Exception:
+        except EmbedderError:
             # A broken model must not break search: fall back to keywords for good.
             logger.exception("semantic tool search failed; the catalog searches by keyword only")
-            core.embedder = None
+            if core.embedder is embedder:
+                core.embedder = None
+            return None
+        except Exception:
+            # Anything else fails this one search's semantic half, not the model for good.
+            logger.exception("semantic tool search failed; this search used keywords only")
             return None
         return index.similarities(vector)
 

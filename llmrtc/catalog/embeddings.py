@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MODEL_PACKAGE",
+    "EmbedderError",
     "EmbeddingIndex",
     "MiniLMEmbedder",
     "TextEmbedder",
@@ -316,6 +317,27 @@ class _Bert:
         return out
 
 
+class EmbedderError(RuntimeError):
+    """The embedding model itself failed (what turns semantic search off for good; anything
+    else only fails the one search)."""
+
+
+def embed_texts(embedder: TextEmbedder, texts: list[str]) -> Vectors:
+    """`embedder.embed(texts)`, its failures raised as `EmbedderError`."""
+    try:
+        return embedder.embed(texts)
+    except Exception as exc:
+        raise EmbedderError(f"the embedding model failed on {len(texts)} text(s): {exc!r}") from exc
+
+
+def embed_query(embedder: TextEmbedder, text: str) -> Any:
+    """`embedder.embed_one(text)`, its failures raised as `EmbedderError`."""
+    try:
+        return embedder.embed_one(text)
+    except Exception as exc:
+        raise EmbedderError(f"the embedding model failed on a query: {exc!r}") from exc
+
+
 class EmbeddingIndex:
     """The vectors of one catalog snapshot: a row per tool corpus and one per alias.
 
@@ -323,22 +345,34 @@ class EmbeddingIndex:
     (`"lire un fichier"`) is matched on its own rather than diluted in the English corpus.
     """
 
-    def __init__(self, matrix: Vectors, owners: Any, count: int) -> None:
+    def __init__(
+        self,
+        matrix: Vectors,
+        owners: Any,
+        count: int,
+        vectors: Mapping[str, object] | None = None,
+    ) -> None:
         """Rows `matrix[:count]` are the tools' corpora; `owners[j]` is the tool of row
-        `count + j` (an alias)."""
+        `count + j` (an alias); `vectors` maps each text to its vector (for the next build)."""
         self.matrix = matrix
         self.owners = owners
         self.count = count
+        self.vectors: Mapping[str, object] = vectors or {}
 
     @classmethod
     def build(
         cls,
         embedder: TextEmbedder,
         definitions: Sequence[ToolDefinition],
-        reuse: dict[str, object],
+        reuse: Mapping[str, object],
     ) -> EmbeddingIndex:
         """Embed `definitions` (blocking; run it in a thread). `reuse` maps text → vector from
-        an earlier build; it is updated to hold exactly this build's texts."""
+        an earlier build; it is only read (pass a copy: builds may overlap), and the index's
+        `vectors` hold exactly this build's texts.
+
+        Raises:
+            EmbedderError: if the model fails.
+        """
         import numpy as np
 
         texts = [tool_corpus(d) for d in definitions]
@@ -347,18 +381,16 @@ class EmbeddingIndex:
             for alias in definition.aliases:
                 texts.append(alias)
                 owners.append(i)
-        fresh = [t for t in dict.fromkeys(texts) if t not in reuse]
+        known = {t: reuse[t] for t in dict.fromkeys(texts) if t in reuse}
+        fresh = [t for t in dict.fromkeys(texts) if t not in known]
         if fresh:
-            for text, vector in zip(fresh, embedder.embed(fresh), strict=True):
-                reuse[text] = vector
-        vectors = {text: reuse[text] for text in texts}
-        reuse.clear()
-        reuse.update(vectors)
+            known.update(zip(fresh, embed_texts(embedder, fresh), strict=True))
+        vectors = {text: known[text] for text in texts}
         dimension = next(iter(vectors.values())).shape[0] if vectors else 1  # type: ignore[attr-defined]
         matrix = np.zeros((len(texts), dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             matrix[row] = vectors[text]
-        return cls(matrix, np.asarray(owners, dtype=np.int64), len(definitions))
+        return cls(matrix, np.asarray(owners, dtype=np.int64), len(definitions), vectors)
 
     def similarities(self, query: Any) -> Any:
         """Cosine similarity of a unit query vector to each tool (its best row)."""

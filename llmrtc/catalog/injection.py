@@ -168,6 +168,10 @@ class ToolInjection:
             self.toolkits = config.toolkits_of(permitted)
         self.registry = registry
         self.offered_tokens = schema_tokens(registry.definitions(), count_tokens)
+        if mode == "discovery":
+            # Embedding the catalog takes seconds on a busy CPU: start now, in the background,
+            # so no turn's search_tools waits for it (it answers by keyword meanwhile).
+            await self.catalog.start_indexing()
         return self
 
     def definitions(self) -> list[ToolDefinition]:

@@ -162,7 +162,10 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
         categories.setdefault(item.definition.namespace or GENERAL_CATEGORY, []).append(item)
 
     async def search_tools(args: dict[str, Any], ctx: ToolContext) -> Any:
-        found = await catalog.search(args["query"], limit=args.get("max_results", 5))
+        # Never waits for the semantic index (a turn would stall, uncancellable by barge-in
+        # for the build's length): by keyword until ToolInjection.build's build is ready.
+        limit = args.get("max_results", 5)
+        found = await catalog.search(args["query"], limit=limit, wait=False)
         listed = [tool_summary(t) for t in found if by_name.has(t.definition.tool_id)]
         return {"query": args["query"], "tools": listed}
 
