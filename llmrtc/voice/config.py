@@ -34,8 +34,10 @@ class VoiceConfig:
     filler_text: str = "One moment, please."
     """Said while slow tools run; empty: never."""
     apology_text: str = "Sorry, I didn't catch that. Could you say it again?"
-    """Said when the STT or TTS fails during a turn (model failures use the handler's own
-    apology)."""
+    """Said when the STT fails on an utterance (the user's words were not understood)."""
+    error_text: str = "Sorry, something went wrong. Could you say that again?"
+    """Said when the TTS fails during a reply or the handler's turn raises (model failures the
+    handler recovers from use its own apology)."""
     output_sample_rate: int = 48000
     """Rate of `audio_out()` frames (mono)."""
 
@@ -48,15 +50,28 @@ class VoiceConfig:
             "filler_after",
         ):
             value = getattr(self, name)
+            # inf would silently mean "never" (no endpoint, no cut, no filler): refuse it.
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
-                or math.isnan(value)
+                or not math.isfinite(value)
                 or value < 0
             ):
                 raise ValueError(
-                    f"VoiceConfig.{name} must be a number of seconds >= 0, got {value!r}"
+                    f"VoiceConfig.{name} must be a finite number of seconds >= 0, got {value!r}"
                 )
+        if self.end_of_speech_silence <= 0:
+            # 0 would end an utterance at its first unvoiced window: every pause a turn.
+            raise ValueError(
+                "VoiceConfig.end_of_speech_silence must be > 0 seconds (0.3 to 1.0 is usual), "
+                f"got {self.end_of_speech_silence!r}"
+            )
+        for name in ("apology_text", "error_text", "filler_text"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"VoiceConfig.{name} must be a str, got {getattr(self, name)!r}")
+        threshold = self.vad_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ValueError(f"VoiceConfig.vad_threshold must be a number, got {threshold!r}")
         if not 0.0 < self.vad_threshold < 1.0:
             raise ValueError(
                 f"VoiceConfig.vad_threshold must be between 0 and 1, got {self.vad_threshold!r}"
