@@ -10,8 +10,10 @@ that lags by hundreds of events is broken anyway, and the loop must not grow wit
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import anyio
@@ -19,6 +21,10 @@ import anyio
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
+
+_LOG_EVERY = 10.0
+"""Seconds between two debug lines about one slow subscriber (publish runs in the 20 ms audio
+clock: it must never log per item)."""
 
 
 class Subscription(Generic[T]):
@@ -35,16 +41,20 @@ class Subscription(Generic[T]):
         self._closed = False
         self.dropped = 0
         """Items lost because this subscriber fell more than `maxlen` behind."""
+        self._logged_at = -_LOG_EVERY
 
     def _put(self, item: T) -> None:
         if len(self._buffer) >= self._maxlen:
             self._buffer.popleft()
             self.dropped += 1
-            if self.dropped == 1:
-                logger.warning(
-                    "a slow %s subscriber fell %d items behind: dropping its oldest",
+            now = time.monotonic()
+            if now - self._logged_at >= _LOG_EVERY:  # rate-limited, debug: see _LOG_EVERY
+                self._logged_at = now
+                logger.debug(
+                    "a slow %s subscriber fell %d items behind: dropped %d oldest so far",
                     self._what,
                     self._maxlen,
+                    self.dropped,
                 )
         self._buffer.append(item)
         self._wake()
@@ -93,6 +103,14 @@ class Broadcast(Generic[T]):
         """Give `item` to every subscriber; never waits."""
         for subscription in list(self._subscribers):
             subscription._put(item)
+
+    def replace(self, change: Callable[[T], T]) -> None:
+        """Swap every item still buffered for `change(item)` (e.g. speech frames not yet taken
+        become silence after a barge-in); never waits."""
+        for subscription in list(self._subscribers):
+            buffer = subscription._buffer
+            for i, item in enumerate(buffer):
+                buffer[i] = change(item)
 
     def close(self) -> None:
         """End every subscription (after what they buffered)."""

@@ -181,6 +181,9 @@ class Playout:
         """Frames produced since the clock started."""
         self.last_frame_speech = False
         """Whether the most recent frame held speech."""
+        # The speech frames a subscriber may still hold (its buffer is _FRAME_BUFFER long):
+        # `clear()` turns them into silence so a bursty consumer hears nothing after a barge-in.
+        self._recent_speech: deque[AudioFrame] = deque(maxlen=_FRAME_BUFFER)
 
     @property
     def idle(self) -> bool:
@@ -204,6 +207,11 @@ class Playout:
         self._queue.clear()
         for reply in replies.values():
             reply._clear()
+        if self._recent_speech:
+            speech = {id(frame) for frame in self._recent_speech}
+            self._recent_speech.clear()
+            silence = AudioFrame(self._silence, self.sample_rate)
+            self._frames.replace(lambda frame: silence if id(frame) in speech else frame)
 
     def drop(self, segments: list[Segment]) -> None:
         """Take `segments` out of the queue unplayed (or cut where they are playing)."""
@@ -229,7 +237,10 @@ class Playout:
                 logger.debug("playout clock %.0f ms late: re-anchored", (now - deadline) * 1000)
                 start, index, deadline = now, 0, now
             await anyio.sleep_until(deadline)
-            self._frames.publish(AudioFrame(self._next_frame(), self.sample_rate))
+            frame = AudioFrame(self._next_frame(), self.sample_rate)
+            if self.last_frame_speech:
+                self._recent_speech.append(frame)
+            self._frames.publish(frame)
             self.frames_out += 1
             index += 1
 
