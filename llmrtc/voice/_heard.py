@@ -16,6 +16,7 @@ from collections.abc import Collection
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.llm.messages import AssistantMessage
 from llmrtc.voice.playout import Segment
+from llmrtc.voice.speakable import speakable
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class WordLedger:
         self._deltas: list[str] = []
         self._cursor = 0  # words of the turn's text accounted for by chunks or skips
         self._spans: list[tuple[Segment, int, int]] = []  # segment, first word, raw words
+        self.unspoken: set[int] = set()
+        """Words of unfinished lead-ins dropped at a tool call: never spoken, so never heard."""
 
     def add_delta(self, text: str) -> None:
         """A `TextDelta` of the turn."""
@@ -45,10 +48,18 @@ class WordLedger:
         self._spans.append((segment, self._cursor, words))
         self._cursor += words
 
-    def skip_rest(self) -> None:
-        """Everything received so far is accounted for (a dropped lead-in is never spoken;
-        after a flush this also realigns the count if a chunk's raw text was not exact)."""
-        self._cursor = self.total_words
+    def skip_rest(self, dropped: str = "") -> None:
+        """Everything received so far is accounted for: `dropped` is the raw text left
+        unspoken at a tool call (its words are `unspoken` if any of it was speakable); after
+        a flush this also realigns the count if a chunk's raw text was not exact."""
+        total = self.total_words
+        if speakable(dropped):
+            self.unspoken.update(range(max(self._cursor, total - count_words(dropped)), total))
+        self._cursor = total
+
+    def all_but_unspoken(self) -> set[int]:
+        """Indices of the turn's words the user heard when nothing cut the reply."""
+        return set(range(self.total_words)) - self.unspoken
 
     @property
     def total_words(self) -> int:
@@ -76,6 +87,8 @@ def cut_to_heard(
     before: Collection[int],
     heard: set[int],
     total_words: int,
+    *,
+    interrupted: bool = True,
 ) -> None:
     """Leave only the heard words in the assistant messages the turn added.
 
@@ -84,11 +97,14 @@ def cut_to_heard(
         before: `id()`s of the messages that were in it before the turn began.
         heard: Indices of the turn's words that were heard.
         total_words: Words in the turn's whole text.
+        interrupted: A barge-in cut the reply (else only unspoken lead-ins are taken out).
 
     Each message keeps its heard words as a prefix of its own text (tool calls and every tool
-    message stay); the last one left with text is marked `interrupted`; one left with neither
-    text nor tool calls goes. If a stage change cleared earlier messages of the turn, the ones
-    left are taken to be the turn's last words.
+    message stay). After a barge-in the last one left with text is marked `interrupted`; if
+    none is, an answer cut before its first word stays as an empty interrupted message (the
+    model must know it was cut off, not that it was never asked). Other messages left with
+    neither text nor tool calls go. If a stage change cleared earlier messages of the turn,
+    the ones left are taken to be the turn's last words.
     """
     mine = [m for m in history.messages if id(m) not in before and isinstance(m, AssistantMessage)]
     offset = total_words - sum(count_words(m.content) for m in mine)
@@ -111,10 +127,13 @@ def cut_to_heard(
         (i for i, (_, new) in enumerate(replacements) if new is not None and new.content.strip()),
         default=None,
     )
-    if last_text is not None:
+    if interrupted and last_text is not None:
         old, new = replacements[last_text]
         assert new is not None
         replacements[last_text] = (old, new.model_copy(update={"interrupted": True}))
+    elif interrupted and replacements and replacements[-1][1] is None:
+        old = replacements[-1][0]
+        replacements[-1] = (old, old.model_copy(update={"content": "", "interrupted": True}))
     for old, replacement in replacements:
         if replacement != old:
             history.replace(old, replacement)

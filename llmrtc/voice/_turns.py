@@ -6,9 +6,10 @@ result is in the history before the next model request. Each turn runs as a task
 task group, speaking through a `Reply`; after a barge-in its history is cut to what was heard.
 
 Proactive turns: `handler.next_deadline()` is due while the user is silent and no turn runs
-or plays. The handler's timer starts when its turn ends, while the reply may play on for
-seconds; the deadline is moved by that tail, so the silence is counted from when the agent
-stopped speaking.
+or plays. The handler's timer starts when its turn ends (`TurnCompleted`), while the reply may
+play on for seconds, and user speech that made no turn (no words, or an STT failure and its
+apology) does not restart it. So the timeout the handler set (deadline minus that start) is
+counted again from when the line last went quiet: the agent stopped speaking or the user did.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from llmrtc.agent.handler import TurnHandler
 from llmrtc.telemetry.hooks import STTEndEvent
 from llmrtc.voice._heard import cut_to_heard
 from llmrtc.voice.events import SpeechError, Transcript
-from llmrtc.voice.reply import Reply, Voice
+from llmrtc.voice.reply import Reply, Voice, engine_name
 from llmrtc.voice.stt import STT
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,13 @@ class _Deadline:
 def new_turn_id() -> str:
     """A fresh turn id, shaped like the runner's own."""
     return f"turn_{uuid.uuid4().hex[:12]}"
+
+
+def _single(error: Exception) -> Exception:
+    """The one exception inside (nested) single-exception groups: what a task group re-raised."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _takes_turn_id(method: Callable[..., Any]) -> bool:
@@ -98,9 +106,10 @@ class TurnWorker:
         self._group: anyio.abc.TaskGroup | None = None
         self._idle: anyio.Event | None = None
         self._fired_deadline: float | None = None
-        # Seconds the last turn's speech went on after its TurnCompleted: the handler's timer
-        # starts when its turn ends, but the user's silence starts when the agent stops talking.
-        self._tail = 0.0
+        # When the handler's timer last started (its turn's TurnCompleted) and when the line
+        # last went quiet (the agent's speech or the user's utterance ended): see the docstring.
+        self._timer_start: float | None = None
+        self._quiet_since: float | None = None
         self._accepting = True
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
@@ -123,6 +132,7 @@ class TurnWorker:
         while True:
             item = await self._next_item()
             if isinstance(item, Utterance):
+                self._quiet_since = max(self._quiet_since or 0.0, item.ended_at)
                 text = await self._transcribe(item)
                 await self._idle.wait()
                 if text is None:
@@ -157,7 +167,9 @@ class TurnWorker:
                 # A deadline a timeout turn did not move is not run again.
                 if deadline is not None and deadline != self._fired_deadline:
                     now = time.monotonic()
-                    due = deadline + self._tail
+                    due = deadline
+                    if self._timer_start is not None and self._quiet_since is not None:
+                        due = max(due, self._quiet_since + deadline - self._timer_start)
                     if now >= due:
                         self._fired_deadline = deadline
                         return _Deadline(now)
@@ -176,8 +188,17 @@ class TurnWorker:
 
             pcm = resample(pcm, self._input_rate, stt.sample_rate)
         started = time.perf_counter()
+        model = engine_name(stt)
         try:
             text = (await stt.transcribe(pcm)).strip()
+            ended = STTEndEvent(
+                session_id=voice.session_id,
+                turn_id=item.turn_id,
+                text=text,
+                duration_s=time.perf_counter() - started,
+                audio_duration_s=len(pcm) / 2 / stt.sample_rate,
+                model=model,
+            )
         except Exception as exc:  # STTError or any engine failure: apologise, go on
             logger.warning("turn %s: STT failed, the agent apologises: %s", item.turn_id, exc)
             voice.publish(SpeechError("stt", str(exc), type(exc).__name__))
@@ -188,24 +209,14 @@ class TurnWorker:
                     turn_id=item.turn_id,
                     duration_s=time.perf_counter() - started,
                     audio_duration_s=len(pcm) / 2 / stt.sample_rate,
-                    model=stt.name,
+                    model=model,
                     error_type=type(exc).__name__,
                 ),
             )
             await voice.report_error(exc, "stt", item.turn_id)
             return None
         voice.publish(Transcript(text, True))
-        await self._report(
-            "on_stt_end",
-            STTEndEvent(
-                session_id=voice.session_id,
-                turn_id=item.turn_id,
-                text=text,
-                duration_s=time.perf_counter() - started,
-                audio_duration_s=len(pcm) / 2 / stt.sample_rate,
-                model=stt.name,
-            ),
-        )
+        await self._report("on_stt_end", ended)
         return text
 
     def _start(
@@ -230,28 +241,36 @@ class TurnWorker:
     ) -> None:
         history = self._handler.history
         before = {id(m) for m in history.messages}
-        apology_text = self._voice.config.apology_text
-        handler_done: float | None = None
+        config = self._voice.config
         try:
             if apology:
-                await reply.say(apology_text)
+                await reply.say(config.apology_text)
             else:
                 try:
                     await reply.speak_turn(self._events(reply, user_text, timeout))
-                    handler_done = time.monotonic()
                 except Exception as exc:  # a handler bug: its history is valid; apologise
+                    error = _single(exc)
                     logger.exception("turn %s failed; the agent apologises", reply.turn_id)
-                    await self._voice.report_error(exc, "voice.turn", reply.turn_id)
-                    if not reply.interrupted:
-                        await reply.say(apology_text, filler=True)
+                    self._voice.publish(SpeechError("turn", str(error), type(error).__name__))
+                    await self._voice.report_error(error, "voice.turn", reply.turn_id)
+                    if not reply.barged:
+                        await reply.say(config.error_text, filler=True)
             await reply.finish()
-            if handler_done is not None:
-                self._tail = time.monotonic() - handler_done
-            if reply.interrupted:
+            self._quiet_since = time.monotonic()  # the agent stopped speaking
+            if reply.completed_at is not None:
+                self._timer_start = reply.completed_at
+            ledger = reply.ledger
+            if reply.interrupted or ledger.unspoken:
                 playout = self._voice.playout
-                heard = reply.ledger.heard(playout.seconds_per_char, playout.sample_rate)
+                heard = (
+                    ledger.heard(playout.seconds_per_char, playout.sample_rate)
+                    if reply.interrupted
+                    else ledger.all_but_unspoken()
+                )
                 try:
-                    cut_to_heard(history, before, heard, reply.ledger.total_words)
+                    cut_to_heard(
+                        history, before, heard, ledger.total_words, interrupted=reply.interrupted
+                    )
                 except Exception as exc:  # never end the session over it: the history is valid
                     logger.exception("turn %s: the history keeps the whole answer", reply.turn_id)
                     await self._voice.report_error(exc, "voice.history", reply.turn_id)

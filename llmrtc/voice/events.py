@@ -72,9 +72,10 @@ class BargeIn:
 
 @dataclass(frozen=True, slots=True)
 class SpeechError:
-    """STT or TTS failed; the turn ended with a short spoken apology (where TTS still works)."""
+    """STT or TTS failed, or the handler's turn raised (`source="turn"`); the turn ended with a
+    short spoken apology (where TTS still works) and the loop serves the next turn."""
 
-    source: Literal["stt", "tts"]
+    source: Literal["stt", "tts", "turn"]
     message: str
     """For developers and logs; never spoken."""
     error_type: str

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
@@ -50,6 +51,10 @@ __all__ = ["VoiceLoop"]
 
 logger = logging.getLogger(__name__)
 
+_CHECKPOINT_WINDOWS = 8
+"""`push_audio` lets other tasks run after this many VAD windows (a 30 s frame is ~940 Silero
+windows: run inline in one go it would hold the event loop, and every other session's audio
+clock, for hundreds of ms)."""
 EVENT_BUFFER = 1000
 """Events each `events()` subscriber may lag before its oldest are dropped."""
 _CLOSE_TIMEOUT = 30.0
@@ -93,6 +98,9 @@ class VoiceLoop:
                 handler's hooks too to see everything in one place).
             session_id: Carried by hook events; by default the handler's `session_id`.
         """
+        _check_engine("stt", stt, ("sample_rate", "transcribe"))
+        _check_engine("tts", tts, ("sample_rate", "synthesize"))
+        _check_engine("vad", vad, ("sample_rate", "window_samples", "stream"))
         self._handler = handler
         self._stt = stt
         self._vad = vad
@@ -156,7 +164,9 @@ class VoiceLoop:
             raise TypeError(f"push_audio takes an AudioFrame, got {type(frame).__name__}")
         self._check_running("push_audio")
         resampler, chunker, stream = self._input
-        for window in chunker.push(resampler.convert(frame)):
+        for count, window in enumerate(chunker.push(resampler.convert(frame)), 1):
+            if count % _CHECKPOINT_WINDOWS == 0:
+                await anyio.lowlevel.checkpoint()
             decided = self._endpointer.push(window, stream.speech_probability(window))
             if isinstance(decided, UtteranceStarted):
                 await self._user_started(decided)
@@ -261,12 +271,12 @@ class VoiceLoop:
 
     def _busy(self) -> bool:
         reply = self._turns.reply
-        return (reply is not None and not reply.interrupted) or not self._playout.idle
+        return (reply is not None and not reply.barged) or not self._playout.idle
 
     async def _barge_in(self, reason: str) -> None:
         self._playout.clear()  # first: the next frame out is silence
         reply = self._turns.reply
-        if reply is None or reply.interrupted:
+        if reply is None or reply.barged:
             return
         heard = reply.barge_in(reason)
         self._events.publish(BargeIn(heard))
@@ -280,3 +290,23 @@ class VoiceLoop:
 
     async def _report(self, name: str, event: object) -> None:
         await emit(self._hooks[name], name, event)
+
+
+def _check_engine(role: str, engine: object, members: tuple[str, ...]) -> None:
+    """Refuse an engine missing a member the loop needs, now rather than mid-session."""
+    missing = [name for name in members if not hasattr(engine, name)]
+    if missing:
+        raise TypeError(
+            f"VoiceLoop {role}={type(engine).__name__} lacks {', '.join(missing)}: a {role} "
+            f"engine needs {', '.join(members)} (see llmrtc.voice.{role}.{role.upper()})"
+        )
+    for name in members:
+        if name.endswith("rate") or name.endswith("samples"):
+            value = getattr(engine, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise TypeError(
+                    f"VoiceLoop {role}={type(engine).__name__}.{name} must be a positive int, "
+                    f"got {value!r}"
+                )
+        elif not callable(getattr(engine, name)):
+            raise TypeError(f"VoiceLoop {role}={type(engine).__name__}.{name} must be callable")

@@ -46,6 +46,13 @@ _FILLER_POLL = 0.05
 """How often a running tool batch is checked against `filler_after` (seconds)."""
 
 
+def engine_name(engine: object) -> str:
+    """An engine's `name` for hooks and spans; its class name when it has none (`name` is
+    only a label: a custom engine without one still works)."""
+    name = getattr(engine, "name", None)
+    return name if isinstance(name, str) and name else type(engine).__name__
+
+
 @dataclass(eq=False)
 class Voice:
     """What every reply of one loop shares."""
@@ -96,6 +103,12 @@ class Reply:
         self.ledger = WordLedger()
         self.interrupted = False
         """A barge-in (or a TTS failure) cut the reply: the history keeps only what was heard."""
+        self.barged = False
+        """A barge-in (or `interrupt()`) cut the speech. Unlike `interrupted`, not set by a TTS
+        failure: speech over its apology is still a barge-in."""
+        self.completed_at: float | None = None
+        """`time.monotonic()` when the handler's `TurnCompleted` passed (its timers start
+        then, while synthesis and playout may go on)."""
         self.ended = False
         """`AgentSpeechEnded` was published."""
         self._queue: deque[Segment] = deque()
@@ -126,8 +139,11 @@ class Reply:
                             self.ledger.add_delta(event.text)
                             self._queue_chunks(segmenter.push(event.text))
                         elif isinstance(event, ToolCallStarted):
-                            segmenter.drop_unfinished()  # a lead-in cut off by the call
-                            self.ledger.skip_rest()
+                            # The text before the call is final: its whole sentences are
+                            # spoken, an unfinished lead-in ("You can use the") is dropped.
+                            chunks, dropped = segmenter.end_of_text()
+                            self._queue_chunks(chunks)
+                            self.ledger.skip_rest(dropped)
                             if not self._open_calls:
                                 self._batch_since = time.monotonic()
                             self._open_calls += 1
@@ -137,6 +153,7 @@ class Reply:
                                 self._batch_since = None
                         elif isinstance(event, TurnCompleted):
                             completed = event
+                            self.completed_at = time.monotonic()
                             self._queue_chunks(segmenter.flush())
                             self.ledger.skip_rest()
             finally:
@@ -172,6 +189,7 @@ class Reply:
         """Stop the model, the tools (by their policy) and synthesis; returns what was heard.
         The caller cleared the playout first (so the next frame is silence)."""
         self.interrupted = True
+        self.barged = True
         self._speaking = False
         self.controller.abort(reason)
         self._speech.abort(reason)
@@ -263,7 +281,7 @@ class Reply:
                 session_id=self.voice.session_id,
                 turn_id=self.turn_id,
                 text=text,
-                voice=self.voice.tts.name,
+                voice=engine_name(self.voice.tts),
                 time_to_first_audio_s=time.monotonic() - self.started_at if first else None,
             ),
         )
@@ -279,9 +297,10 @@ class Reply:
         self._queue.clear()
         self.voice.publish(SpeechError("tts", str(error), type(error).__name__))
         await self.voice.report_error(error, "tts", self.turn_id)
-        if segment.text == self.voice.config.apology_text:
+        config = self.voice.config
+        if segment.text in (config.error_text, config.apology_text):
             return  # the apology itself failed: nothing more to try
-        apology = self.spoken.add_segment(self.voice.config.apology_text, filler=True)
+        apology = self.spoken.add_segment(config.error_text, filler=True)
         self._queue.append(apology)
 
     async def _filler(self, scope: anyio.CancelScope) -> None:

@@ -55,6 +55,7 @@ _CONTEXT_ABBREVIATIONS = frozenset(
     "aug sep sept oct nov dec".split()
 )
 _TOKEN_BEFORE = re.compile(r"[\w.]*$")
+_SENTENCE_END = re.compile(f"[{re.escape(_ENDS)}]+[{re.escape(_CLOSERS)}]*(?=\\s|$)")
 _BLOCK_LINE = re.compile(r"\s*(?:#{1,6}\s|[-*+•]\s|\d{1,3}[.)]\s|\||>|```|~~~)")
 _BLOCK_PREFIX = re.compile(r"(?:#{1,6}|[-*+•]|\d{1,3}[.)]?|`{1,2}|~{1,2})")
 # Tags whose content is a tool call in the text (the formats small local models write).
@@ -146,12 +147,23 @@ class SentenceSegmenter:
         text = speakable(raw)
         return [SpeechChunk(text, raw)] if text else []
 
-    def drop_unfinished(self) -> str:
-        """Drop the unfinished text (the lead-in cut short by a tool call, e.g. "...you can
-        use the") and start afresh; returns the raw text dropped (never spoken)."""
+    def end_of_text(self) -> tuple[list[SpeechChunk], str]:
+        """The text so far is final (a tool call follows it): return the chunks up to its last
+        sentence end, and the raw rest dropped (an unfinished lead-in, "...you can use the",
+        or an open code block: never spoken). Starts afresh."""
+        chunks: list[SpeechChunk] = []
+        if self._mode == "text":
+            # Text before `_pos` was decided as no cut ("3.5", "Dr."); a "." waiting for the
+            # next character is at `_pos`, and with no more text it ends its sentence.
+            cut = max(
+                (m.end() for m in _SENTENCE_END.finditer(self._pending, self._pos)), default=0
+            )
+            if cut:
+                chunk = self._cut(cut)
+                chunks = [chunk] if chunk is not None else []
         dropped = self._carry + self._pending
         self._reset()
-        return dropped
+        return chunks, dropped
 
     # -- scanning -------------------------------------------------------------------------
     # `_step` looks at `_pending[_pos]` and either advances `_pos` (returns 0), returns a cut

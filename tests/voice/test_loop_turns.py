@@ -100,10 +100,12 @@ async def test_barge_in_cancels_a_cancel_tool_and_lets_a_finish_tool_finish() ->
     assert ToolMessage("c2", '"refunded 5"') in second
     assert any(isinstance(m, ToolMessage) and m.call_id == "c1" for m in second)
     assert second[-1] == UserMessage("Never mind")
-    # the lead-in was never spoken (dropped at the call): the history keeps the calls, no text
-    assert tts.spoken[-1] == "Sure, what else?" and "Let me do both." not in tts.spoken
+    # the lead-in, a whole sentence, was spoken before the calls; the history keeps the calls
+    # and what was heard of it (the barge-in may come before its end)
+    assert tts.spoken == ["Let me do both.", "Sure, what else?"]
     lead = next(m for m in second if isinstance(m, AssistantMessage) and m.tool_calls)
-    assert lead.content == "" and [c.call_id for c in lead.tool_calls] == ["c1", "c2"]
+    assert "Let me do both.".startswith(lead.content)
+    assert [c.call_id for c in lead.tool_calls] == ["c1", "c2"]
 
 
 async def test_a_slow_batch_gets_the_filler_once_and_it_is_not_in_the_answer() -> None:
@@ -229,7 +231,7 @@ async def test_a_tts_failure_apologises_keeps_a_valid_history_and_the_next_turn_
     tts = FakeTTS()
     llm = ScriptedLLM(["First sentence here. Second one.", "Fine again."])
     runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
-    config = VoiceConfig(apology_text="Sorry, something went wrong.")
+    config = VoiceConfig(error_text="Sorry, something went wrong.", apology_text="Pardon?")
     loop = VoiceLoop(runner, stt=FakeSTT(), tts=tts, vad=FakeVAD(), config=config)
     seen: list[Any] = []
     async with loop:
@@ -245,9 +247,10 @@ async def test_a_tts_failure_apologises_keeps_a_valid_history_and_the_next_turn_
     assert first_end == AgentSpeechEnded(True, "")  # the apology played, nothing of the answer
     assert tts.spoken == ["First sentence here.", "Sorry, something went wrong.", "Fine again."]
     check_chat_messages(llm.requests[1].messages)
-    # nothing of the first answer was heard: it is not in the history
+    # nothing of the first answer was heard: it stays as an empty, interrupted answer
     assert loop.history.messages == (
         UserMessage("Talk."),
+        AssistantMessage("", (), True),
         UserMessage("Again."),
         AssistantMessage("Fine again."),
     )
@@ -344,12 +347,14 @@ async def test_a_barge_in_after_a_tool_round_keeps_only_heard_words_in_each_mess
         await say(loop, tts, "Thanks")
         await until(events, lambda e: isinstance(e, AgentSpeechEnded) and not e.interrupted, seen)
     heard = next(e for e in seen if isinstance(e, BargeIn)).heard_text
+    assert heard.startswith("Let me look. ")  # the lead-in sentence was spoken in full
+    heard = heard.removeprefix("Let me look. ")
     assert heard and answer.startswith(heard) and heard != answer
     messages = llm.requests[2].messages
     check_chat_messages(messages)
     assert messages[1:] == [
         UserMessage("Where is A?"),
-        AssistantMessage("", (ToolCall("c1", "track", {"order": "A"}),)),  # lead-in unheard
+        AssistantMessage("Let me look.", (ToolCall("c1", "track", {"order": "A"}),)),
         ToolMessage("c1", '"shipped"'),
         AssistantMessage(heard, (), True),
         UserMessage("Thanks"),

@@ -222,11 +222,11 @@ def test_a_long_first_clause_is_cut_at_a_comma() -> None:
         SentenceSegmenter(first_clause_chars=-1)
 
 
-def test_drop_unfinished_drops_the_lead_in_and_starts_afresh() -> None:
+def test_end_of_text_drops_the_unfinished_lead_in_and_starts_afresh() -> None:
     segmenter = SentenceSegmenter()
     assert [c.text for c in segmenter.push("Sure. For that you can use the")] == ["Sure."]
-    assert segmenter.drop_unfinished() == " For that you can use the"
-    assert segmenter.drop_unfinished() == ""
+    assert segmenter.end_of_text() == ([], " For that you can use the")
+    assert segmenter.end_of_text() == ([], "")
     chunks = segmenter.push(
         "It is sunny in Tokyo today, with a light breeze from the east, and warm. "
     )
@@ -237,10 +237,23 @@ def test_drop_unfinished_drops_the_lead_in_and_starts_afresh() -> None:
     assert segmenter.flush() == []
 
 
-def test_drop_unfinished_also_drops_an_open_code_block() -> None:
+def test_end_of_text_speaks_a_held_back_sentence_end() -> None:
+    # A final "." waits for the next character; before a tool call there is none.
+    segmenter = SentenceSegmenter()
+    assert segmenter.push("Let me check. It costs 3.5 dollars.") == [
+        SpeechChunk("Let me check.", "Let me check.")
+    ]
+    chunks, dropped = segmenter.end_of_text()
+    assert [c.text for c in chunks] == ["It costs 3.5 dollars."] and dropped == ""
+    segmenter.push("Ask Dr. Smith")  # no sentence end: all of it is the unfinished rest
+    assert segmenter.end_of_text() == ([], "Ask Dr. Smith")
+
+
+def test_end_of_text_also_drops_an_open_code_block() -> None:
     segmenter = SentenceSegmenter()
     segmenter.push("Look:\n```\nprint(1)")
-    assert segmenter.drop_unfinished().endswith("print(1)")
+    chunks, dropped = segmenter.end_of_text()
+    assert chunks == [] and dropped.endswith("print(1)")
     assert [c.text for c in segmenter.push("Fine. ")] == ["Fine."]
 
 
