@@ -8,7 +8,9 @@ whether or not anyone consumes them, so heard text and speech events stay right 
 What was heard is estimated per segment (a sentence's audio): its duration is spread over its
 words in proportion to their characters, and a word counts as heard once its estimated end has
 been played. While a segment's synthesis is still running its total duration is not known yet;
-it is estimated from the seconds per character of the segments finished so far.
+it is taken to be at least `_SLOW_SECONDS_PER_CHAR` per character (or the slower rate of the
+segments finished so far): erring long under-claims a word or two, erring short would claim
+words the user never heard.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _MAX_LAG = 0.1
 _FRAME_BUFFER = 10
 """Frames each `frames()` subscriber may lag (200 ms) before its oldest are dropped."""
 _WORD = re.compile(r"\S+")
+_SLOW_SECONDS_PER_CHAR = 0.1
+"""A slow speaking rate (TTS voices speak ~0.06-0.08 s per character): the least an unfinished
+segment is assumed to last, so its heard words are not over-claimed."""
 
 
 class Segment:
@@ -86,7 +91,8 @@ class Segment:
             return len(spans)
         total = self.samples
         if not self.done:
-            total = max(total, round(len(self.text) * seconds_per_char * rate))
+            slowest = max(seconds_per_char, _SLOW_SECONDS_PER_CHAR)
+            total = max(total, round(len(self.text) * slowest * rate))
         played, length = self.played, len(self.text)
         if not played or not length:
             return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -425,3 +426,30 @@ async def test_a_30_s_frame_does_not_stall_another_loops_audio_clock() -> None:
             group.cancel_scope.cancel()
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert max(gaps) < 0.25, f"the other loop's audio stalled {max(gaps) * 1000:.0f} ms"
+
+
+# 5: heard text of a sentence still being synthesised ----------------------------------------
+
+
+@pytest.mark.parametrize("seconds_per_char", [0.05, 0.09])
+async def test_heard_text_never_claims_words_that_were_not_played(seconds_per_char: float) -> None:
+    text = "Alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima."
+    # synthesis a little behind real time: the sentence is still being synthesised when cut
+    tts = FakeTTS(seconds_per_char=seconds_per_char, delay=0.12)
+    config = VoiceConfig(output_sample_rate=24000)
+    loop, _llm, _, runner = make([text, "Ok."], tts=tts, config=config)
+    async with loop:
+        events = loop.events()
+        await loop.send_text("spell")
+        await until(events, lambda e: isinstance(e, AgentSpeechStarted))
+        await anyio.sleep(1.0)
+        segment = loop._playout._queue[0]
+        assert not segment.done
+        played = segment.played / 24000
+        await loop.interrupt()
+        seen = await until(events, lambda e: isinstance(e, AgentSpeechEnded))
+    chars = played / seconds_per_char
+    truly = [m.group() for m in re.finditer(r"\S+", text) if m.end() <= chars]
+    heard = seen[-1].heard_text.split()
+    assert heard == truly[: len(heard)], (played, heard, truly)  # a prefix: never more
+    assert runner.history.messages[1].content.split() == heard

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 
@@ -84,3 +86,18 @@ async def test_a_cut_segment_counts_the_words_whose_end_was_played() -> None:
     assert reply.heard_text() == "aaaa"
     later = reply.add_segment("more")
     assert later.cleared  # nothing is queued after a barge-in
+
+
+def test_a_slow_subscriber_is_noted_at_debug_level_at_most_once_in_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # publish runs inside the 20 ms audio clock: it must not log per dropped frame
+    from llmrtc.voice._broadcast import Broadcast
+
+    broadcast: Broadcast[int] = Broadcast(10, "audio_out()")
+    lagging = broadcast.subscribe()
+    with caplog.at_level(logging.DEBUG, logger="llmrtc.voice._broadcast"):
+        for item in range(500):
+            broadcast.publish(item)
+    assert lagging.dropped == 490
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
