@@ -11,12 +11,13 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
 from llmrtc.cli.errors import describe_tools_file_error
 
 if TYPE_CHECKING:
+    from llmrtc.catalog.toolkits import Toolkit
     from llmrtc.playbook import Playbook, PlaybookError
     from llmrtc.tools import ToolRegistry
 
@@ -100,7 +101,10 @@ def _error(message: str) -> int:
     return 1
 
 
-def _load_tools(load: Callable[[Any], ToolRegistry], source: Any) -> ToolRegistry:
+_Loaded = TypeVar("_Loaded")
+
+
+def _load_tools(load: Callable[[Any], _Loaded], source: Any) -> _Loaded:
     """Call a tools loader; anything the tools file raises becomes `_ToolsFileError`."""
     from llmrtc.tools.loader import IMPORT_NOTE
 
@@ -151,24 +155,23 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from llmrtc.playbook import (
-        PlaybookError,
-        load_playbook_tools,
-        to_mermaid,
-        validate_playbook,
-    )
-    from llmrtc.playbook.loading import load_playbook
+    from llmrtc.playbook import PlaybookError, to_mermaid, validate_playbook
+    from llmrtc.playbook.loading import load_playbook, load_playbook_toolkit_tools
 
+    registry = None
+    toolkits: list[Toolkit] = []
     try:
         playbook: Playbook = load_playbook(args.playbook)
-        registry = _load_tools(load_playbook_tools, playbook) if playbook.tools_file else None
+        if playbook.tools_file:
+            # Its Toolkits too: stages may name them by key.
+            registry, toolkits = _load_tools(load_playbook_toolkit_tools, playbook)
     except PlaybookError as exc:
         return _playbook_error(exc, args.playbook)
     except (FileNotFoundError, ValueError) as exc:
         return _error(str(exc))
     except _ToolsFileError as exc:
         return _error(f"cannot load the playbook's tools file:\n{exc}")
-    findings = validate_playbook(playbook, registry)
+    findings = validate_playbook(playbook, registry, toolkits=toolkits)
     for finding in findings:
         print(finding)
     errors = sum(f.severity == "error" for f in findings)
@@ -197,21 +200,27 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 def _load_bot(
     playbook_path: str | None, tools_path: str | None
-) -> tuple[Playbook | None, ToolRegistry | None] | int:
-    """The playbook and tools a command answers with (a tools file given explicitly wins over
-    the playbook's own), or the exit status after printing why they cannot be loaded."""
-    from llmrtc.playbook import PlaybookError, load_playbook, load_playbook_tools
-    from llmrtc.tools.loader import load_tools_file
+) -> tuple[Playbook | None, ToolRegistry | None, list[Toolkit]] | int:
+    """The playbook, tools and toolkits a command answers with (a tools file given explicitly
+    wins over the playbook's own), or the exit status after printing why they cannot be
+    loaded. Toolkits are the `Toolkit`s the tools file defines at module level."""
+    from llmrtc.catalog.toolkits import Toolkit
+    from llmrtc.playbook import PlaybookError, load_playbook
+    from llmrtc.playbook.loading import load_playbook_toolkit_tools
+    from llmrtc.tools.loader import load_tools_module
 
     playbook = None
     registry = None
+    toolkits: list[Toolkit] = []
     try:
-        if playbook_path is not None:
-            playbook = load_playbook(playbook_path)
-            if playbook.tools_file and tools_path is None:
-                registry = _load_tools(load_playbook_tools, playbook)
         if tools_path is not None:
-            registry = _load_tools(load_tools_file, tools_path)
+            loaded = _load_tools(load_tools_module, tools_path)
+            registry = loaded.registry
+            toolkits = [item for item in loaded.objects if isinstance(item, Toolkit)]
+        if playbook_path is not None:
+            playbook = load_playbook(playbook_path, registry=registry, toolkits=toolkits)
+            if playbook.tools_file and tools_path is None:
+                registry, toolkits = _load_tools(load_playbook_toolkit_tools, playbook)
     except PlaybookError as exc:
         assert playbook_path is not None  # only loading a playbook raises it
         return _playbook_error(exc, playbook_path)
@@ -219,7 +228,7 @@ def _load_bot(
         return _error(str(exc))
     except _ToolsFileError as exc:
         return _error(f"cannot load the tools file:\n{exc}")
-    return playbook, registry
+    return playbook, registry, toolkits
 
 
 def _chat_session(args: argparse.Namespace) -> int:
@@ -231,9 +240,9 @@ def _chat_session(args: argparse.Namespace) -> int:
     bot = _load_bot(args.playbook, args.tools)
     if isinstance(bot, int):
         return bot
-    playbook, registry = bot
+    playbook, registry, toolkits = bot
     try:
-        return anyio.run(run_chat, args, registry, playbook)
+        return anyio.run(run_chat, args, registry, playbook, toolkits)
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
         print()
         return 130
@@ -262,7 +271,7 @@ def _voice_turn(args: argparse.Namespace) -> int:
     loaded = _load_bot(None if is_tools else bot, bot if is_tools else None)
     if isinstance(loaded, int):
         return loaded
-    playbook, registry = loaded
+    playbook, registry, _toolkits = loaded  # run_voice (cli/voice.py) takes no toolkits yet
     audio = None
     if args.input is not None:
         try:

@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -29,6 +29,7 @@ from llmrtc.cli.terminal import ModelProgress, Screen, read_lines
 from llmrtc.llm import LLMError, OpenAIProvider
 
 if TYPE_CHECKING:
+    from llmrtc.catalog.toolkits import Toolkit
     from llmrtc.playbook import Playbook
     from llmrtc.tools import ToolRegistry
 
@@ -46,10 +47,12 @@ class _Chat:
         args: argparse.Namespace,
         registry: ToolRegistry | None,
         playbook: Playbook | None,
+        toolkits: Sequence[Toolkit] = (),
     ) -> None:
         self.args = args
         self.registry = registry
         self.playbook = playbook
+        self.toolkits = tuple(toolkits)
         self.screen = Screen()
         self.interactive = sys.stdin.isatty()
         self.turn: AbortController | None = None
@@ -125,10 +128,18 @@ class _Chat:
                     return
 
     def _runner(self, llm: OpenAIProvider) -> TurnHandler:
-        from llmrtc import PlaybookOrchestrator
+        from llmrtc import PlaybookOrchestrator, ToolRegistry
         from llmrtc.cli.bot import build_handler
 
-        handler = build_handler(llm, self.registry, self.playbook, system_prompt=self.args.system)
+        handler: TurnHandler
+        if self.playbook is not None and self.toolkits:
+            # Stages may name the tools file's toolkits (build_handler takes none yet).
+            tools = self.registry if self.registry is not None else ToolRegistry()
+            handler = PlaybookOrchestrator(self.playbook, llm, tools, toolkits=self.toolkits)
+        else:
+            handler = build_handler(
+                llm, self.registry, self.playbook, system_prompt=self.args.system
+            )
         if self.playbook is not None and isinstance(handler, PlaybookOrchestrator):
             self.screen.line(
                 f"[playbook {self.playbook.id}: stage {handler.engine.current_stage.id}]"
@@ -241,10 +252,14 @@ async def _unreachable(llm: OpenAIProvider) -> str | None:
 
 
 async def run_chat(
-    args: argparse.Namespace, registry: ToolRegistry | None, playbook: Playbook | None
+    args: argparse.Namespace,
+    registry: ToolRegistry | None,
+    playbook: Playbook | None,
+    toolkits: Sequence[Toolkit] = (),
 ) -> int:
-    """Run `llmrtc chat` until the user leaves; returns the exit status."""
-    chat = _Chat(args, registry, playbook)
+    """Run `llmrtc chat` until the user leaves; returns the exit status. `toolkits`: what
+    the playbook's stages may name by key."""
+    chat = _Chat(args, registry, playbook, toolkits)
     # The handler is in place before the model is opened: Ctrl-C while it loads quits cleanly.
     with _sigint_receiver() as signals:
         async with anyio.create_task_group() as group:

@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.playbook.models import Playbook
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
-from llmrtc.tools.loader import load_tools_file
+from llmrtc.tools.loader import load_tools_module
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.validation import format_path
 
-__all__ = ["load_playbook", "load_playbook_tools"]
+__all__ = ["load_playbook", "load_playbook_toolkit_tools", "load_playbook_tools"]
 
 
 def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
@@ -81,7 +81,8 @@ def load_playbook(
         registry: Tools to check references against; by default the playbook's own
             `tools_file` (if it names one) is loaded for that. Stages may name a tool by its
             name, wire name or catalog id (`crm:lookup@1.2.0`).
-        toolkits: Toolkits whose keys stages' `tools:` may name.
+        toolkits: Toolkits whose keys stages' `tools:` may name; when `registry` is None,
+            the `Toolkit`s the playbook's `tools_file` defines at module level are added.
 
     Raises:
         FileNotFoundError: if the file is missing.
@@ -125,7 +126,8 @@ def load_playbook(
         raise PlaybookError(findings, str(file)) from None
     if registry is None and playbook.tools_file is not None:
         try:
-            registry = load_playbook_tools(playbook)
+            registry, found = load_playbook_toolkit_tools(playbook)
+            toolkits = [*toolkits, *found]
         except (FileNotFoundError, ValueError, ImportError) as exc:
             raise PlaybookError([Finding("error", str(exc), at("tools_file"))], str(file)) from None
     findings = [
@@ -145,7 +147,20 @@ def load_playbook_tools(playbook: Playbook) -> ToolRegistry:
         ValueError: if the playbook names no tools file.
         FileNotFoundError: if the file is missing.
     """
+    return load_playbook_toolkit_tools(playbook)[0]
+
+
+def load_playbook_toolkit_tools(playbook: Playbook) -> tuple[ToolRegistry, list[Toolkit]]:
+    """The tools of the playbook's `tools_file` (relative to the playbook file) and the
+    `Toolkit`s it defines at module level (what stages' `tools:` may name by key), from one
+    import of the file.
+
+    Raises:
+        ValueError: if the playbook names no tools file.
+        FileNotFoundError: if the file is missing.
+    """
     if playbook.tools_file is None:
         raise ValueError(f"playbook {playbook.id!r} names no tools_file")
     base = Path(playbook.source_path).parent if playbook.source_path else Path.cwd()
-    return load_tools_file(base / playbook.tools_file)
+    loaded = load_tools_module(base / playbook.tools_file)
+    return loaded.registry, [item for item in loaded.objects if isinstance(item, Toolkit)]

@@ -34,7 +34,12 @@ from llmrtc.playbook.models import (
     Stage,
     Transition,
 )
-from llmrtc.playbook.validation import PlaybookError, stage_tool_names, validate_playbook
+from llmrtc.playbook.validation import (
+    PlaybookError,
+    stage_policies,
+    stage_tool_names,
+    validate_playbook,
+)
 from llmrtc.telemetry.hooks import (
     ErrorEvent,
     Hooks,
@@ -176,7 +181,10 @@ class PlaybookOrchestrator:
         # instead of failing the stage change half-way.
         kits = {kit.key for kit in self._toolkits}
         gone = [e for e in entries if e not in kits and not registry.has(e)]
-        if gone:
+        refused = [e for e in gone if registry.refusal(e) is not None]
+        if refused:
+            logger.warning("stage %r: tools %s not permitted; not offered", stage.id, refused)
+        if gone := [e for e in gone if e not in refused]:
             logger.warning("stage %r: tools %s left the registry; not offered", stage.id, gone)
         names = tuple(stage_tool_names(entries, registry, self._toolkits))
         targets = [] if self.engine.completed else self.playbook.llm_decision_targets(stage.id)
@@ -187,7 +195,10 @@ class PlaybookOrchestrator:
             choice == "required" and not offered
         ):
             choice = "auto" if offered else "none"
-        prompts = [self.playbook.global_system_prompt, stage.system_prompt]
+        # The policy of each toolkit the stage names (and uses): the code-owned rules that
+        # come with its tools.
+        policies = stage_policies(entries, registry, self._toolkits)
+        prompts = [self.playbook.global_system_prompt, stage.system_prompt, *policies]
         runner = self.runner
         runner.stage_id = stage.id  # first: refusals of tools the stage lacks name it
         runner.settings = replace(

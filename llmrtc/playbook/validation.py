@@ -18,7 +18,7 @@ from llmrtc.playbook.models import (
 )
 from llmrtc.tools.registry import ToolRegistry
 
-__all__ = ["Finding", "PlaybookError", "stage_tool_names", "validate_playbook"]
+__all__ = ["Finding", "PlaybookError", "stage_policies", "stage_tool_names", "validate_playbook"]
 
 # Conditions checked once after the turn's answer (the others fire after tool batches or on a
 # timer, so an always-true one of these cannot shadow them).
@@ -68,6 +68,20 @@ def stage_tool_names(
             if tool is not None:
                 out.append(tool.name)
     return list(dict.fromkeys(out))
+
+
+def stage_policies(
+    names: Iterable[str], registry: ToolRegistry, toolkits: Sequence[Toolkit] = ()
+) -> list[str]:
+    """The policy sections (`"Title: policy"`, as `ToolInjection.prompt_section` writes
+    them) of the toolkits named in `names` that have a member in `registry`, in order."""
+    kits = {kit.key: kit for kit in toolkits}
+    out = []
+    for name in dict.fromkeys(names):
+        kit = kits.get(name)
+        if kit is not None and kit.policy and any(registry.has(m) for m in kit.tools):
+            out.append(f"{kit.title}: {kit.policy}")
+    return out
 
 
 def validate_playbook(
@@ -121,6 +135,12 @@ def validate_playbook(
         elif name in kits and not kit_ok:
             error(path, f"{name!r} in {where} is a toolkit; name one of its tools")
         elif name not in kits and registry is not None and not registry.has(name):
+            refusal = registry.refusal(name)
+            if refusal is not None:
+                # A permission switched off (ToolsConfig) must not break the whole playbook:
+                # the stage simply goes without the tool.
+                warning(path, f"{refusal} ({where}): not permitted; not offered")
+                return
             known = f"registered: {sorted([*registry.names(), *registry.hidden_names()])}"
             if kits:
                 known += f"; toolkits: {sorted(kits)}"

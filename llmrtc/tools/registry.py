@@ -258,7 +258,7 @@ class ToolRegistry:
         'billing'") and the tools that are. For an unknown name: the closest names
         (`lookupWether` → "did you mean 'lookupWeather'?") and the ones available.
         """
-        refusal = self._refusal(name)
+        refusal = self.refusal(name)
         if refusal is not None:
             return refusal + "."
         available = self.names()
@@ -280,7 +280,10 @@ class ToolRegistry:
             return message + " Available tools: " + ", ".join(available) + "."
         return message + " No tools are registered."
 
-    def _refusal(self, name: str) -> str | None:
+    def refusal(self, name: str) -> str | None:
+        """Why `name` is refused (see `refuse`; e.g. "tool 'shell.run' is not permitted by
+        the tools configuration"), here or in the registry a view was cut from; None when it
+        is not refused."""
         registry: ToolRegistry | None = self
         while registry is not None:
             if name in registry._refused:

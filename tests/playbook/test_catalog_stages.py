@@ -75,3 +75,94 @@ def test_load_playbook_checks_toolkits_with_file_and_line(tmp_path: Path) -> Non
     (finding,) = [f for f in caught.value.findings if f.severity == "error"]
     assert finding.path == "stages[0].tools[1] (line 5)"
     assert "unknown tool 'nope'" in finding.message
+
+
+TOOLS_FILE = """
+from llmrtc.catalog import Toolkit
+from llmrtc.tools import tool
+
+
+@tool(namespace="billing")
+def refund(payment_id: str) -> str:
+    \"\"\"Refund a card payment.\"\"\"
+    return "ok"
+
+
+@tool(namespace="billing")
+def lookup_invoice(invoice_id: str) -> str:
+    \"\"\"Look up an invoice.\"\"\"
+    return "inv"
+
+
+billing_kit = Toolkit(
+    "billing_kit",
+    tools=["billing.refund", "billing.lookup_invoice"],
+    policy="Read the invoice back first.",
+    title="Billing",
+)
+"""
+
+PLAYBOOK_FILE = """
+id: demo
+tools_file: tools.py
+initial_stage: start
+stages:
+  - id: start
+    system_prompt: Help.
+    tools: [billing_kit]
+    terminal: true
+"""
+
+
+def _files(tmp_path: Path) -> Path:
+    (tmp_path / "tools.py").write_text(TOOLS_FILE)
+    (tmp_path / "pb.yaml").write_text(PLAYBOOK_FILE)
+    return tmp_path / "pb.yaml"
+
+
+def test_a_playbook_may_name_the_toolkits_its_tools_file_defines(tmp_path: Path) -> None:
+    from llmrtc.playbook.loading import load_playbook_toolkit_tools
+
+    playbook = load_playbook(_files(tmp_path))  # raised "unknown tool 'billing_kit'"
+    registry, toolkits = load_playbook_toolkit_tools(playbook)
+    assert [kit.key for kit in toolkits] == ["billing_kit"]
+    assert stage_tool_names(["billing_kit"], registry, toolkits) == [
+        "billing.refund",
+        "billing.lookup_invoice",
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_stage_toolkit_policy_reaches_the_model() -> None:
+    from llmrtc.playbook.orchestrator import PlaybookOrchestrator
+    from llmrtc.testing import ScriptedLLM
+
+    kit = Toolkit("billing", tools=["billing.refund"], policy="Read it back.", title="Billing")
+    unused = Toolkit("crm", tools=["crm.lookup"], policy="Never mentioned.", title="CRM")
+    llm = ScriptedLLM(["ok"])
+    orchestrator = PlaybookOrchestrator(
+        _playbook(["billing"]), llm, _registry(), toolkits=[kit, unused]
+    )
+    [event async for event in orchestrator.run_turn("hi")]
+    assert llm.requests[0].messages[0].content == "Help.\n\nBilling: Read it back."
+
+
+@pytest.mark.anyio
+async def test_a_stage_naming_a_tool_not_permitted_warns_and_goes_without_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from llmrtc.playbook.orchestrator import PlaybookOrchestrator
+    from llmrtc.testing import ScriptedLLM
+
+    registry = _registry().refuse(
+        ToolDefinition(name="shell.run"), "not permitted by the tools configuration"
+    )
+    playbook = _playbook(["shell.run", "crm.lookup"])
+    findings = [f for f in validate_playbook(playbook, registry) if ".tools[" in f.path]
+    assert [(f.severity, f.path) for f in findings] == [("warning", "stages[0].tools[0]")]
+    assert "not permitted; not offered" in findings[0].message
+    llm = ScriptedLLM(["ok"])
+    orchestrator = PlaybookOrchestrator(playbook, llm, registry)  # raised "unknown tool"
+    [event async for event in orchestrator.run_turn("hi")]
+    assert [t.name for t in llm.requests[0].tools] == ["crm.lookup"]
+    assert "not permitted; not offered" in caplog.text
