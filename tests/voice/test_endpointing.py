@@ -109,3 +109,13 @@ def test_the_vad_threshold_decides_what_is_voiced() -> None:
         for _ in range(5):
             endpointer.push(LOUD, 0.6)
     assert not strict.in_speech and loose.in_speech
+
+
+def test_non_default_min_speech_and_end_of_speech_silence() -> None:
+    config = VoiceConfig(min_speech=0.2, end_of_speech_silence=0.25)
+    endpointer = Endpointer(config, sample_rate=16000, window_samples=WINDOW)
+    events = feed(endpointer, "v" * 10 + "." * 10)
+    (start_at, started), (end_at, ended) = events
+    assert isinstance(started, UtteranceStarted) and isinstance(ended, UtteranceEnded)
+    assert start_at == 6  # 0.2 s = 3200 samples: the 7th voiced window (6.25 needed)
+    assert end_at == 10 + 7  # 0.25 s = 4000 samples = 7.8 windows: the 8th unvoiced one
