@@ -66,6 +66,7 @@ class ToolRegistry:
         self._hidden: dict[str, Tool] = {}  # runnable, never offered, by name
         self._index: dict[str, str] = {}  # every lookup form -> name
         self._refused: dict[str, str] = {}  # every lookup form of a refused tool -> reason
+        self._refused_names: dict[str, str] = {}  # every lookup form of a refused tool -> name
         # Set only on a view made by `scoped()`: the registry it was cut from (to tell "not
         # offered here" from "unknown") and the phrase naming where it applies.
         self._base: ToolRegistry | None = None
@@ -171,6 +172,7 @@ class ToolRegistry:
         Views cut from this registry refuse it too."""
         for key in _keys(definition):
             self._refused.setdefault(key, f"tool {definition.name!r} is {reason}")
+            self._refused_names.setdefault(key, definition.name)
         return self
 
     def unregister(self, name: str) -> bool:
@@ -206,6 +208,10 @@ class ToolRegistry:
         if tool is None:
             tool = self.get(name)
             if tool is None:
+                # A refused tool named by wire name or id: hooks and spans carry its name.
+                refused = self._refused_name(name)
+                if refused is not None and refused != name:
+                    call = ToolCall(call.call_id, refused, call.arguments)
                 return call, None
         # A plain attribute test: isinstance() against a runtime Protocol costs microseconds
         # per call on the executor's hot path.
@@ -215,7 +221,11 @@ class ToolRegistry:
             if routed is not None:
                 target = self.get(routed.name)
                 if target is None or hasattr(target, "route_call"):
-                    return routed, None  # not found: missing_tool_message says why
+                    # Not found (or a router itself): missing_tool_message says why.
+                    refused = None if target else self._refused_name(routed.name)
+                    if refused is not None and refused != routed.name:
+                        routed = ToolCall(routed.call_id, refused, routed.arguments)
+                    return routed, None
                 if routed.name != target.name:
                     routed = ToolCall(routed.call_id, target.name, routed.arguments)
                 return routed, target
@@ -261,6 +271,13 @@ class ToolRegistry:
         refusal = self.refusal(name)
         if refusal is not None:
             return refusal + "."
+        router = self.get(name)
+        if router is not None and hasattr(router, "route_call"):
+            # Only a routed call lands here: execute_tool(name="execute_tool", ...).
+            return (
+                f"{router.name!r} runs other tools and cannot be run through one; call "
+                f"{router.name!r} itself with the name of the tool to run."
+            )
         available = self.names()
         if self._known_outside(name):
             where = f"in {self._scope}" if self._scope else "here"
@@ -288,6 +305,14 @@ class ToolRegistry:
         while registry is not None:
             if name in registry._refused:
                 return registry._refused[name]
+            registry = registry._base
+        return None
+
+    def _refused_name(self, name: str) -> str | None:
+        registry: ToolRegistry | None = self
+        while registry is not None:
+            if name in registry._refused_names:
+                return registry._refused_names[name]
             registry = registry._base
         return None
 

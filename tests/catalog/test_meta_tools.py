@@ -237,3 +237,26 @@ async def test_the_real_tools_interrupt_policy_applies_through_execute_tool(
         await anyio.sleep(0.01)
         release.set()
     assert (results[0].tool_name, results[0].status) == ("billing.pay", status)
+
+
+async def test_execute_tool_naming_a_meta_router_gives_a_specific_reason() -> None:
+    call = {"name": "files.read", "params": {"path": "x"}}
+    result = await _call(await _discovery(), "execute_tool", name="execute_tool", params=call)
+    assert result.status == "not_found"
+    assert "did you mean" not in result.error
+    assert "'execute_tool' runs other tools and cannot be run through one" in result.error
+
+
+@pytest.mark.parametrize("tool", ["shell__run", "shell:run@1.0.0"])
+@pytest.mark.parametrize("routed", [False, True])
+async def test_refused_calls_are_named_by_the_dotted_name_in_hooks(tool: str, routed: bool) -> None:
+    from llmrtc.catalog import ToolsConfig
+
+    injection = await _discovery(config=ToolsConfig({"shell.run": False}))
+    hooks = RecordingHooks()
+    executor = ToolExecutor(injection.registry, hooks=hooks)
+    args = {"cmd": "ls"}
+    call = ToolCall("c1", "execute_tool", {"name": tool, "params": args}) if routed else None
+    result = await executor.execute_single(call or ToolCall("c1", tool, args))
+    assert "not permitted" in result.error
+    assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["shell.run"]
