@@ -7,7 +7,9 @@ old snapshot or the new one, never a half-built one.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -51,6 +53,9 @@ class Snapshot:
     latest_set: frozenset[int]
     keywords: KeywordIndex
     """`keywords.entries[i]` is the searchable text of `tools[i]`."""
+    failed: tuple[str, ...] = ()
+    """Backends that failed (raised or timed out) while this snapshot was built."""
+    built_at: float = field(default_factory=time.monotonic)
     _index: Future[EmbeddingIndex] | None = field(default=None, repr=False)
 
     def start_index(
@@ -104,22 +109,28 @@ class Snapshot:
         return future.result()
 
 
-async def _list_backend(backend: ToolBackend, hooks: Hooks | None) -> list[Tool]:
-    """A backend's tools; a backend that raises is reported and counts as empty."""
+async def _list_backend(
+    backend: ToolBackend, hooks: Hooks | None, timeout: float | None
+) -> list[Tool] | None:
+    """A backend's tools; a backend that raises, or takes longer than `timeout` seconds, is
+    reported and counts as empty (None)."""
     try:
-        listed = await backend.list()
+        with anyio.fail_after(timeout):
+            listed = await backend.list()
         if not isinstance(listed, list | tuple):
             raise TypeError(f"list() returned {type(listed).__name__}, expected a list of Tool")
     except Exception as exc:
+        if isinstance(exc, TimeoutError):
+            exc = TimeoutError(f"list() took longer than backend_timeout={timeout:g} s")
         logger.warning(
-            "tool backend %r failed to list its tools and is skipped until the next rebuild: %r",
+            "tool backend %r failed to list its tools and is skipped until it is retried: %r",
             backend.name,
             exc,
         )
         if hooks is not None:
             event = ErrorEvent(error=exc, where=f"catalog backend {backend.name!r}")
             await emit(hooks_for([hooks], "on_error"), "on_error", event)
-        return []
+        return None
     tools = []
     for item in listed:
         if isinstance(item, Tool):
@@ -138,16 +149,27 @@ async def build_snapshot(
     generation: int,
     hooks: Hooks | None,
     reported_conflicts: set[tuple[str, str]],
+    timeout: float | None = None,
 ) -> Snapshot:
-    """List every backend in order and index the result (the first backend wins an id).
+    """List every backend (at once, each bounded by `timeout` seconds) and index the result in
+    backend order (the first backend wins an id).
 
     `reported_conflicts` holds (tool id, losing backend) pairs already logged, so a conflict is
     logged once per catalog, not at every rebuild.
     """
+    listed: list[list[Tool] | None] = [None] * len(backends)
+
+    async def list_one(position: int) -> None:
+        listed[position] = await _list_backend(backends[position], hooks, timeout)
+
+    # Concurrently: one slow backend costs one timeout, not one per backend.
+    async with anyio.create_task_group() as group:
+        for position in range(len(backends)):
+            group.start_soon(list_one, position)
     by_id: dict[str, Tool] = {}
     owner: dict[str, str] = {}
-    for backend in backends:
-        for tool in await _list_backend(backend, hooks):
+    for backend, tools_of in zip(backends, listed, strict=True):
+        for tool in tools_of or ():
             tool_id = tool.definition.tool_id
             if tool_id in by_id:
                 if (tool_id, backend.name) not in reported_conflicts:
@@ -178,6 +200,7 @@ async def build_snapshot(
         latest=tuple(sorted(found[0] for found in positions.values())),
         latest_set=frozenset(found[0] for found in positions.values()),
         keywords=KeywordIndex([KeywordEntry.of(tool.definition) for tool in tools]),
+        failed=tuple(b.name for b, found in zip(backends, listed, strict=True) if found is None),
     )
 
 
@@ -187,7 +210,15 @@ class CatalogCore:
     queries: OrderedDict[str, Any]
     """Recent query vectors (LRU, `QUERY_CACHE_SIZE`): a repeated search skips the model."""
 
-    def __init__(self, hooks: Hooks | None, embedder: TextEmbedder | Literal["auto"] | None):
+    def __init__(
+        self,
+        hooks: Hooks | None,
+        embedder: TextEmbedder | Literal["auto"] | None,
+        backend_timeout: float | None = None,
+        backend_retry: float = math.inf,
+    ):
+        self.backend_timeout = backend_timeout
+        self.backend_retry = backend_retry
         self.backends: dict[str, ToolBackend] = {}
         self.hooks = hooks
         self.generation = 0
@@ -206,22 +237,37 @@ class CatalogCore:
     async def current(self) -> Snapshot:
         """The current snapshot, rebuilt first if it is missing or invalidated."""
         snapshot = self.snapshot
-        if snapshot is not None and snapshot.generation == self.generation:
+        if self._fresh(snapshot):
+            assert snapshot is not None
             return snapshot
         # One rebuild however many callers arrive: the first takes the lock and builds, the
         # others wait on it and then find the fresh snapshot. A caller cancelled mid-build
         # releases the lock and the next waiter builds instead.
         async with self.lock:
             snapshot = self.snapshot
-            if snapshot is not None and snapshot.generation == self.generation:
+            if self._fresh(snapshot):
+                assert snapshot is not None
                 return snapshot
+            if snapshot is not None and snapshot.generation == self.generation:
+                self.generation += 1  # a retry of failed backends: a new generation
             generation = self.generation
             built = await build_snapshot(
-                tuple(self.backends.values()), generation, self.hooks, self.reported_conflicts
+                tuple(self.backends.values()),
+                generation,
+                self.hooks,
+                self.reported_conflicts,
+                self.backend_timeout,
             )
             # One assignment: readers see the old snapshot or this complete one.
             self.snapshot = built
             return built
+
+    def _fresh(self, snapshot: Snapshot | None) -> bool:
+        """Whether `snapshot` is current: not invalidated, and no failed backend is due for a
+        retry (`backend_retry` seconds after the build)."""
+        if snapshot is None or snapshot.generation != self.generation:
+            return False
+        return not snapshot.failed or time.monotonic() - snapshot.built_at < self.backend_retry
 
     def adopt_vectors(self, generation: int, vectors: Mapping[str, object]) -> None:
         """Keep `vectors` (of the index built for `generation`) for the next build to reuse,

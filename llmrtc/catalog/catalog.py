@@ -55,6 +55,8 @@ class ToolCatalog:
         permits: Callable[[Tool], bool] | None = None,
         hooks: Hooks | None = None,
         embedder: TextEmbedder | Literal["auto"] | None = "auto",
+        backend_timeout: float | None = 10.0,
+        backend_retry: float = 30.0,
     ) -> None:
         """Create a catalog over `backends` (in priority order).
 
@@ -66,16 +68,27 @@ class ToolCatalog:
             embedder: The text embedder for semantic search: `"auto"` (the packaged MiniLM
                 model when installed, else keyword-only search, logged once), a `TextEmbedder`,
                 or None for keyword-only search.
+            backend_timeout: Seconds a backend's `list()` may take (None: no bound); a slower
+                backend is reported (`on_error`) and counts as empty, like one that raises.
+            backend_retry: Seconds after which a cache that misses a failed backend is
+                rebuilt, at the next access (`invalidate()` retries at once).
 
         Raises:
-            ValueError: if two backends share a name, or `embedder` is none of the above.
+            ValueError: if two backends share a name, `embedder` is none of the above, or a
+                timing is not a positive number of seconds.
         """
+        if backend_timeout is not None and not backend_timeout > 0:
+            raise ValueError(
+                f"backend_timeout must be seconds > 0 or None, got {backend_timeout!r}"
+            )
+        if not backend_retry > 0:
+            raise ValueError(f"backend_retry must be seconds > 0, got {backend_retry!r}")
         if embedder not in ("auto", None) and not _is_embedder(embedder):
             raise ValueError(
                 f"embedder must be 'auto', None or a TextEmbedder (embed(texts), "
                 f"embed_one(text)), got {embedder!r}"
             )
-        self._core = CatalogCore(hooks, embedder)
+        self._core = CatalogCore(hooks, embedder, backend_timeout, backend_retry)
         self._permits = permits
         for backend in backends:
             self.add_backend(backend)
