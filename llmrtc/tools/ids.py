@@ -18,7 +18,8 @@ DEFAULT_TOOL_VERSION = "1.0.0"
 """The version of a tool that declares none."""
 
 _PART = re.compile(r"^[A-Za-z0-9_-]+$")
-_SEMVER = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+# Semver's numeric identifiers: no leading zeros (01.2.3 and 1.2.3 would be one version).
+_SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 WIRE_SEPARATOR = "__"
 """What joins namespace and name in the wire form (APIs refuse dots in function names)."""
 
@@ -48,12 +49,20 @@ def _check_part(kind: str, value: str, text: str) -> None:
         raise ValueError(
             f"tool id {text!r}: the {kind} {value!r} may hold only letters, digits, '_' or '-'"
         )
+    if kind == "namespace" and (WIRE_SEPARATOR in value or value.endswith("_")):
+        # The wire form joins namespace and name with '__' and splits at the first one:
+        # 'my__shell.run' (or 'crm_.run') would not come back as itself.
+        raise ValueError(
+            f"tool id {text!r}: the namespace {value!r} may not contain '{WIRE_SEPARATOR}' or "
+            "end with '_' (the wire form joins namespace and name with '__')"
+        )
 
 
 def _check_version(value: str, text: str) -> None:
     if not _SEMVER.match(value):
         raise ValueError(
-            f"tool id {text!r}: the version {value!r} is not semver MAJOR.MINOR.PATCH (e.g. 1.2.0)"
+            f"tool id {text!r}: the version {value!r} is not semver MAJOR.MINOR.PATCH "
+            "without leading zeros (e.g. 1.2.0)"
         )
 
 

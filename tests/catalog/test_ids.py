@@ -59,3 +59,26 @@ def test_versions_sort_as_numbers_not_text() -> None:
     ]
     with pytest.raises(ValueError, match=re.escape("'1.2' is not semver")):
         semver_key("1.2")
+
+
+@pytest.mark.parametrize("namespace", ["my__shell", "crm_", "a___b"])
+def test_a_namespace_that_would_not_survive_the_wire_form_is_refused(namespace: str) -> None:
+    from llmrtc.tools import ToolDefinition
+
+    with pytest.raises(ValueError, match="may not contain '__' or end with '_'"):
+        parse_tool_id(f"{namespace}:run@1.0.0")
+    with pytest.raises(ValueError, match="may not contain '__'"):
+        ToolDefinition(name="run", namespace=namespace)
+    with pytest.raises(ValueError):
+        ToolDefinition(name=f"{namespace}.run")
+
+
+@pytest.mark.parametrize("version", ["01.2.3", "1.02.3", "1.2.03"])
+def test_versions_with_leading_zeros_are_refused(version: str) -> None:
+    from llmrtc.tools import ToolDefinition
+
+    with pytest.raises(ValueError, match="without leading zeros"):
+        parse_tool_id(f"crm:lookup@{version}")
+    with pytest.raises(ValueError, match="semver"):
+        ToolDefinition(name="crm.lookup", version=version)
+    assert parse_tool_id("crm:lookup@0.10.0").version == "0.10.0"
