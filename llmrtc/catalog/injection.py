@@ -13,6 +13,7 @@ tokenizer (see its docstring). Pass `count_tokens=` to use a real tokenizer inst
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -23,6 +24,8 @@ from llmrtc.catalog.toolkits import Toolkit, ToolsConfig
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
+
+logger = logging.getLogger("llmrtc.catalog")
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -150,25 +153,31 @@ class ToolInjection:
         permitted = {t.definition.name for t in self.tools}
         self.budget_tokens = int(budget * context_window)
         self.direct_tokens = schema_tokens([t.definition for t in self.tools], count_tokens)
-        if mode == "auto":
-            mode = "direct" if self.direct_tokens <= self.budget_tokens else "discovery"
-        self.mode = mode
+        chosen: InjectionMode = "direct"
         try:
-            if mode == "direct":
-                registry = ToolRegistry(self.tools)
-            else:
-                registry = ToolRegistry(build_meta_tools(self.catalog, self.tools))
-                registry.register_all(self.tools, hidden=True)
+            registry = ToolRegistry(self.tools)
+            if mode == "discovery" or (mode == "auto" and self.direct_tokens > self.budget_tokens):
+                meta = ToolRegistry(build_meta_tools(self.catalog, self.tools))
+                # Auto: discovery only when it is cheaper (a tiny window with a tool or two
+                # would otherwise pay more for the meta-tools than for the tools themselves).
+                if mode == "discovery" or (
+                    schema_tokens(meta.definitions(), count_tokens) < self.direct_tokens
+                ):
+                    registry = meta.register_all(self.tools, hidden=True)
+                    chosen = "discovery"
         except ValueError as exc:
             raise ValueError(f"cannot offer the catalog's tools: {exc}") from None
+        self.mode = chosen
         if config is not None:
-            for tool in await catalog.list():
+            everything = await catalog.list()
+            for tool in everything:
                 if tool.definition.name not in permitted:
                     registry.refuse(tool.definition, NOT_PERMITTED)
             self.toolkits = config.toolkits_of(permitted)
+            _warn_unknown_keys(config, {t.definition.name for t in everything})
         self.registry = registry
         self.offered_tokens = schema_tokens(registry.definitions(), count_tokens)
-        if mode == "discovery":
+        if chosen == "discovery":
             # Embedding the catalog takes seconds on a busy CPU: start now, in the background,
             # so no turn's search_tools waits for it (it answers by keyword meanwhile).
             await self.catalog.start_indexing()
@@ -202,6 +211,20 @@ class ToolInjection:
             f"ToolInjection(mode={self.mode!r}, tools={len(self.tools)}, "
             f"offered_tokens={self.offered_tokens}, direct_tokens={self.direct_tokens}, "
             f"budget_tokens={self.budget_tokens})"
+        )
+
+
+def _warn_unknown_keys(config: ToolsConfig, names: set[str]) -> None:
+    """Log the config keys that name neither a tool of the catalog nor a toolkit: a typo
+    there would otherwise silently grant or deny nothing."""
+    kits = {kit.key for kit in config.toolkits}
+    unknown = [key for key in config.settings if key not in kits and key not in names]
+    if unknown:
+        logger.warning(
+            "tools config keys %s name no tool of the catalog and no toolkit (toolkits: %s); "
+            "they change nothing",
+            unknown,
+            sorted(kits),
         )
 
 

@@ -94,7 +94,8 @@ class KeywordEntry:
             _normalize(n) for n in (definition.name, definition.local_name, *definition.aliases)
         )
         tags = tuple(_normalize(tag) for tag in definition.tags)
-        description = definition.description.lower()
+        # Normalized like the query: "check-in" matches a description saying "check-in".
+        description = _SEPARATORS.sub(" ", definition.description).strip().lower()
         return cls(
             names=tuple(names),
             tags=tags,

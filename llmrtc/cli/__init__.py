@@ -96,6 +96,17 @@ def _chat_logging(verbose: bool) -> Iterator[None]:
             handler.close()
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (else a usage error, exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def _error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 1
@@ -325,7 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("file", help="a Python file defining tools with @tool or define_tool")
     tools.add_argument("--json", action="store_true", help="print the OpenAI tool schemas")
     tools.add_argument("--search", metavar="QUERY", help="rank the file's tools for QUERY")
-    tools.add_argument("--limit", type=int, default=10, help="results with --search (default 10)")
+    tools.add_argument(
+        "--limit", type=_positive_int, default=10, help="results with --search (default 10)"
+    )
     tools.set_defaults(handler=_cmd_tools)
     validate = commands.add_parser(
         "validate",

@@ -73,9 +73,9 @@ async def test_a_larger_window_or_budget_keeps_direct_mode() -> None:
 
 
 async def test_a_real_token_counter_can_be_passed() -> None:
-    catalog = catalog_of(many_tools(3))
+    catalog = catalog_of(many_tools(6))  # more schemas than the five meta-tools
     counted = await ToolInjection.build(catalog, count_tokens=lambda text: 10_000)
-    assert counted.mode == "discovery" and counted.direct_tokens == 3 * 10_001
+    assert counted.mode == "discovery" and counted.direct_tokens == 6 * 10_001
 
 
 async def test_mode_can_be_forced_and_options_are_checked() -> None:
@@ -263,3 +263,23 @@ async def test_the_discovery_prompt_stays_small_with_many_categories() -> None:
     text = injection.prompt_section()
     assert "40 tools in 40 categories (ns0, ns1, ns10," in text
     assert "and 28 more)" in text
+
+
+async def test_auto_picks_direct_when_the_meta_tools_would_cost_more() -> None:
+    (one,) = many_tools(1)
+    injection = await ToolInjection.build(catalog_of([one]), context_window=64)
+    assert injection.direct_tokens > injection.budget_tokens  # over budget, yet:
+    assert injection.mode == "direct"
+    assert [d.name for d in injection.definitions()] == [one.name]
+    forced = await ToolInjection.build(catalog_of([one]), context_window=64, mode="discovery")
+    assert forced.offered_tokens >= injection.direct_tokens  # what auto avoided
+
+
+async def test_a_config_key_naming_no_tool_or_toolkit_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kit = Toolkit("billing", tools=["billing.refund"])
+    config = ToolsConfig({"billing": True, "shell.rnu": False, "crm.lookup_customer": True}, [kit])
+    with caplog.at_level("WARNING", logger="llmrtc.catalog"):
+        await ToolInjection.build(catalog_of(business_tools()), config=config)
+    assert "tools config keys ['shell.rnu'] name no tool of the catalog" in caplog.text

@@ -335,3 +335,11 @@ async def test_warm_up_embeds_the_catalog_before_the_first_search(make_tool: Any
     await ToolCatalog([LocalBackend([make_tool("a")])], embedder=None).warm_up()
     await ToolCatalog(embedder=embedder).warm_up()
     assert embedder.embedded == [corpus, "find customer"]
+
+
+@pytest.mark.parametrize("query", ["to-do", "to do", "to_do", "To-Do"])
+async def test_the_description_is_normalized_like_the_query(make_tool: Any, query: str) -> None:
+    # Words of two letters are not scored one by one: only the phrase can match.
+    notes = make_tool("notes.add", "Add an item to the to-do list.")
+    catalog = ToolCatalog([LocalBackend([notes])], embedder=None)
+    assert await scored(catalog, query) == [("notes.add", 20.0)]

@@ -74,3 +74,14 @@ async def test_chat_offers_the_toolkits_tools_and_its_policy(tmp_path: Path) -> 
     body = server.requests[0].body
     assert [t["function"]["name"] for t in body["tools"]] == ["billing__refund"]
     assert "Billing: Read the amount back first." in body["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "many"])
+def test_tools_search_refuses_a_limit_below_one_with_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: str
+) -> None:
+    (tmp_path / "tools.py").write_text(TOOLS)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tools", str(tmp_path / "tools.py"), "--search", "refund", "--limit", limit])
+    assert exit_info.value.code == 2
+    assert f"--limit: must be a whole number >= 1, got '{limit}'" in capsys.readouterr().err
