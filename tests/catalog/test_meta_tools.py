@@ -260,3 +260,12 @@ async def test_refused_calls_are_named_by_the_dotted_name_in_hooks(tool: str, ro
     result = await executor.execute_single(call or ToolCall("c1", tool, args))
     assert "not permitted" in result.error
     assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["shell.run"]
+
+
+async def test_get_tool_of_a_tool_not_permitted_says_so() -> None:
+    from llmrtc.catalog import ToolsConfig
+
+    injection = await _discovery(config=ToolsConfig({"shell.run": False}))
+    result = await _call(injection, "get_tool", name="shell__run")
+    assert result.status == "error"
+    assert "not permitted" in result.error and "unknown" not in result.error
