@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from llmrtc.voice.speakable import looks_like_json_start, speakable
+from llmrtc.voice.speakable import looks_like_call_start, looks_like_json_start, speakable
 
 __all__ = ["SentenceSegmenter", "SpeechChunk", "speakable"]
 
@@ -58,8 +58,11 @@ _TOKEN_BEFORE = re.compile(r"[\w.]*$")
 _SENTENCE_END = re.compile(f"[{re.escape(_ENDS)}]+[{re.escape(_CLOSERS)}]*(?=\\s|$)")
 _BLOCK_LINE = re.compile(r"\s*(?:#{1,6}\s|[-*+•]\s|\d{1,3}[.)]\s|\||>|```|~~~)")
 _BLOCK_PREFIX = re.compile(r"(?:#{1,6}|[-*+•]|\d{1,3}[.)]?|`{1,2}|~{1,2})")
-# Tags whose content is a tool call in the text (the formats small local models write).
-_TAG_NAMES = ("tool_call", "tool_calls", "tools", "tool_response", "function_call", "function")
+# Tags whose content is a tool call in the text (the formats small local models write), or the
+# model's reasoning (`<think>`): never spoken.
+_TAG_NAMES = tuple(
+    "tool_call tool_calls tools tool_response function_call function think".split()  # noqa: SIM905
+)
 _TAG_OPEN = re.compile(rf"<({'|'.join(_TAG_NAMES)})\b[^<>]*>", re.I)
 _TAG_NAME = re.compile(r"<([A-Za-z_]*)")
 
@@ -202,6 +205,15 @@ class SentenceSegmenter:
             return self._step_backticks(i)
         if char in "{[":
             starts = looks_like_json_start(text, i)
+            if starts is None:
+                return _WAIT
+            if starts:
+                self._mode, self._depth, self._quote, self._last_sig = "json", 0, "", ""
+                return self._step_json()
+        if char == "(":
+            # A call written as code (`get_weather(note="a. b")`) is tracked like JSON, so no
+            # cut falls inside its arguments.
+            starts = looks_like_call_start(text, i)
             if starts is None:
                 return _WAIT
             if starts:
@@ -378,11 +390,11 @@ class SentenceSegmenter:
                 elif char == self._quote:
                     self._quote = ""
                 continue
-            if char in "\"'" and (char == '"' or self._last_sig in ("{", "[", ",", ":")):
+            if char in "\"'" and (char == '"' or self._last_sig in ("{", "[", "(", ",", ":", "=")):
                 self._quote = char
-            elif char in "{[":
+            elif char in "{[(":
                 self._depth += 1
-            elif char in "}]":
+            elif char in "}])":
                 self._depth -= 1
                 if self._depth == 0:
                     self._mode, self._pos = "text", j + 1

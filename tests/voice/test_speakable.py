@@ -243,7 +243,6 @@ def test_random_markup_is_cut_the_same_however_it_streams_and_never_leaks() -> N
 # cuts the chunk there today: the words before are spoken and the rest of the call or reasoning
 # ("Next step") too. The fix is in the segmenter (track `name(` like JSON, `<think>` like a tool
 # tag); strict, so these turn into a failure, to remove this marker, once it lands.
-@pytest.mark.xfail(strict=True, reason="needs the segmenter to track calls and <think>")
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
