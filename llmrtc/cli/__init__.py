@@ -282,7 +282,7 @@ def _voice_turn(args: argparse.Namespace) -> int:
     loaded = _load_bot(None if is_tools else bot, bot if is_tools else None)
     if isinstance(loaded, int):
         return loaded
-    playbook, registry, _toolkits = loaded  # run_voice (cli/voice.py) takes no toolkits yet
+    playbook, registry, toolkits = loaded
     audio = None
     if args.input is not None:
         try:
@@ -290,7 +290,7 @@ def _voice_turn(args: argparse.Namespace) -> int:
         except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
             return _error(str(exc))
     try:
-        return anyio.run(run_voice, args, registry, playbook, audio)
+        return anyio.run(run_voice, args, registry, playbook, audio, toolkits)
     except KeyboardInterrupt:
         print()
         return 130

@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from llmrtc.agent import TurnHandler
+    from llmrtc.catalog import Toolkit
     from llmrtc.llm import LLMProvider
     from llmrtc.playbook import Playbook
     from llmrtc.tools import ToolRegistry
@@ -25,10 +28,11 @@ def build_handler(
     playbook: Playbook | None,
     *,
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    toolkits: Sequence[Toolkit] = (),
 ) -> TurnHandler:
     """The turn handler of a command: a `PlaybookOrchestrator` for a playbook (its stages
     give the prompts), else a `TurnRunner` with `system_prompt` and the tools (none if
-    `registry` is None).
+    `registry` is None). `toolkits` are the ones the playbook's stages may name.
 
     Raises:
         PlaybookError: the playbook names a tool the registry lacks.
@@ -37,5 +41,5 @@ def build_handler(
 
     tools = registry if registry is not None else ToolRegistry()
     if playbook is not None:
-        return PlaybookOrchestrator(playbook, llm, tools)
+        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits)
     return TurnRunner(llm, ToolExecutor(tools), system_prompt=system_prompt)

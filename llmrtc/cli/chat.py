@@ -128,18 +128,16 @@ class _Chat:
                     return
 
     def _runner(self, llm: OpenAIProvider) -> TurnHandler:
-        from llmrtc import PlaybookOrchestrator, ToolRegistry
+        from llmrtc import PlaybookOrchestrator
         from llmrtc.cli.bot import build_handler
 
-        handler: TurnHandler
-        if self.playbook is not None and self.toolkits:
-            # Stages may name the tools file's toolkits (build_handler takes none yet).
-            tools = self.registry if self.registry is not None else ToolRegistry()
-            handler = PlaybookOrchestrator(self.playbook, llm, tools, toolkits=self.toolkits)
-        else:
-            handler = build_handler(
-                llm, self.registry, self.playbook, system_prompt=self.args.system
-            )
+        handler = build_handler(
+            llm,
+            self.registry,
+            self.playbook,
+            system_prompt=self.args.system,
+            toolkits=self.toolkits,
+        )
         if self.playbook is not None and isinstance(handler, PlaybookOrchestrator):
             self.screen.line(
                 f"[playbook {self.playbook.id}: stage {handler.engine.current_stage.id}]"

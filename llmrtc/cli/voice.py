@@ -39,8 +39,9 @@ from llmrtc.voice.events import (
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
 
+    from llmrtc.catalog import Toolkit
     from llmrtc.playbook import Playbook
     from llmrtc.tools import ToolRegistry
     from llmrtc.voice.loop import VoiceLoop
@@ -206,8 +207,10 @@ async def run_voice(
     registry: ToolRegistry | None,
     playbook: Playbook | None,
     audio: AudioFrame | None,
+    toolkits: Sequence[Toolkit] = (),
 ) -> int:
-    """Run one `llmrtc voice` turn (`audio` from `--in`, else `args.text`); the exit status."""
+    """Run one `llmrtc voice` turn (`audio` from `--in`, else `args.text`); the exit status.
+    `toolkits`: the tools file's toolkits, which the playbook's stages may name."""
     from llmrtc import open_default_provider
     from llmrtc.cli.bot import build_handler
     from llmrtc.cli.terminal import ModelProgress
@@ -227,7 +230,9 @@ async def run_voice(
             print(f"error: {exc}", file=sys.stderr)
             return 1
         progress.done()
-        handler = build_handler(llm, registry, playbook, system_prompt=args.system)
+        handler = build_handler(
+            llm, registry, playbook, system_prompt=args.system, toolkits=toolkits
+        )
         if playbook is not None:
             print(f"[playbook {playbook.id}]", flush=True)
         turns = _Turns(args.input or "the typed text")

@@ -89,7 +89,10 @@ def message_to_openai(message: AnyMessage, *, text_mode: bool = False) -> dict[s
     if text_mode:
         text = "\n".join([message.content, *map(render_text_call, message.tool_calls)]).strip()
         return {"role": "assistant", "content": text}
-    out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+    # An answer cut before its first word (barge-in) is an empty interrupted message: chat APIs
+    # refuse a null content without tool calls, so it goes as "".
+    content = message.content or (None if message.tool_calls else "")
+    out: dict[str, Any] = {"role": "assistant", "content": content}
     if message.tool_calls:
         out["tool_calls"] = [
             {

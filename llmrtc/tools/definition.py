@@ -161,17 +161,22 @@ class ToolDefinition:
         if namespace is not None:
             if not isinstance(namespace, str):
                 raise ValueError(f"tool {name!r}: namespace must be a string or None")
-            format_tool_id(namespace, "x")  # checks the namespace's characters
+            try:
+                format_tool_id(namespace, "x")  # checks the namespace's characters
+            except ValueError as exc:
+                reason = str(exc).split(": ", 1)[-1]  # drop the "tool id '…:x'" prefix
+                raise ValueError(f"tool {name!r}: {reason}") from None
             if name.startswith(namespace + "."):
                 name = name[len(namespace) + 1 :]
         elif "." in name:
             namespace, _, name = name.partition(".")
             try:
                 format_tool_id(namespace, "x")
-            except ValueError:
+            except ValueError as exc:
+                reason = str(exc).split(": ", 1)[-1]  # drop the "tool id '…:x'" prefix
                 raise ValueError(
                     f"invalid tool name {self.name!r}: a dotted name is 'namespace.name', and "
-                    "the namespace may hold only letters, digits, '_' or '-'"
+                    f"{reason}"
                 ) from None
         if namespace is not None and "." in name:
             raise ValueError(

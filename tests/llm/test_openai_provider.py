@@ -475,3 +475,15 @@ async def test_an_abort_in_text_mode_never_speaks_a_half_written_call() -> None:
                 events.append(event)
     assert [e.text for e in events if isinstance(e, LLMTextDelta)] == ["Ok "]
     assert events[-1].stop_reason == "aborted"
+
+
+async def test_an_answer_cut_before_its_first_word_goes_out_as_empty_text_not_null() -> None:
+    """A barge-in before any word was heard leaves AssistantMessage("", interrupted=True); the
+    OpenAI API refuses a null content without tool calls, so the next request sends ""."""
+    from llmrtc.llm.messages import AssistantMessage, UserMessage
+    from llmrtc.llm.wire import to_openai_messages
+
+    sent = to_openai_messages(
+        [UserMessage("weather?"), AssistantMessage("", (), True), UserMessage("go on")]
+    )
+    assert sent[1] == {"role": "assistant", "content": ""}
