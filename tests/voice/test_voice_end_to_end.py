@@ -3,6 +3,7 @@ as 20 ms frames, a turn with a tool, speech out, transcribed back with the same 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import AsyncIterator
@@ -191,7 +192,12 @@ async def test_barge_in_stops_real_speech_within_a_frame_and_keeps_what_was_hear
             group.cancel_scope.cancel()
 
     barge_time = next(t for t, e in events if isinstance(e, BargeIn))
-    late_speech = [t for t, voiced in frames if voiced and t > barge_time]
+    # The interruption itself is a turn: its answer may start playing before the test ends.
+    next_reply = next(
+        (t for t, e in events if isinstance(e, AgentSpeechStarted) and t > barge_time),
+        float("inf"),
+    )
+    late_speech = [t for t, voiced in frames if voiced and barge_time < t < next_reply]
     assert len(late_speech) <= 1, f"{len(late_speech)} speech frames after the barge-in"
     ended = next(e for _, e in events if isinstance(e, AgentSpeechEnded))
     assert ended.interrupted
@@ -234,7 +240,9 @@ async def test_a_whole_spoken_weather_turn_on_the_offline_model(
                     await anyio.sleep(0.1)
     calls = [e.call for e in seen if isinstance(e, ToolCallStarted)]
     assert [c.name for c in calls] == ["lookupWeather"]
-    assert "tokyo" in calls[0].arguments.lower()
+    arguments = calls[0].arguments
+    shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    assert "tokyo" in shown.lower()
     completed = next(e for e in seen if isinstance(e, TurnCompleted))
     assert completed.stop_reason == "stop"
     assert {"sunny", "21"} & words(completed.text) or "twenty" in completed.text.lower()
