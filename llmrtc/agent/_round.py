@@ -114,9 +114,12 @@ def model_request(
         tools=tools,
         tool_choice=choice,
         settings=settings.model,
-        # Hidden tools run when named (auto-routing): a text-mode provider must not drop a
-        # call to one. Not when no call may be made at all.
-        routable_names=() if without_tools or choice == "none" else offered.hidden_names(),
+        # Hidden tools run when named (auto-routing), and a refused tool named anyway gets its
+        # refusal as the result: a text-mode provider must not drop a call to either. Not when
+        # no call may be made at all.
+        routable_names=()
+        if without_tools or choice == "none"
+        else [*offered.hidden_names(), *offered.refused_names()],
         continues_chain=bool(tools) and _continues_chain(messages, offered),
     )
 

@@ -345,12 +345,9 @@ class OpenAIProvider:
             # results) a call the model still writes to a declared tool is one.
             # Routable names (hidden, auto-routed tools) are accepted too: a text call to one is
             # a call the executor runs, not call-shaped noise to drop.
-            allowed = (
-                []
-                if request.tool_choice == "none"
-                else [*(t.name for t in request.tools), *request.routable_names]
-            )
-            parser = TextToolCallParser(allowed)
+            offered = [] if request.tool_choice == "none" else [t.name for t in request.tools]
+            routable = () if request.tool_choice == "none" else request.routable_names
+            parser = TextToolCallParser(offered, routable)
         calls = ToolCallAssembler([*(t.name for t in request.tools), *request.routable_names])
         emitted_calls = 0
         usage = Usage()

@@ -28,7 +28,7 @@ from typing import Any
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id, render_text_call, render_tool_prompt
 from llmrtc.tools.calls import ToolCall
-from llmrtc.tools.ids import to_wire_name
+from llmrtc.tools.ids import from_wire_name, to_wire_name
 
 # The renderers live in wire.py (history rendering needs them, and the parser needs none of
 # wire.py's messages); re-exported here, where the text-tools API always was.
@@ -60,6 +60,8 @@ _TAGS = (
 )
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+# `{"issue_refund": {` : a call keyed by the tool's name (the name is checked afterwards).
+_KEYED = re.compile(r'\{\s*"([^"\\]+)"\s*:\s*\{')
 
 ParsedEvent = LLMTextDelta | LLMToolCall
 
@@ -122,18 +124,18 @@ class TextToolCallParser:
             ...
     """
 
-    def __init__(self, tool_names: Collection[str]) -> None:
-        """Accept calls to `tool_names` only.
+    def __init__(self, tool_names: Collection[str], routable_names: Collection[str] = ()) -> None:
+        """Accept calls to `tool_names` (offered) and `routable_names` (not offered, but run
+        when called: a discovery catalog's hidden tools, or refused ones the executor answers).
 
         A namespaced name (`crm.lookup`) is accepted in its wire form (`crm__lookup`, what the
-        prompts show) too; calls always come out named by the declared name.
+        prompts show) too; calls always come out named by the declared name. Only offered names
+        written as code (`` `name` ``) hold text back: the model never saw the others.
+
+        The cost per streamed delta does not grow with the number of names: calls are found
+        by their shape and their names looked up in a set (a catalog may route thousands).
         """
-        # Every accepted spelling -> the declared name.
-        self._declared = {name: name for name in tool_names}
-        for name in tool_names:
-            self._declared.setdefault(to_wire_name(name), name)
-        self.tool_names = frozenset(self._declared)
-        """The names a call may use: the declared names and their wire forms."""
+        self._names = frozenset((*tool_names, *routable_names))
         self._buffer = ""
         self.dropped: list[str] = []
         """Text that was not spoken: call-like text naming no declared tool, imagined tool
@@ -141,17 +143,23 @@ class TextToolCallParser:
         # Talk about a tool, held since a declared name appeared as code: dropped if a call
         # follows, released at the end otherwise. None: not holding.
         self._talk: str | None = None
-        # "`name`" and "`name(": a declared tool written as code.
-        self._mentions = tuple(
-            f"`{name}{end}" for name in sorted(self.tool_names) for end in ("`", "(")
-        )
-        self._keyed = (
-            re.compile(
-                r'\{\s*"(' + "|".join(map(re.escape, sorted(self.tool_names))) + r')"\s*:\s*\{'
-            )
-            if self.tool_names
-            else None
-        )
+        # "`name`" and "`name(": an offered tool written as code.
+        spellings = {spelling for name in tool_names for spelling in (name, to_wire_name(name))}
+        self._mentions = tuple(f"`{name}{end}" for name in sorted(spellings) for end in ("`", "("))
+
+    def _resolve(self, name: object) -> str | None:
+        """The declared name `name` spells (itself or its wire form), or None."""
+        if not isinstance(name, str):
+            return None
+        if name in self._names:
+            return name
+        dotted = from_wire_name(name)
+        return dotted if dotted != name and dotted in self._names else None
+
+    def _keyed_match(self, text: str) -> re.Match[str] | None:
+        """`{"name": {` opening `text`, when `name` is an accepted tool."""
+        match = _KEYED.match(text)
+        return match if match is not None and self._resolve(match.group(1)) else None
 
     def feed(self, delta: str) -> list[ParsedEvent]:
         """Add streamed text; returns what is decided so far."""
@@ -252,7 +260,7 @@ class TextToolCallParser:
                 return False
             # Never closed. A call cut short (it names a tool) is a call or is dropped; any
             # other brace was text.
-            keyed = self._keyed is not None and self._keyed.match(buffer) is not None
+            keyed = self._keyed_match(buffer) is not None
             if keyed or (_NAME.search(buffer) and _ARGUMENTS.search(buffer)):
                 self._emit_calls(events, buffer, explicit=True)
             else:
@@ -288,7 +296,7 @@ class TextToolCallParser:
             buffer[name_end + 1 : end if end >= 0 else len(buffer)].strip() if name_end >= 0 else ""
         )
         self._buffer = buffer[cut:]
-        if name not in self.tool_names:
+        if self._resolve(name) is None:
             self._drop(buffer[:cut], "a tool call naming no declared tool")
             return True
         arguments: Any = raw  # kept raw if it does not parse: the executor answers it
@@ -375,14 +383,14 @@ class TextToolCallParser:
 
     def _call_from(self, item: Any) -> ToolCall | None:
         if isinstance(item, str):  # a call that did not parse
-            keyed = self._keyed.match(item) if self._keyed is not None else None
+            keyed = self._keyed_match(item)
             if keyed is not None:  # {"name": {args... cut short
                 raw = item[keyed.end() - 1 :].rstrip()
                 if raw.endswith("}") and raw.count("}") > raw.count("{"):
                     raw = raw[:-1]
                 return self._call(keyed.group(1), raw)
             match = _NAME.search(item)
-            if match is None or match.group(1) not in self.tool_names:
+            if match is None or self._resolve(match.group(1)) is None:
                 return None
             raw = item
             found = _ARGUMENTS.search(item)
@@ -397,10 +405,10 @@ class TextToolCallParser:
             item = item["function"]
         if len(item) == 1:  # {"issue_refund": {args}}: keyed by a declared tool's name
             ((key, value),) = item.items()
-            if key in self.tool_names and isinstance(value, dict):
+            if self._resolve(key) is not None and isinstance(value, dict):
                 return self._call(key, value)
         name = item.get("name")
-        if name not in self.tool_names:
+        if self._resolve(name) is None:
             return None
         arguments = item.get("arguments", item.get("parameters", {}))
         if not isinstance(arguments, dict | str):
@@ -409,4 +417,6 @@ class TextToolCallParser:
 
     def _call(self, name: str, arguments: dict[str, Any] | str) -> ToolCall:
         """A parsed call, named by the declared name whatever spelling the model used."""
-        return ToolCall(new_call_id(), self._declared[name], arguments)
+        declared = self._resolve(name)
+        assert declared is not None  # callers resolved it first
+        return ToolCall(new_call_id(), declared, arguments)

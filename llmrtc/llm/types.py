@@ -45,9 +45,10 @@ class LLMRequest:
     settings: ModelSettings = field(default_factory=ModelSettings)
     """Model name and sampling options; what is None uses the provider's defaults."""
     routable_names: Sequence[str] = ()
-    """Tools that run when called but are not offered (a discovery-mode catalog's real tools,
-    auto-routed). Never shown to the model; a provider that finds calls in text accepts calls
-    naming them (dotted or wire form) instead of dropping them as unknown."""
+    """Tools that are answered when called but are not offered (a discovery-mode catalog's real
+    tools, auto-routed; refused tools, answered with the refusal). Never shown to the model; a
+    provider that finds calls in text accepts calls naming them (dotted or wire form) instead
+    of dropping them as unknown."""
     continues_chain: bool = False
     """The last tool results only prepare another call (they came from a `ChainStep` such as
     `search_tools`): tools stay offered even where a profile omits them after tool results."""

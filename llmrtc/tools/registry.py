@@ -71,6 +71,12 @@ class ToolRegistry:
         # offered here" from "unknown") and the phrase naming where it applies.
         self._base: ToolRegistry | None = None
         self._scope: str | None = None
+        # A router view's hidden tools: the lookup index and hidden tools of the registry it
+        # was cut from, shared rather than copied (a discovery catalog hides thousands, and a
+        # view is cut every turn). Copy-on-write keeps them a snapshot: a registry whose dicts
+        # are shared copies them before it changes (`_shared`).
+        self._routed: tuple[dict[str, str], dict[str, Tool]] | None = None
+        self._shared = False
         self.register_all(tools)
 
     def scoped(
@@ -88,7 +94,8 @@ class ToolRegistry:
         (in `scope`, when given) and lists the tools that are. This registry is not modified,
         and the view keeps the tools it was given even if this registry changes later. When
         the view offers a `CallRouter` (discovery's `execute_tool`), it keeps this registry's
-        hidden tools too, so the router's targets still run.
+        hidden tools too, so the router's targets still run (shared, not copied: cutting a
+        view costs the same with 5 hidden tools or 5 000).
 
         Example:
             billing = registry.scoped(
@@ -120,9 +127,16 @@ class ToolRegistry:
         view = ToolRegistry(dict.fromkeys(t for t in offered if t is not None))
         view.register_all(extra_tools)
         if any(isinstance(t, CallRouter) for t in view):
-            for hidden in self._hidden.values():
-                if hidden.name not in view._index:
-                    view.register(hidden, hidden=True)
+            if not self._hidden and self._routed is not None:
+                view._routed = self._routed  # a view of a view: the same shared tools
+            elif self._routed is None:
+                self._shared = True
+                view._routed = (self._index, self._hidden)
+            else:  # hidden tools of its own and shared ones (rare): copy them
+                for name in self.hidden_names():
+                    hidden = self.get(name)
+                    if hidden is not None and hidden.name not in view._index:
+                        view.register(hidden, hidden=True)
         view._base = self
         view._scope = scope
         return view
@@ -154,6 +168,7 @@ class ToolRegistry:
                     f"tool {name!r} collides with the registered tool {other!r}: both are "
                     f"found as {key!r} (the wire form turns '.' into '__'); rename one"
                 )
+        self._unshare()
         (self._hidden if hidden else self._tools)[name] = tool
         for key in keys:
             self._index[key] = name
@@ -180,21 +195,31 @@ class ToolRegistry:
         canonical = self._index.get(name)
         if canonical is None:
             return False
+        self._unshare()
         tool = self._tools.pop(canonical, None) or self._hidden.pop(canonical)
         for key in _keys(tool.definition):
             self._index.pop(key, None)
         return True
 
+    def _unshare(self) -> None:
+        """Views share this registry's index and hidden tools: copy them before a change."""
+        if self._shared:
+            self._index, self._hidden, self._shared = dict(self._index), dict(self._hidden), False
+
     def get(self, name: str) -> Tool | None:
         """The tool found as `name` (name, wire name or id; hidden tools too), or None."""
         canonical = self._index.get(name)
         if canonical is None:
-            return None
+            if self._routed is None:
+                return None
+            index, hidden = self._routed
+            canonical = index.get(name)
+            return None if canonical is None else hidden.get(canonical)
         return self._tools.get(canonical) or self._hidden.get(canonical)
 
     def has(self, name: str) -> bool:
         """Whether a tool is found as `name` (name, wire name or id; hidden tools too)."""
-        return name in self._index
+        return name in self._index or self.get(name) is not None
 
     def resolve(self, call: ToolCall) -> tuple[ToolCall, Tool | None]:
         """The call to run for `call`, and its tool (None: not found here).
@@ -240,7 +265,20 @@ class ToolRegistry:
 
     def hidden_names(self) -> list[str]:
         """Names of the hidden tools (they run when called, but are never offered)."""
-        return list(self._hidden)
+        if self._routed is None:
+            return list(self._hidden)
+        shared = [name for name in self._routed[1] if name not in self._index]
+        return [*self._hidden, *shared]
+
+    def refused_names(self) -> list[str]:
+        """Names of the refused tools (see `refuse`), here and in the registry a view was cut
+        from: they never run, but a call naming one is answered with the refusal."""
+        names: dict[str, None] = {}
+        registry: ToolRegistry | None = self
+        while registry is not None:
+            names.update(dict.fromkeys(registry._refused_names.values()))
+            registry = registry._base
+        return list(names)
 
     def leads_to_call(self, name: str) -> bool:
         """Whether the tool found as `name` is a `ChainStep` (its result asks for another
@@ -255,7 +293,7 @@ class ToolRegistry:
         """
         if names is None:
             return [t.definition for t in self._tools.values()]
-        unknown = [n for n in names if n not in self._index]
+        unknown = [n for n in names if not self.has(n)]
         if unknown:
             raise KeyError(f"unknown tools {unknown}; registered: {self.names()}")
         return [self.get(n).definition for n in names]  # type: ignore[union-attr]
@@ -283,7 +321,7 @@ class ToolRegistry:
             where = f"in {self._scope}" if self._scope else "here"
             listed = ", ".join(available) if available else "none"
             return f"tool {name!r} is not available {where}; tools available: {listed}."
-        candidates = [*available, *self._hidden]
+        candidates = [*available, *self.hidden_names()]
         by_lower = {n.lower(): n for n in candidates}
         close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
         if name.lower() in by_lower and by_lower[name.lower()] not in close:
@@ -329,7 +367,7 @@ class ToolRegistry:
         return len(self._tools)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._index
+        return isinstance(name, str) and self.has(name)
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())

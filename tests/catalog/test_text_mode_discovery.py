@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from llmrtc.agent import TurnRunner
+from llmrtc.catalog import ToolsConfig
 from llmrtc.catalog.injection import ToolInjection
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import OpenAIProvider, RetryPolicy
@@ -24,8 +25,12 @@ from _routing import business_tools, catalog_of
 pytestmark = pytest.mark.anyio
 
 
-async def _run(replies: list[Any], **options: Any) -> tuple[RecordingHooks, ScriptedOpenAIServer]:
-    injection = await ToolInjection.build(catalog_of(business_tools()), mode="discovery")
+async def _run(
+    replies: list[Any], config: ToolsConfig | None = None, **options: Any
+) -> tuple[RecordingHooks, ScriptedOpenAIServer]:
+    injection = await ToolInjection.build(
+        catalog_of(business_tools()), config=config, mode="discovery"
+    )
     hooks = RecordingHooks()
     async with ScriptedOpenAIServer(replies) as server:
         llm = OpenAIProvider(
@@ -47,6 +52,21 @@ async def test_a_text_call_to_a_hidden_real_tool_is_auto_routed(name: str) -> No
     call = json.dumps({"name": name, "arguments": {"path": "/a"}})
     hooks, _ = await _run([text_reply(call, pieces=1), text_reply("It says hello.")])
     assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["files.read"]
+
+
+@pytest.mark.parametrize("name", ["shell__run", "shell.run"])
+async def test_a_text_call_to_a_refused_tool_gets_the_refusal_not_silence(name: str) -> None:
+    """Dropping it as noise would leave the model (and the caller) thinking nothing was asked;
+    the executor's refusal result says why it did not run."""
+    call = json.dumps({"name": name, "arguments": {"cmd": "rm -rf /"}})
+    hooks, server = await _run(
+        [text_reply(call, pieces=1), text_reply("I cannot do that.")],
+        config=ToolsConfig({"shell.run": False}),
+    )
+    assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["shell.run"]
+    result = str(server.requests[1].body["messages"][-1]["content"])
+    assert "not permitted" in result
+    assert "shell" not in server.requests[0].body["messages"][0]["content"]  # never offered
 
 
 async def test_the_local_profile_keeps_tools_through_the_discovery_chain() -> None:

@@ -225,3 +225,37 @@ def test_an_abort_never_releases_talk_that_may_introduce_a_call() -> None:
     assert texts(parser.feed("One moment. I will use `book` to ")) == "One moment. I will use "
     assert parser.discard_undecided() == []
     assert parser.dropped == ["`book` to "]
+
+
+def _stream_cost(parser: TextToolCallParser, text: str) -> float:
+    import time
+
+    started = time.perf_counter()
+    for index in range(0, len(text), 4):  # 4-character deltas, as a model streams
+        parser.feed(text[index : index + 4])
+    parser.finish()
+    return time.perf_counter() - started
+
+
+def test_parsing_cost_does_not_grow_with_the_routable_names() -> None:
+    """A discovery catalog routes thousands of hidden tools: the parser runs per streamed
+    delta inside the voice loop, so its cost must not scan every name (it once took 1.3 s
+    per answer with 5 000). Compared with 5 names in the same run (a ratio, not a time)."""
+    offered = ["search_tools", "get_tool", "execute_tool", "list_categories", "browse_category"]
+    hidden = [f"ns{i % 50}.tool_{i}" for i in range(5000)]
+    text = "Sure, let me look that up for you, `maybe` {soon} [1]. " * 20
+    few = min(_stream_cost(TextToolCallParser(offered, hidden[:5]), text) for _ in range(3))
+    many = min(_stream_cost(TextToolCallParser(offered, hidden), text) for _ in range(3))
+    assert many < 5 * few, (many, few)
+
+
+def test_routable_names_are_calls_in_any_shape_but_only_offered_ones_hold_text() -> None:
+    parser = TextToolCallParser(["search_tools"], ["crm.lookup"])
+    events = parser.feed('{"name": "crm__lookup", "arguments": {"id": 1}}')
+    events += parser.feed(' <function=crm.lookup>{"id": 2}</function> {"crm__lookup": {"id": 3}}')
+    events += parser.finish()
+    assert calls(events) == [("crm.lookup", {"id": i}) for i in (1, 2, 3)]
+    # The model never saw a routable name: naming it as code is just text, spoken at once.
+    parser = TextToolCallParser(["search_tools"], ["crm.lookup"])
+    assert texts(parser.feed("Use `crm.lookup` for that.")) == "Use `crm.lookup` for that."
+    assert texts(TextToolCallParser(["search_tools"]).feed("Try `search_tools` next.")) == "Try "
