@@ -157,11 +157,7 @@ class ToolInjection:
         try:
             registry = ToolRegistry(self.tools)
             if mode == "discovery" or (mode == "auto" and self.direct_tokens > self.budget_tokens):
-                # get_tool tells a refused tool from an unknown one by the refusals the
-                # registry gets below.
-                meta = ToolRegistry(
-                    build_meta_tools(self.catalog, self.tools, lambda name: meta.refusal(name))
-                )
+                meta = ToolRegistry(build_meta_tools(self.catalog, self.tools))
                 # Auto: discovery only when it is cheaper (a tiny window with a tool or two
                 # would otherwise pay more for the meta-tools than for the tools themselves).
                 if mode == "discovery" or (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llmrtc.catalog.catalog import ToolCatalog
@@ -150,16 +150,13 @@ def _page(items: Sequence[Tool], page: int, page_size: int) -> dict[str, Any]:
     }
 
 
-def build_meta_tools(
-    catalog: ToolCatalog,
-    tools: Sequence[Tool],
-    refusal: Callable[[str], str | None] = lambda name: None,
-) -> list[Tool]:
+def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
     """The five meta-tools over `tools` (the permitted tools, one version each).
 
     `catalog` (already restricted to what is permitted) answers `search_tools`; the others
-    read `tools`, so every name they return is one `execute_tool` runs. `refusal(name)` says
-    why a tool that exists may not be used (`get_tool` answers that rather than "unknown").
+    read `tools`, so every name they return is one `execute_tool` runs. A tool that is not
+    permitted is invisible here: `get_tool` answers it exactly as an unknown name (only
+    execution, where the model already names it, says it is refused).
     """
     by_name = ToolRegistry(tools)  # lookup by name, wire name or id
     categories: dict[str, list[Tool]] = {}
@@ -177,9 +174,6 @@ def build_meta_tools(
     async def get_tool(args: dict[str, Any], ctx: ToolContext) -> Any:
         found = by_name.get(args["name"])
         if found is None:
-            refused = refusal(args["name"])
-            if refused is not None:
-                raise ToolError(refused + ".")
             raise ToolError(_unknown(args["name"], [t.definition.name for t in tools]))
         return tool_details(found.definition)
 

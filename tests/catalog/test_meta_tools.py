@@ -262,10 +262,14 @@ async def test_refused_calls_are_named_by_the_dotted_name_in_hooks(tool: str, ro
     assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["shell.run"]
 
 
-async def test_get_tool_of_a_tool_not_permitted_says_so() -> None:
+async def test_get_tool_of_a_tool_not_permitted_answers_as_for_an_unknown_one() -> None:
+    """A tool that is not permitted is invisible to the model: get_tool must not confirm that
+    it exists (only execution, where the model already names it, refuses it clearly)."""
     from llmrtc.catalog import ToolsConfig
 
     injection = await _discovery(config=ToolsConfig({"shell.run": False}))
-    result = await _call(injection, "get_tool", name="shell__run")
-    assert result.status == "error"
-    assert "not permitted" in result.error and "unknown" not in result.error
+    refused = await _call(injection, "get_tool", name="shell__run")
+    unknown = await _call(injection, "get_tool", name="shell__runs")
+    assert refused.status == unknown.status == "error"
+    assert "not permitted" not in refused.error
+    assert refused.error == unknown.error.replace("shell__runs", "shell__run")
