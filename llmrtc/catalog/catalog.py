@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -17,8 +17,10 @@ from llmrtc.catalog.search import (
     SearchHit,
     hybrid_score,
     keyword_score,
+    matches,
     query_terms,
     rank_hybrid,
+    search_candidates,
 )
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.tool import Tool
@@ -213,7 +215,7 @@ class ToolCatalog:
         return [
             tool
             for tool in await self.list()
-            if _matches(tool, namespace, tag)
+            if matches(tool, namespace, tag)
             and (
                 prefix is None
                 or tool.definition.tool_id.startswith(prefix)
@@ -232,10 +234,11 @@ class ToolCatalog:
         tag: str | None = None,
         mode: SearchMode = "hybrid",
         wait: bool = True,
+        ids: Collection[str] | None = None,
     ) -> builtins.list[Tool]:
         """The tools shown that best match `query`, best first (see `search_scored`)."""
         hits = await self.search_scored(
-            query, limit, namespace=namespace, tag=tag, mode=mode, wait=wait
+            query, limit, namespace=namespace, tag=tag, mode=mode, wait=wait, ids=ids
         )
         return [hit.tool for hit in hits]
 
@@ -248,6 +251,7 @@ class ToolCatalog:
         tag: str | None = None,
         mode: SearchMode = "hybrid",
         wait: bool = True,
+        ids: Collection[str] | None = None,
     ) -> builtins.list[SearchHit]:
         """Ranked hits with their scores and what matched (`llmrtc.catalog.search` has the
         rules). The first hybrid search loads the embedding model and embeds the catalog off
@@ -262,6 +266,8 @@ class ToolCatalog:
             mode: `"hybrid"` (default) or `"keyword"`.
             wait: False: while the semantic index is still being built, answer by keyword
                 now (the build goes on) rather than wait for it (a live turn's `search_tools`).
+            ids: Only tools with these ids (`tool_id`), filtered before the cut to `limit`
+                (an injection's `search_tools` offers only the tools it was built with).
 
         Raises:
             ValueError: if `limit` < 1 or `mode` is unknown.
@@ -274,7 +280,8 @@ class ToolCatalog:
         phrase, terms = query_terms(query)
         if not phrase:
             return []
-        candidates = self._search_candidates(snapshot, namespace, tag)
+        only = None if ids is None else frozenset(ids)
+        candidates = search_candidates(snapshot, namespace, tag, only, self._permits)
         entries = snapshot.keywords.entries
         allowed = snapshot.latest_set if candidates is snapshot.latest else set(candidates)
         keyword: dict[int, tuple[float, str]] = {}
@@ -301,22 +308,6 @@ class ToolCatalog:
             hybrid = hybrid_score(score, similarity)
             hits.append(SearchHit(snapshot.tools[i], hybrid, score, similarity, reason))
         return hits
-
-    def _search_candidates(
-        self, snapshot: Snapshot, namespace: str | None, tag: str | None
-    ) -> Sequence[int]:
-        """Positions of the tools a search may return: shown, filtered, and only the highest
-        shown version of each name (the model and users pick a tool by name)."""
-        tools = snapshot.tools
-        if namespace is None and tag is None and self._permits is None:
-            return snapshot.latest
-        chosen = []
-        for versions in snapshot.versions:
-            for i in versions:
-                if _matches(tools[i], namespace, tag) and self.allows(tools[i]):
-                    chosen.append(i)
-                    break
-        return sorted(chosen)
 
     async def warm_up(self) -> None:
         """Build the cache now and, for hybrid search, load the model and embed every tool
@@ -384,13 +375,6 @@ class ToolCatalog:
     def __repr__(self) -> str:
         view = ", restricted" if self._permits is not None else ""
         return f"ToolCatalog(backends={list(self._core.backends)}{view})"
-
-
-def _matches(tool: Tool, namespace: str | None, tag: str | None) -> bool:
-    definition = tool.definition
-    return (namespace is None or definition.namespace == namespace) and (
-        tag is None or tag in definition.tags
-    )
 
 
 def _is_embedder(value: object) -> bool:

@@ -159,6 +159,7 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
     execution, where the model already names it, says it is refused).
     """
     by_name = ToolRegistry(tools)  # lookup by name, wire name or id
+    offered_ids = frozenset(t.definition.tool_id for t in tools)
     categories: dict[str, list[Tool]] = {}
     for item in tools:
         categories.setdefault(item.definition.namespace or GENERAL_CATEGORY, []).append(item)
@@ -167,8 +168,10 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
         # Never waits for the semantic index (a turn would stall, uncancellable by barge-in
         # for the build's length): by keyword until ToolInjection.build's build is ready.
         limit = args.get("max_results", 5)
-        found = await catalog.search(args["query"], limit=limit, wait=False)
-        listed = [tool_summary(t) for t in found if by_name.has(t.definition.tool_id)]
+        # Only the tools this injection runs, chosen before the cut to `limit` (the catalog
+        # may rank more since: a backend back after a failure), so a match is never cut away.
+        found = await catalog.search(args["query"], limit=limit, wait=False, ids=offered_ids)
+        listed = [tool_summary(t) for t in found]
         return {"query": args["query"], "tools": listed}
 
     async def get_tool(args: dict[str, Any], ctx: ToolContext) -> Any:

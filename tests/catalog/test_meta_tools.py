@@ -273,3 +273,23 @@ async def test_get_tool_of_a_tool_not_permitted_answers_as_for_an_unknown_one() 
     assert refused.status == unknown.status == "error"
     assert "not permitted" not in refused.error
     assert refused.error == unknown.error.replace("shell__runs", "shell__run")
+
+
+async def test_search_tools_filters_to_its_tools_before_cutting_to_the_limit() -> None:
+    """The catalog may rank tools the injection was not built with (a backend added, or back
+    after a failure): they must not take the `limit` places and leave no answer."""
+    from llmrtc.catalog import LocalBackend, ToolCatalog
+    from llmrtc.tools import ToolDefinition, define_tool
+
+    def tool(name: str, description: str) -> Any:
+        return define_tool(ToolDefinition(name=name, description=description), lambda a, c: 1)
+
+    local = [tool("billing.refund_payment", "Refund a card payment")]
+    local += [tool(f"misc.t{i}", f"unrelated {i}") for i in range(40)]
+    catalog = ToolCatalog([LocalBackend(local, name="local")], embedder=None)
+    injection = await ToolInjection.build(catalog, mode="discovery")
+    later = [tool(f"r{i}.refund", "refund") for i in range(5)]  # better matches, not offered
+    catalog.add_backend(LocalBackend(later, name="later"))
+    result = await _call(injection, "search_tools", query="refund", max_results=5)
+    names = [t["name"] for t in json.loads(result.to_content())["tools"]]
+    assert names == ["billing.refund_payment"]
