@@ -253,7 +253,9 @@ class TurnWorker:
                     logger.exception("turn %s failed; the agent apologises", reply.turn_id)
                     self._voice.publish(SpeechError("turn", str(error), type(error).__name__))
                     await self._voice.report_error(error, "voice.turn", reply.turn_id)
-                    if not reply.barged:
+                    # An apology a TTS failure already queued is not said twice.
+                    apologised = reply.fail()
+                    if not reply.barged and not apologised:
                         await reply.say(config.error_text, filler=True)
             await reply.finish()
             self._quiet_since = time.monotonic()  # the agent stopped speaking

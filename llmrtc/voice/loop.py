@@ -130,6 +130,7 @@ class VoiceLoop:
         )
         self._utterance_turn: str | None = None
         self._barged = False
+        self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
 
     # Public API ------------------------------------------------------------------------------
@@ -163,6 +164,12 @@ class VoiceLoop:
         if not isinstance(frame, AudioFrame):
             raise TypeError(f"push_audio takes an AudioFrame, got {type(frame).__name__}")
         self._check_running("push_audio")
+        # One push at a time: the checkpoint below lets other tasks (and loops) run, and a
+        # second push then must not feed its windows between this one's.
+        async with self._push_lock:
+            await self._push_windows(frame)
+
+    async def _push_windows(self, frame: AudioFrame) -> None:
         resampler, chunker, stream = self._input
         for count, window in enumerate(chunker.push(resampler.convert(frame)), 1):
             if count % _CHECKPOINT_WINDOWS == 0:

@@ -195,6 +195,25 @@ class Reply:
         self._speech.abort(reason)
         return self.spoken.heard_text()
 
+    def fail(self) -> bool:
+        """The handler raised: drop this reply's speech not yet played (a sentence queued or
+        half synthesised would hold the playout) but an error apology already synthesised.
+        True if such an apology is kept (played or to play): it must not be said again."""
+        apology = self.voice.config.error_text
+
+        def is_apology(segment: Segment) -> bool:
+            return segment.filler and segment.text == apology and not segment.cleared
+
+        self.voice.playout.drop(
+            [
+                s
+                for s in self.spoken.segments
+                if not s.finished and not s.cleared and not (is_apology(s) and s.done)
+            ]
+        )
+        self._queue.clear()
+        return any(is_apology(s) for s in self.spoken.segments)
+
     # Finishing -------------------------------------------------------------------------------
 
     async def finish(self) -> None:
@@ -232,6 +251,15 @@ class Reply:
             await self._synthesize(segment)
 
     async def _synthesize(self, segment: Segment) -> None:
+        try:
+            await self._run_synthesis(segment)
+        finally:
+            # Cancelled from outside (the handler raised and its task group ended the
+            # speaker): an unfinished segment would stall the playout queue for good.
+            if not segment.done and not segment.cleared:
+                self.voice.playout.drop([segment])
+
+    async def _run_synthesis(self, segment: Segment) -> None:
         voice = self.voice
         tts, rate = voice.tts, voice.playout.sample_rate
         from llmrtc.voice.audio import Resampler

