@@ -73,7 +73,9 @@ class ToolCatalog:
             backend_timeout: Seconds a backend's `list()` may take (None: no bound); a slower
                 backend is reported (`on_error`) and counts as empty, like one that raises.
             backend_retry: Seconds after which a cache that misses a failed backend is
-                rebuilt, at the next access (`invalidate()` retries at once).
+                rebuilt: the next access still answers from the cache at once and starts the
+                retry in a task of the event loop (ended with the loop's run; see
+                `CatalogCore._start_retry`). `invalidate()` rebuilds before the next answer.
 
         Raises:
             ValueError: if two backends share a name, `embedder` is none of the above, or a

@@ -1,5 +1,5 @@
 """A backend whose `list()` hangs is bounded by `backend_timeout`; a failed backend is asked
-again `backend_retry` seconds later, at the next access."""
+again `backend_retry` seconds later, in the background of the next access."""
 
 from __future__ import annotations
 
@@ -80,10 +80,34 @@ async def test_a_failed_backend_is_retried_after_the_delay(make_tool: Any) -> No
     assert await catalog.list() == []  # not yet: a failing backend is not hammered
     assert flaky.calls == 1
     await anyio.sleep(0.5)
+    assert await catalog.list() == []  # served at once; the retry runs in the background
+    with anyio.fail_after(5):
+        while not await catalog.list():
+            await anyio.sleep(0.01)
     assert [t.name for t in await catalog.list()] == ["crm.lookup"]
     assert flaky.calls == 2
     await catalog.list()
     assert flaky.calls == 2  # all backends answered: the cache stays
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_retry_never_stalls_a_lookup_for_the_backend_timeout(make_tool: Any) -> None:
+    """A live turn's search must not wait `backend_timeout` each `backend_retry` for a
+    backend that was already down: the retry runs in the background."""
+    good = make_tool("crm.lookup")
+    hanging = Hanging("remote")
+    catalog = ToolCatalog(
+        [LocalBackend([good]), hanging], embedder=None, backend_timeout=1.0, backend_retry=0.1
+    )
+    assert await catalog.get("crm.lookup") is good  # the first build waits the timeout
+    for _ in range(3):
+        await anyio.sleep(0.15)
+        with anyio.fail_after(0.5):  # generous, and still half the timeout
+            assert await catalog.get("crm.lookup") is good
+            assert [t.name for t in await catalog.search("lookup")] == ["crm.lookup"]
+    catalog.invalidate()  # an invalidation still rebuilds before answering
+    with anyio.fail_after(5):
+        assert await catalog.get("crm.lookup") is good
 
 
 @pytest.mark.parametrize("options", [{"backend_timeout": 0}, {"backend_retry": -1}])
