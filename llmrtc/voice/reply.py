@@ -141,7 +141,9 @@ class Reply:
                         elif isinstance(event, ToolCallStarted):
                             # The text before the call is final: its whole sentences are
                             # spoken, an unfinished lead-in ("You can use the") is dropped.
-                            chunks, dropped = segmenter.end_of_text()
+                            # Only the unfinished rest's words leave the history, not
+                            # unspoken text (code) carried before it.
+                            chunks, _, dropped = segmenter.end_of_text()
                             self._queue_chunks(chunks)
                             self.ledger.skip_rest(dropped)
                             if not self._open_calls:

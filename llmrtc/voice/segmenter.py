@@ -150,10 +150,11 @@ class SentenceSegmenter:
         text = speakable(raw)
         return [SpeechChunk(text, raw)] if text else []
 
-    def end_of_text(self) -> tuple[list[SpeechChunk], str]:
+    def end_of_text(self) -> tuple[list[SpeechChunk], str, str]:
         """The text so far is final (a tool call follows it): return the chunks up to its last
-        sentence end, and the raw rest dropped (an unfinished lead-in, "...you can use the",
-        or an open code block: never spoken). Starts afresh."""
+        sentence end, the unspeakable raw text carried before the rest (a closed code block:
+        kept in the history), and the raw rest dropped (an unfinished lead-in, "...you can use
+        the", or an open code block: never spoken). Starts afresh."""
         chunks: list[SpeechChunk] = []
         if self._mode == "text":
             # Text before `_pos` was decided as no cut ("3.5", "Dr."); a "." waiting for the
@@ -164,9 +165,9 @@ class SentenceSegmenter:
             if cut:
                 chunk = self._cut(cut)
                 chunks = [chunk] if chunk is not None else []
-        dropped = self._carry + self._pending
+        carried, dropped = self._carry, self._pending
         self._reset()
-        return chunks, dropped
+        return chunks, carried, dropped
 
     # -- scanning -------------------------------------------------------------------------
     # `_step` looks at `_pending[_pos]` and either advances `_pos` (returns 0), returns a cut

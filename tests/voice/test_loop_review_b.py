@@ -14,8 +14,14 @@ import pytest
 
 from llmrtc.agent.events import TextDelta
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.llm.messages import UserMessage
-from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD
+from llmrtc.agent.runner import TurnRunner
+from llmrtc.execution.executor import ToolExecutor
+from llmrtc.llm.messages import AssistantMessage, UserMessage
+from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
+from llmrtc.testing.scripted import ScriptedResponse
+from llmrtc.tools.calls import ToolCall
+from llmrtc.tools.registry import ToolRegistry
+from llmrtc.tools.tool import tool
 from llmrtc.voice import AudioFrame, VoiceLoop
 from llmrtc.voice.events import AgentSpeechEnded, SpeechError
 
@@ -116,3 +122,25 @@ async def test_concurrent_pushes_reach_the_endpointer_in_call_order() -> None:
             await anyio.lowlevel.checkpoint()
             group.start_soon(loop.push_audio, short)
     assert seen == [1] * 32 + [2] * 2
+
+
+async def test_an_unfinished_lead_in_after_a_code_block_leaves_the_code_in_the_history() -> None:
+    @tool
+    async def run_sql(query: str) -> str:
+        """Run SQL."""
+        return "3 rows"
+
+    text = "I will count the orders.\n```sql\nSELECT count(*) FROM orders\n```\nLet me run"
+    call = ToolCall("c1", "run_sql", {"query": "SELECT count(*) FROM orders"})
+    tts = FakeTTS()
+    llm = ScriptedLLM([ScriptedResponse(text=text, tool_calls=[call]), "There are 3 orders."])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([run_sql])), system_prompt="Be brief.")
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    async with loop:
+        events = loop.events()
+        await loop.send_text("how many orders?")
+        await until_ended(events)
+    assert tts.spoken == ["I will count the orders.", "There are 3 orders."]
+    first = runner.history.messages[1]
+    assert isinstance(first, AssistantMessage) and first.content is not None
+    assert "SELECT count(*) FROM orders" in first.content and "Let me run" not in first.content

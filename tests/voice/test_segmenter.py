@@ -225,8 +225,8 @@ def test_a_long_first_clause_is_cut_at_a_comma() -> None:
 def test_end_of_text_drops_the_unfinished_lead_in_and_starts_afresh() -> None:
     segmenter = SentenceSegmenter()
     assert [c.text for c in segmenter.push("Sure. For that you can use the")] == ["Sure."]
-    assert segmenter.end_of_text() == ([], " For that you can use the")
-    assert segmenter.end_of_text() == ([], "")
+    assert segmenter.end_of_text() == ([], "", " For that you can use the")
+    assert segmenter.end_of_text() == ([], "", "")
     chunks = segmenter.push(
         "It is sunny in Tokyo today, with a light breeze from the east, and warm. "
     )
@@ -243,18 +243,25 @@ def test_end_of_text_speaks_a_held_back_sentence_end() -> None:
     assert segmenter.push("Let me check. It costs 3.5 dollars.") == [
         SpeechChunk("Let me check.", "Let me check.")
     ]
-    chunks, dropped = segmenter.end_of_text()
+    chunks, _, dropped = segmenter.end_of_text()
     assert [c.text for c in chunks] == ["It costs 3.5 dollars."] and dropped == ""
     segmenter.push("Ask Dr. Smith")  # no sentence end: all of it is the unfinished rest
-    assert segmenter.end_of_text() == ([], "Ask Dr. Smith")
+    assert segmenter.end_of_text() == ([], "", "Ask Dr. Smith")
 
 
 def test_end_of_text_also_drops_an_open_code_block() -> None:
     segmenter = SentenceSegmenter()
     segmenter.push("Look:\n```\nprint(1)")
-    chunks, dropped = segmenter.end_of_text()
-    assert chunks == [] and dropped.endswith("print(1)")
+    chunks, carried, dropped = segmenter.end_of_text()
+    assert chunks == [] and carried == "" and dropped.endswith("print(1)")
     assert [c.text for c in segmenter.push("Fine. ")] == ["Fine."]
+
+
+def test_end_of_text_returns_a_closed_code_block_apart_from_the_unfinished_rest() -> None:
+    segmenter = SentenceSegmenter()
+    segmenter.push("I will count.\n```sql\nSELECT 1\n```\nLet me run")
+    _, carried, dropped = segmenter.end_of_text()
+    assert "SELECT 1" in carried and dropped.strip() == "Let me run"
 
 
 def test_flush_resets_for_the_next_reply() -> None:
