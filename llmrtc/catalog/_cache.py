@@ -11,13 +11,14 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from llmrtc.catalog._chunked import Chunked, IndexSuperseded
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import semver_key
 from llmrtc.catalog.search import KeywordEntry, KeywordIndex
@@ -59,9 +60,28 @@ class Snapshot:
     epoch: int = 0
     """The catalog's `invalidate()` count when this build started (current while equal)."""
     _index: Future[EmbeddingIndex] | None = field(default=None, repr=False)
+    superseded: bool = False
+    """A newer snapshot with other texts replaced this one: its index build stops."""
+
+    def inherit_index(self, previous: Snapshot) -> None:
+        """Share `previous`'s index (built or still building) when every tool and text is the
+        same (a retry whose backend is still down): no new build, no wasted thread."""
+        if previous._index is None or previous.ids != self.ids:
+            return
+        for old, new in zip(previous.tools, self.tools, strict=True):
+            a, b = old.definition, new.definition
+            if a is not b:
+                from llmrtc.catalog.embeddings import tool_corpus
+
+                if a.aliases != b.aliases or tool_corpus(a) != tool_corpus(b):
+                    return
+        self._index = previous._index
 
     def start_index(
-        self, embedder: TextEmbedder, reuse: Mapping[str, object]
+        self,
+        embedder: TextEmbedder,
+        reuse: Mapping[str, object],
+        adopt: Callable[[int, Mapping[str, object]], None] | None = None,
     ) -> Future[EmbeddingIndex]:
         """Start building this snapshot's embedding index, once, in a thread of its own (call
         on the event loop); returns its future.
@@ -69,18 +89,28 @@ class Snapshot:
         The build belongs to no caller, so a search that stops waiting (barge-in, timeout)
         abandons only its wait: the index is stored when ready, for whoever asks next.
         `reuse` maps texts to vectors embedded for an earlier snapshot (copied here: builds of
-        successive snapshots may overlap), so a rebuild only embeds what changed.
+        successive snapshots may overlap), so a rebuild only embeds what changed. `adopt` gets
+        the finished index's vectors (from the build's thread), so the next build reuses them
+        even if no search ever read this index. Once `superseded`, the build stops before its
+        next chunk of `INDEX_CHUNK` texts (its waiters get `IndexSuperseded`).
         """
         if self._index is None:
-            from llmrtc.catalog.embeddings import EmbeddingIndex
+            from llmrtc.catalog.embeddings import EmbedderError, EmbeddingIndex
 
             future: Future[EmbeddingIndex] = Future()
             definitions = [tool.definition for tool in self.tools]
             vectors = dict(reuse)
+            chunked = Chunked(embedder, self)
 
             def build() -> None:
                 try:
-                    future.set_result(EmbeddingIndex.build(embedder, definitions, vectors))
+                    index = EmbeddingIndex.build(chunked, definitions, vectors)
+                    if adopt is not None:
+                        adopt(self.generation, index.vectors)
+                    future.set_result(index)
+                except EmbedderError as exc:
+                    stopped = isinstance(exc.__cause__, IndexSuperseded)
+                    future.set_exception(exc.__cause__ if stopped else exc)
                 except BaseException as exc:  # delivered to whoever awaits the index
                     future.set_exception(exc)
 
@@ -97,7 +127,10 @@ class Snapshot:
         return future.result()
 
     async def embedding_index(
-        self, embedder: TextEmbedder, reuse: Mapping[str, object]
+        self,
+        embedder: TextEmbedder,
+        reuse: Mapping[str, object],
+        adopt: Callable[[int, Mapping[str, object]], None] | None = None,
     ) -> EmbeddingIndex:
         """This snapshot's embedding index, built once (off the event loop) for all callers.
         The wait is cancellable; the build goes on (see `start_index`).
@@ -105,7 +138,7 @@ class Snapshot:
         Raises:
             EmbedderError: if the model failed.
         """
-        future = self.start_index(embedder, reuse)
+        future = self.start_index(embedder, reuse, adopt)
         if not future.done():
             await anyio.to_thread.run_sync(future.exception, abandon_on_cancel=True)
         return future.result()
@@ -238,6 +271,7 @@ class CatalogCore:
         self.vectors: Mapping[str, object] = {}
         """Text → vector of the newest built index (what the next build reuses)."""
         self.vectors_generation = -1
+        self.vectors_lock = threading.Lock()
         self.queries = OrderedDict()
 
     async def current(self) -> Snapshot:
@@ -275,6 +309,10 @@ class CatalogCore:
             self.backend_timeout,
         )
         built.epoch = epoch
+        previous = self.snapshot
+        if previous is not None:
+            built.inherit_index(previous)
+            previous.superseded = previous._index is not built._index
         # One assignment: readers see the old snapshot or this complete one.
         self.snapshot = built
         return built
@@ -326,10 +364,11 @@ class CatalogCore:
 
     def adopt_vectors(self, generation: int, vectors: Mapping[str, object]) -> None:
         """Keep `vectors` (of the index built for `generation`) for the next build to reuse,
-        unless a newer generation's are kept already. Called on the event loop."""
-        if generation > self.vectors_generation:
-            self.vectors = vectors
-            self.vectors_generation = generation
+        unless a newer generation's are kept already. Called from index build threads too."""
+        with self.vectors_lock:
+            if generation > self.vectors_generation:
+                self.vectors = vectors
+                self.vectors_generation = generation
 
     def resolve_embedder(self) -> TextEmbedder | None:
         """The embedder; `"auto"` is resolved (and a missing model logged) on first use."""

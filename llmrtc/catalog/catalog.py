@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from llmrtc.catalog._cache import QUERY_CACHE_SIZE, CatalogCore, Snapshot
+from llmrtc.catalog._chunked import IndexSuperseded
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import ToolId, from_wire_name, parse_tool_id
 from llmrtc.catalog.search import (
@@ -329,7 +330,7 @@ class ToolCatalog:
         snapshot = await self._core.current()
         embedder = self._core.resolve_embedder()
         if snapshot.tools and embedder is not None:
-            snapshot.start_index(embedder, self._core.vectors)
+            snapshot.start_index(embedder, self._core.vectors, self._core.adopt_vectors)
 
     async def _similarities(self, snapshot: Snapshot, query: str | None, wait: bool = True) -> Any:
         """Cosine similarity of `query` to each tool of `snapshot`, or None without a model,
@@ -343,11 +344,11 @@ class ToolCatalog:
             return None
         try:
             if wait:
-                index = await snapshot.embedding_index(embedder, core.vectors)
+                index = await snapshot.embedding_index(embedder, core.vectors, core.adopt_vectors)
             elif (ready := snapshot.ready_index()) is not None:
                 index = ready
             else:
-                snapshot.start_index(embedder, core.vectors)
+                snapshot.start_index(embedder, core.vectors, core.adopt_vectors)
                 return None
             core.adopt_vectors(snapshot.generation, index.vectors)
             if query is None:
@@ -362,6 +363,8 @@ class ToolCatalog:
                     core.queries.popitem(last=False)
             else:
                 core.queries.move_to_end(query)
+        except IndexSuperseded:
+            return None  # its snapshot was replaced meanwhile: keywords for this one search
         except EmbedderError:
             # A broken model must not break search: fall back to keywords for good.
             logger.exception("semantic tool search failed; the catalog searches by keyword only")

@@ -117,3 +117,86 @@ async def test_overlapping_index_builds_keep_semantic_search_on() -> None:
         second.set()
     hits = await catalog.search_scored("b")
     assert hits and hits[0].similarity is not None  # semantic search still on
+
+
+class CountingEmbedder(GatedEmbedder):
+    """Counts the texts it embeds (queries aside)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[str] = []
+
+    def embed(self, texts: Any) -> Any:
+        self.embedded.extend(texts)
+        return super().embed(texts)
+
+    def embed_one(self, text: str) -> Any:
+        return GatedEmbedder.embed(self, [text])[0]
+
+
+class Down:
+    name = "remote"
+
+    async def list(self) -> list[Tool]:
+        raise ConnectionError("down")
+
+    async def get(self, tool_id: str) -> Tool | None:
+        return None
+
+
+def _index_threads() -> int:
+    return sum(t.name.startswith("llmrtc-catalog-index") for t in threading.enumerate())
+
+
+async def test_retries_of_a_failing_backend_reuse_the_index_build() -> None:
+    """Each retry makes a new snapshot with the same tools: it must share the build (built
+    or in flight), not start a full one that the next retry supersedes again."""
+    embedder = CountingEmbedder()
+    gate = embedder.gate("crm")
+    tools = [_tool(f"crm.t{i}") for i in range(40)]
+    catalog = ToolCatalog([LocalBackend(tools), Down()], embedder=embedder, backend_retry=0.05)
+    try:
+        await catalog.start_indexing()
+        for _ in range(5):  # retries while the build is held
+            await anyio.sleep(0.08)
+            await catalog.search_scored("t1", wait=False)
+            assert _index_threads() <= 1
+    finally:
+        gate.set()
+    with anyio.fail_after(20):
+        while not (await catalog.search_scored("t1", wait=False))[0].similarity:
+            await anyio.sleep(0.05)
+    assert len(embedder.embedded) == len(set(embedder.embedded)) == 40  # each text once
+
+
+async def test_a_finished_build_is_reused_without_a_search_reading_it() -> None:
+    embedder = CountingEmbedder()
+    tools = [_tool(f"crm.t{i}") for i in range(10)]
+    backend = LocalBackend(tools, name="local")
+    catalog = ToolCatalog([backend], embedder=embedder)
+    await catalog.start_indexing()  # no search ever reads this index
+    with anyio.fail_after(20):
+        while _index_threads():
+            await anyio.sleep(0.02)
+    catalog.add_backend(LocalBackend([_tool("files.read")], name="more"))
+    await catalog.search("read")
+    assert len(embedder.embedded) == 11  # the ten already embedded were reused
+
+
+async def test_a_superseded_build_stops_at_its_next_chunk() -> None:
+    embedder = CountingEmbedder()
+    gate = embedder.gate("crm")
+    tools = [_tool(f"crm.t{i}") for i in range(200)]
+    catalog = ToolCatalog([LocalBackend(tools, name="local")], embedder=embedder)
+    try:
+        await catalog.start_indexing()
+        await anyio.to_thread.run_sync(embedder.entered["crm"].wait, 30)
+        catalog.remove_backend("local")
+        catalog.add_backend(LocalBackend([_tool("files.read")], name="other"))
+        await catalog.list()  # the new snapshot replaces the one being embedded
+    finally:
+        gate.set()
+    with anyio.fail_after(20):
+        while _index_threads():
+            await anyio.sleep(0.02)
+    assert len([t for t in embedder.embedded if "crm" in t]) < 200  # one chunk, not all
