@@ -6,10 +6,11 @@ result is in the history before the next model request. Each turn runs as a task
 task group, speaking through a `Reply`; after a barge-in its history is cut to what was heard.
 
 Proactive turns: `handler.next_deadline()` is due while the user is silent and no turn runs
-or plays. The handler's timer starts when its turn ends (`TurnCompleted`), while the reply may
-play on for seconds, and user speech that made no turn (no words, or an STT failure and its
-apology) does not restart it. So the timeout the handler set (deadline minus that start) is
-counted again from when the line last went quiet: the agent stopped speaking or the user did.
+or plays. The handler's timer starts when its turn ends (`TurnCompleted`, or its events end
+for any other reason, an error included), while the reply may play on for seconds, and user
+speech that made no turn (no words, or an STT failure and its apology) does not restart it.
+So the timeout the handler set (deadline minus that start) is counted again from when the line
+last went quiet: the agent stopped speaking or the user did.
 """
 
 from __future__ import annotations

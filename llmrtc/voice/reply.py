@@ -107,8 +107,9 @@ class Reply:
         """A barge-in (or `interrupt()`) cut the speech. Unlike `interrupted`, not set by a TTS
         failure: speech over its apology is still a barge-in."""
         self.completed_at: float | None = None
-        """`time.monotonic()` when the handler's `TurnCompleted` passed (its timers start
-        then, while synthesis and playout may go on)."""
+        """`time.monotonic()` when the handler's `TurnCompleted` passed or its event stream
+        ended otherwise (its timers start then, while synthesis and playout may go on); None
+        for a reply that ran no handler turn (an STT apology)."""
         self.ended = False
         """`AgentSpeechEnded` was published."""
         self._queue: deque[Segment] = deque()
@@ -159,6 +160,10 @@ class Reply:
                             self._queue_chunks(segmenter.flush())
                             self.ledger.skip_rest()
             finally:
+                # The handler's timers restart when its turn ends for any reason (an error
+                # included), not only at `TurnCompleted`.
+                if self.completed_at is None:
+                    self.completed_at = time.monotonic()
                 filler_scope.cancel()
                 self._close_queue()
         return completed

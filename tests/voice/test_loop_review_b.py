@@ -5,6 +5,7 @@ a failed turn, heard-word estimates."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from llmrtc.agent.events import TextDelta
+from llmrtc.agent.events import TextDelta, TurnCompleted
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
@@ -144,3 +145,55 @@ async def test_an_unfinished_lead_in_after_a_code_block_leaves_the_code_in_the_h
     first = runner.history.messages[1]
     assert isinstance(first, AssistantMessage) and first.content is not None
     assert "SELECT count(*) FROM orders" in first.content and "Let me run" not in first.content
+
+
+async def test_a_proactive_turn_after_a_turn_that_raised_counts_from_that_turn(
+    quiet_logs: None,
+) -> None:
+    timeout = 1.0
+
+    class Timed:  # a silence timer like PlaybookOrchestrator's: restarted when any turn ends
+        def __init__(self) -> None:
+            self.history = ConversationHistory()
+            self.last = time.monotonic()
+            self.turns = 0
+            self.fired: float | None = None
+
+        async def run_turn(self, user_text: str | None, *, abort_signal: Any = None) -> Any:
+            self.turns += 1
+            try:
+                self.history.append(UserMessage(user_text or ""))
+                if self.turns == 2:
+                    raise RuntimeError("bug")
+                yield TextDelta("Hi.")
+                self.history.append(AssistantMessage("Hi."))
+                yield TurnCompleted("Hi.")
+            finally:
+                self.last = time.monotonic()
+
+        def next_deadline(self) -> float | None:
+            return None if self.fired else self.last + timeout
+
+        async def run_timeout_turn(self, *, abort_signal: Any = None) -> Any:
+            self.fired = time.monotonic()
+            yield TextDelta("Still there?")
+            self.history.append(AssistantMessage("Still there?"))
+            yield TurnCompleted("Still there?")
+
+    tts = FakeTTS()
+    handler = Timed()
+    loop = VoiceLoop(handler, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    async with loop:
+        events = loop.events()
+        await loop.send_text("hi")
+        await until_ended(events)
+        await anyio.sleep(0.6)  # quiet, but less than the timeout
+        await loop.send_text("tell me")  # raises: the error apology is said
+        await until_ended(events)
+        quiet = time.monotonic()
+        with anyio.fail_after(10):
+            while handler.fired is None:
+                await anyio.sleep(0.02)
+    assert handler.fired is not None
+    # Counted from the failed turn: ~1.0 s (from the first turn it would be ~1.6 s).
+    assert handler.fired - quiet < timeout + 0.45
