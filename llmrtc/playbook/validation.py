@@ -94,9 +94,10 @@ def validate_playbook(
     in one pass: the structure checks work around broken references instead of waiting for
     them to be fixed.
 
-    Errors: unknown stage or tool references, duplicate ids, a missing initial stage, callables
-    that cannot be imported. Warnings: unreachable stages, non-terminal stages without a way
-    out, transitions that can never fire. Tool names are checked only when `registry` is given.
+    Errors: unknown stage or tool references, duplicate ids (toolkit keys too), a missing
+    initial stage, callables that cannot be imported. Warnings: unreachable stages,
+    non-terminal stages without a way out, transitions that can never fire. Tool names are
+    checked only when `registry` is given.
 
     Args:
         playbook: The playbook.
@@ -127,7 +128,17 @@ def validate_playbook(
             f"initial stage {playbook.initial_stage!r} is not a stage; stages: {stage_ids}",
         )
 
-    kits = {kit.key: kit for kit in toolkits}
+    kits: dict[str, Toolkit] = {}
+    for index, kit in enumerate(toolkits):
+        first = kits.setdefault(kit.key, kit)
+        if first is not kit:
+            # Which one a stage got would depend on each consumer's order.
+            error(
+                f"toolkits[{index}]",
+                f"two toolkits have the key {kit.key!r} (tools {list(first.tools)}, policy "
+                f"{first.policy!r}; and tools {list(kit.tools)}, policy {kit.policy!r}); "
+                "toolkit keys must be unique: rename one",
+            )
 
     def check_tool(path: str, name: str, where: str, *, kit_ok: bool = False) -> None:
         if name == TRANSITION_TOOL:

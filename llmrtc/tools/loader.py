@@ -23,7 +23,7 @@ class ToolsFile:
 
     registry: ToolRegistry
     objects: tuple[object, ...]
-    """The module's top-level values, in file order."""
+    """The module's top-level values, in file order, each object once."""
 
 
 def load_tools_file(path: str | Path) -> ToolRegistry:
@@ -62,7 +62,9 @@ def load_tools_module(path: str | Path) -> ToolsFile:
         sys.modules.pop(module_name, None)
         exc.add_note(f"{IMPORT_NOTE} {file}")
         raise
-    objects = tuple(vars(module).values())
+    # By identity: one object bound to two names (`kit = other = Toolkit(...)`, or imported
+    # and re-exported) is one object, not a duplicate for a higher floor to report.
+    objects = tuple({id(value): value for value in vars(module).values()}.values())
     explicit = getattr(module, "registry", None)
     if isinstance(explicit, ToolRegistry):
         return ToolsFile(explicit, objects)

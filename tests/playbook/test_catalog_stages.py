@@ -166,3 +166,29 @@ async def test_a_stage_naming_a_tool_not_permitted_warns_and_goes_without_it(
     [event async for event in orchestrator.run_turn("hi")]
     assert [t.name for t in llm.requests[0].tools] == ["crm.lookup"]
     assert "not permitted; not offered" in caplog.text
+
+
+def test_two_toolkits_with_one_key_are_an_error_naming_both(tmp_path: Path) -> None:
+    """Which one a stage got would depend on each consumer's dict order: refuse it."""
+    from llmrtc.playbook.loading import load_playbook_toolkit_tools
+    from llmrtc.playbook.orchestrator import PlaybookOrchestrator
+    from llmrtc.testing import ScriptedLLM
+
+    other = 'billing_kit_2 = Toolkit("billing_kit", tools=["billing.refund"], policy="Other.")\n'
+    (tmp_path / "tools.py").write_text(TOOLS_FILE + other)
+    (tmp_path / "pb.yaml").write_text(PLAYBOOK_FILE)
+    with pytest.raises(PlaybookError) as raised:
+        load_playbook(tmp_path / "pb.yaml")
+    message = str(raised.value)
+    assert "two toolkits have the key 'billing_kit'" in message
+    assert "Read the invoice back first." in message and "'Other.'" in message
+    playbook = Playbook.model_validate(
+        {"id": "p", "initial_stage": "s", "stages": [{"id": "s", "system_prompt": "Hi."}]}
+    )
+    registry, toolkits = _registry(), [BILLING, Toolkit("billing", tools=["billing.refund"])]
+    with pytest.raises(PlaybookError, match="two toolkits have the key 'billing'"):
+        PlaybookOrchestrator(playbook, ScriptedLLM([]), registry, toolkits=toolkits)
+    # One object bound to two names (imported and re-exported) is one toolkit, not a clash.
+    (tmp_path / "tools.py").write_text(TOOLS_FILE + "alias_kit = billing_kit\n")
+    playbook = load_playbook(tmp_path / "pb.yaml")
+    assert [kit.key for kit in load_playbook_toolkit_tools(playbook)[1]] == ["billing_kit"]
