@@ -266,7 +266,7 @@ class TurnWorker:
             if reply.interrupted or ledger.unspoken:
                 playout = self._voice.playout
                 heard = (
-                    ledger.heard(playout.seconds_per_char, playout.sample_rate)
+                    ledger.heard(playout.unfinished_seconds_per_char, playout.sample_rate)
                     if reply.interrupted
                     else ledger.all_but_unspoken()
                 )

@@ -8,9 +8,9 @@ whether or not anyone consumes them, so heard text and speech events stay right 
 What was heard is estimated per segment (a sentence's audio): its duration is spread over its
 words in proportion to their characters, and a word counts as heard once its estimated end has
 been played. While a segment's synthesis is still running its total duration is not known yet;
-it is taken to be at least `_SLOW_SECONDS_PER_CHAR` per character (or the slower rate of the
-segments finished so far): erring long under-claims a word or two, erring short would claim
-words the user never heard.
+it is taken to be at least `_SLOW_SECONDS_PER_CHAR` per character until a segment has finished,
+then the rate measured so far plus `_MEASURED_MARGIN`: erring long under-claims a word or two,
+erring short would claim words the user never heard.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ _WORD = re.compile(r"\S+")
 _SLOW_SECONDS_PER_CHAR = 0.1
 """A slow speaking rate (TTS voices speak ~0.06-0.08 s per character): the least an unfinished
 segment is assumed to last, so its heard words are not over-claimed."""
+_MEASURED_MARGIN = 1.1
+"""Once a segment finished, an unfinished one is assumed 10 % slower than the measured rate."""
 
 
 class Segment:
@@ -83,16 +85,17 @@ class Segment:
             self.cleared = True
 
     def heard_words(self, seconds_per_char: float, rate: int) -> int:
-        """How many of the text's words were heard (see the module docstring)."""
+        """How many of the text's words were heard (see the module docstring); an unfinished
+        segment is assumed to last at least `seconds_per_char` per character
+        (`Playout.unfinished_seconds_per_char`)."""
         if self._heard is not None:
             return self._heard
         spans = [m.end() for m in _WORD.finditer(self.text)]
         if self.finished:
             return len(spans)
         total = self.samples
-        if not self.done:
-            slowest = max(seconds_per_char, _SLOW_SECONDS_PER_CHAR)
-            total = max(total, round(len(self.text) * slowest * rate))
+        if not self.done:  # `seconds_per_char` is the rate assumed for it: see the module
+            total = max(total, round(len(self.text) * seconds_per_char * rate))
         played, length = self.played, len(self.text)
         if not played or not length:
             return 0
@@ -142,7 +145,7 @@ class SpokenReply:
 
     def heard_text(self) -> str:
         """What the user heard of the reply's own text (fillers left out), to the word."""
-        rate, spc = self._playout.sample_rate, self._playout.seconds_per_char
+        rate, spc = self._playout.sample_rate, self._playout.unfinished_seconds_per_char
         parts = [s.heard_text(spc, rate) for s in self.segments if not s.filler]
         return " ".join(p for p in parts if p)
 
@@ -183,6 +186,7 @@ class Playout:
         self._frames: Broadcast[AudioFrame] = Broadcast(_FRAME_BUFFER, "audio_out()")
         self.seconds_per_char = 0.07
         """Speaking rate estimate (updated from finished segments) for unfinished segments."""
+        self._measured = False  # a finished segment has measured `seconds_per_char`
         self.frames_out = 0
         """Frames produced since the clock started."""
         self.last_frame_speech = False
@@ -190,6 +194,15 @@ class Playout:
         # The speech frames a subscriber may still hold (its buffer is _FRAME_BUFFER long):
         # `clear()` turns them into silence so a bursty consumer hears nothing after a barge-in.
         self._recent_speech: deque[AudioFrame] = deque(maxlen=_FRAME_BUFFER)
+
+    @property
+    def unfinished_seconds_per_char(self) -> float:
+        """The speaking rate assumed for a segment still being synthesised (its length is
+        not known yet): a slow floor until a segment finished, then the measured rate plus a
+        margin."""
+        if self._measured:
+            return self.seconds_per_char * _MEASURED_MARGIN
+        return max(self.seconds_per_char, _SLOW_SECONDS_PER_CHAR)
 
     @property
     def idle(self) -> bool:
@@ -208,7 +221,7 @@ class Playout:
         """Drop everything queued: the next frame is silence. Synchronous, for barge-in."""
         replies: dict[int, SpokenReply] = {}
         for segment in self._queue:
-            segment._cut(self.seconds_per_char, self.sample_rate)
+            segment._cut(self.unfinished_seconds_per_char, self.sample_rate)
             replies[id(segment.reply)] = segment.reply
         self._queue.clear()
         for reply in replies.values():
@@ -225,7 +238,7 @@ class Playout:
             if segment in self._queue:
                 self._queue.remove(segment)
                 segment.reply._segment_done()
-            segment._cut(self.seconds_per_char, self.sample_rate)
+            segment._cut(self.unfinished_seconds_per_char, self.sample_rate)
 
     def close(self) -> None:
         """End the `frames()` iterators."""
@@ -274,7 +287,10 @@ class Playout:
             segment.finished = True
             if segment.samples and segment.text:
                 spc = segment.samples / self.sample_rate / len(segment.text)
-                self.seconds_per_char = 0.8 * self.seconds_per_char + 0.2 * spc
+                # The first measurement replaces the guess; later ones are averaged.
+                prior = self.seconds_per_char if self._measured else spc
+                self.seconds_per_char = 0.8 * prior + 0.2 * spc
+                self._measured = True
             segment.reply._segment_done()
         self.last_frame_speech = speech
         if len(out) < need:

@@ -5,6 +5,7 @@ a failed turn, heard-word estimates."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +24,8 @@ from llmrtc.testing.scripted import ScriptedResponse
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import tool
-from llmrtc.voice import AudioFrame, VoiceLoop
-from llmrtc.voice.events import AgentSpeechEnded, SpeechError
+from llmrtc.voice import AudioFrame, VoiceConfig, VoiceLoop
+from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, SpeechError
 
 pytestmark = pytest.mark.anyio
 
@@ -197,3 +198,36 @@ async def test_a_proactive_turn_after_a_turn_that_raised_counts_from_that_turn(
     assert handler.fired is not None
     # Counted from the failed turn: ~1.0 s (from the first turn it would be ~1.6 s).
     assert handler.fired - quiet < timeout + 0.45
+
+
+async def test_heard_text_after_the_rate_is_measured_keeps_the_words_played() -> None:
+    # A streaming TTS at a normal rate (0.065 s/char, audio arriving about in real time): once
+    # a reply finished, the measured rate (not the slow floor) estimates unfinished segments.
+    spc = 0.065
+    text = (
+        "Alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
+        "november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu."
+    )
+    tts = FakeTTS(seconds_per_char=spc, delay=0.09)
+    llm = ScriptedLLM(["Hello there, nice to meet you. How are you doing today?", text])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([])), system_prompt="Be brief.")
+    config = VoiceConfig(output_sample_rate=24000)
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD(), config=config)
+    async with loop:
+        events = loop.events()
+        await loop.send_text("hi")
+        await until_ended(events)
+        await loop.send_text("spell")
+        with anyio.fail_after(10):
+            async for event in events:
+                if isinstance(event, AgentSpeechStarted):
+                    break
+        await anyio.sleep(3.0)
+        segment = loop._playout._queue[0]
+        assert not segment.done  # still being synthesised: its length is estimated
+        played = segment.played / 24000
+        await loop.interrupt()
+        ended = (await until_ended(events))[-1]
+    truly = [m.group() for m in re.finditer(r"\S+", text) if m.end() <= played / spc]
+    assert len(truly) >= 5
+    assert len(truly) - len(ended.heard_text.split()) <= 1
