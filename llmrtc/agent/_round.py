@@ -125,13 +125,15 @@ def model_request(
 
 
 def _continues_chain(messages: Sequence[object], offered: ToolRegistry) -> bool:
-    """Whether the request answers tool results of which one came from a `ChainStep` (a call
-    that only prepares another, such as `search_tools`)."""
+    """Whether the request answers tool results that all came from `ChainStep`s (calls that
+    only prepare another, such as `search_tools`). A real tool in the batch ends the chain:
+    its result is what the model now answers from."""
     if not messages or not isinstance(messages[-1], ToolMessage):
         return False
     for message in reversed(messages):
         if isinstance(message, AssistantMessage):
-            return any(offered.leads_to_call(call.name) for call in message.tool_calls)
+            calls = message.tool_calls
+            return bool(calls) and all(offered.leads_to_call(call.name) for call in calls)
     return False
 
 

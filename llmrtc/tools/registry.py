@@ -317,10 +317,11 @@ class ToolRegistry:
                 f"{router.name!r} itself with the name of the tool to run."
             )
         available = self.names()
-        if self._known_outside(name):
+        outside = self._known_outside(name)
+        if outside is not None:  # named by its name, whatever spelling the model used
             where = f"in {self._scope}" if self._scope else "here"
             listed = ", ".join(available) if available else "none"
-            return f"tool {name!r} is not available {where}; tools available: {listed}."
+            return f"tool {outside!r} is not available {where}; tools available: {listed}."
         candidates = [*available, *self.hidden_names()]
         by_lower = {n.lower(): n for n in candidates}
         close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
@@ -354,14 +355,16 @@ class ToolRegistry:
             registry = registry._base
         return None
 
-    def _known_outside(self, name: str) -> bool:
-        """Whether a registry this view was cut from (at any depth) has `name`."""
+    def _known_outside(self, name: str) -> str | None:
+        """The name of the tool found as `name` in a registry this view was cut from (at any
+        depth), or None."""
         base = self._base
         while base is not None:
-            if name in base._index:
-                return True
+            found = base.get(name)
+            if found is not None:
+                return found.name
             base = base._base
-        return False
+        return None
 
     def __len__(self) -> int:
         return len(self._tools)

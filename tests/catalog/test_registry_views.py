@@ -52,3 +52,36 @@ async def test_a_view_still_runs_every_hidden_tool_and_keeps_its_snapshot() -> N
     assert registry.get("late.one") is not None and registry.get("ns3.t3") is None
     nested = view.scoped(view.names())
     assert nested.get("ns4.t4") is not None and len(nested.hidden_names()) == 50
+
+
+@pytest.mark.parametrize("spelling", ["ns2.t2", "ns2__t2", "ns2:t2@1.0.0"])
+async def test_a_stage_names_a_tool_it_does_not_offer_by_its_dotted_name(spelling: str) -> None:
+    registry = await _discovery(5)
+    view = registry.scoped(["ns1.t1", "search_tools"], scope="stage 'billing'")
+    message = view.missing_tool_message(spelling)
+    assert message.startswith("tool 'ns2.t2' is not available in stage 'billing'")
+
+
+async def test_a_real_tool_in_the_batch_ends_the_discovery_chain() -> None:
+    """Only results that all come from chain steps (search_tools) keep the tools offered
+    where a profile omits them after results: a real tool's result is to be answered."""
+    from llmrtc.agent._round import model_request
+    from llmrtc.agent.history import ConversationHistory
+    from llmrtc.agent.settings import TurnSettings
+    from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
+    from llmrtc.tools import ToolCall
+
+    registry = await _discovery(3)
+    search = ToolCall("b", "search_tools", {"query": "x"})
+    batches = [
+        ((search,), True),
+        ((ToolCall("a", "ns1.t1", {}), search), False),
+        ((ToolCall("a", "execute_tool", {"name": "ns1.t1", "params": {}}),), False),
+    ]
+    for calls, expected in batches:
+        messages = [UserMessage("hi"), AssistantMessage("", calls, False)]
+        history = ConversationHistory(
+            messages=[*messages, *(ToolMessage(c.call_id, "1") for c in calls)]
+        )
+        request = model_request(history, TurnSettings(system_prompt="s"), registry, 1)
+        assert request.continues_chain is expected, [c.name for c in calls]
