@@ -193,7 +193,11 @@ class Playout:
         """Whether the most recent frame held speech."""
         # The speech frames a subscriber may still hold (its buffer is _FRAME_BUFFER long):
         # `clear()` turns them into silence so a bursty consumer hears nothing after a barge-in.
-        self._recent_speech: deque[AudioFrame] = deque(maxlen=_FRAME_BUFFER)
+        # Each with the (segment, bytes) it took, so a silenced frame is not counted as heard.
+        self._recent_speech: deque[tuple[AudioFrame, list[tuple[Segment, int]]]] = deque(
+            maxlen=_FRAME_BUFFER
+        )
+        self._parts: list[tuple[Segment, int]] = []  # what the last frame took
 
     @property
     def unfinished_seconds_per_char(self) -> float:
@@ -219,6 +223,26 @@ class Playout:
 
     def clear(self) -> None:
         """Drop everything queued: the next frame is silence. Synchronous, for barge-in."""
+        if self._recent_speech:
+            recent = {id(frame): parts for frame, parts in self._recent_speech}
+            self._recent_speech.clear()
+            silence = AudioFrame(self._silence, self.sample_rate)
+            silenced: list[list[tuple[Segment, int]]] = []
+
+            def to_silence(frame: AudioFrame) -> AudioFrame:
+                parts = recent.pop(id(frame), None)
+                if parts is None:
+                    return frame
+                silenced.append(parts)
+                return silence
+
+            self._frames.replace(to_silence)
+            # Speech the user will never get is not played: the segments cut below count
+            # their heard words without it.
+            for parts in silenced:
+                for segment, taken in parts:
+                    if not segment.finished:
+                        segment._offset -= taken
         replies: dict[int, SpokenReply] = {}
         for segment in self._queue:
             segment._cut(self.unfinished_seconds_per_char, self.sample_rate)
@@ -226,11 +250,6 @@ class Playout:
         self._queue.clear()
         for reply in replies.values():
             reply._clear()
-        if self._recent_speech:
-            speech = {id(frame) for frame in self._recent_speech}
-            self._recent_speech.clear()
-            silence = AudioFrame(self._silence, self.sample_rate)
-            self._frames.replace(lambda frame: silence if id(frame) in speech else frame)
 
     def drop(self, segments: list[Segment]) -> None:
         """Take `segments` out of the queue unplayed (or cut where they are playing)."""
@@ -258,7 +277,7 @@ class Playout:
             await anyio.sleep_until(deadline)
             frame = AudioFrame(self._next_frame(), self.sample_rate)
             if self.last_frame_speech:
-                self._recent_speech.append(frame)
+                self._recent_speech.append((frame, self._parts))
             self._frames.publish(frame)
             self.frames_out += 1
             index += 1
@@ -268,6 +287,7 @@ class Playout:
         out = bytearray()
         need = self._frame_bytes
         speech = False
+        self._parts = []
         while self._queue and len(out) < need:
             segment = self._queue[0]
             available = len(segment._pcm) - segment._offset
@@ -275,6 +295,7 @@ class Playout:
                 take = min(available, need - len(out))
                 out += segment._pcm[segment._offset : segment._offset + take]
                 segment._offset += take
+                self._parts.append((segment, take))
                 speech = True
                 reply = segment.reply
                 if not reply.started:

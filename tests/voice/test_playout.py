@@ -101,3 +101,26 @@ def test_a_slow_subscriber_is_noted_at_debug_level_at_most_once_in_a_while(
             broadcast.publish(item)
     assert lagging.dropped == 490
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+
+
+async def test_speech_frames_silenced_by_clear_do_not_count_as_heard() -> None:
+    _, playout = started_log()
+    frames = playout.frames()
+    reply = playout.open_reply()
+    segment = reply.add_segment("aa bb cc dd ee ff gg hh ii jj")  # 29 chars over 1 s of audio
+    segment.append(b"\x01\x00" * 16000)
+    segment.finish()
+    async with anyio.create_task_group() as group:
+        group.start_soon(playout.run)
+        taken = 0
+        with anyio.fail_after(5):
+            async for frame in frames:
+                taken += any(frame.pcm)
+                if taken == 10:  # 0.2 s taken: "aa bb" (5.8 chars) heard
+                    break
+        await anyio.sleep(0.2)  # ~10 more frames go out but stay in the consumer's buffer
+        assert segment.played >= 15 * 320
+        playout.clear()
+        group.cancel_scope.cancel()
+    assert reply.heard_text() == "aa bb"
+    assert all(not any(frame.pcm) for frame in frames._buffer)
