@@ -140,10 +140,9 @@ class Reply:
                             self.ledger.add_delta(event.text)
                             self._queue_chunks(segmenter.push(event.text))
                         elif isinstance(event, ToolCallStarted):
-                            # The text before the call is final: its whole sentences are
-                            # spoken, an unfinished lead-in ("You can use the") is dropped.
-                            # Only the unfinished rest's words leave the history, not
-                            # unspoken text (code) carried before it.
+                            # The text before the call is final and spoken, however it
+                            # ends; text inside an open call or code span is dropped, and
+                            # only its words leave the history (not code carried before).
                             chunks, _, dropped = segmenter.end_of_text()
                             self._queue_chunks(chunks)
                             self.ledger.skip_rest(dropped)

@@ -151,20 +151,23 @@ class SentenceSegmenter:
         return [SpeechChunk(text, raw)] if text else []
 
     def end_of_text(self) -> tuple[list[SpeechChunk], str, str]:
-        """The text so far is final (a tool call follows it): return the chunks up to its last
-        sentence end, the unspeakable raw text carried before the rest (a closed code block:
-        kept in the history), and the raw rest dropped (an unfinished lead-in, "...you can use
-        the", or an open code block: never spoken). Starts afresh."""
+        """The text so far is final (a native tool call follows it): return its chunks (a
+        lead-in with no sentence end, "One moment while I check", is spoken whole), the
+        unspeakable raw text carried before the rest (a closed code block: kept in the
+        history), and the raw rest dropped: text inside an open JSON, code, tag or call span
+        (or one that may open one), never spoken. Starts afresh."""
         chunks: list[SpeechChunk] = []
         if self._mode == "text":
+            held = self._pending[self._pos : self._pos + 1]  # the character `push` waits on
             # Text before `_pos` was decided as no cut ("3.5", "Dr."); a "." waiting for the
             # next character is at `_pos`, and with no more text it ends its sentence.
-            cut = max(
-                (m.end() for m in _SENTENCE_END.finditer(self._pending, self._pos)), default=0
-            )
-            if cut:
-                chunk = self._cut(cut)
-                chunks = [chunk] if chunk is not None else []
+            ends = _SENTENCE_END.finditer(self._pending, self._pos)
+            cut = max((m.end() for m in ends), default=0)
+            chunk = self._cut(cut) if cut else None
+            chunks += [chunk] if chunk is not None else []
+            if self._pending and not (held and held in "({[<`~"):  # no span may open there
+                chunk = self._cut(len(self._pending))
+                chunks += [chunk] if chunk is not None else []
         carried, dropped = self._carry, self._pending
         self._reset()
         return chunks, carried, dropped

@@ -110,10 +110,27 @@ async def test_a_complete_lead_in_sentence_before_a_tool_call_is_spoken() -> Non
     assert runner.history.messages[1] == AssistantMessage(lead, (call,))
 
 
-async def test_an_unfinished_lead_in_is_neither_spoken_nor_in_the_history() -> None:
+async def test_a_lead_in_with_no_sentence_end_is_spoken_and_kept() -> None:
+    # With native tool calls the text before the call is final: "One moment while I check
+    # the weather in Tokyo" is a whole lead-in, though it has no full stop.
+    call = ToolCall("c1", "get_weather", {"city": "Tokyo"})
+    lead = "Sure. One moment while I check the weather in Tokyo"
+    loop, _llm, tts, runner = make(
+        [ScriptedResponse(text=lead, tool_calls=[call]), "Sunny."], tools=[get_weather]
+    )
+    async with loop:
+        events = loop.events()
+        await loop.send_text("weather?")
+        seen = await until(events, lambda e: isinstance(e, AgentSpeechEnded))
+    assert tts.spoken == ["Sure.", "One moment while I check the weather in Tokyo", "Sunny."]
+    assert seen[-1] == AgentSpeechEnded(False, f"{lead} Sunny.")
+    assert runner.history.messages[1] == AssistantMessage(lead, (call,))
+
+
+async def test_text_inside_an_open_call_span_is_neither_spoken_nor_in_the_history() -> None:
     call = ToolCall("c1", "get_weather", {"city": "Tokyo"})
     loop, _llm, tts, runner = make(
-        [ScriptedResponse(text="Sure. For that I can use the", tool_calls=[call]), "Sunny."],
+        [ScriptedResponse(text="Sure. I will call get_weather(", tool_calls=[call]), "Sunny."],
         tools=[get_weather],
     )
     async with loop:

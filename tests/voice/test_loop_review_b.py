@@ -126,13 +126,15 @@ async def test_concurrent_pushes_reach_the_endpointer_in_call_order() -> None:
     assert seen == [1] * 32 + [2] * 2
 
 
-async def test_an_unfinished_lead_in_after_a_code_block_leaves_the_code_in_the_history() -> None:
+async def test_an_open_call_after_a_code_block_leaves_the_code_in_the_history() -> None:
     @tool
     async def run_sql(query: str) -> str:
         """Run SQL."""
         return "3 rows"
 
-    text = "I will count the orders.\n```sql\nSELECT count(*) FROM orders\n```\nLet me run"
+    text = (
+        "I will count the orders.\n```sql\nSELECT count(*) FROM orders\n```\nLet me call run_sql("
+    )
     call = ToolCall("c1", "run_sql", {"query": "SELECT count(*) FROM orders"})
     tts = FakeTTS()
     llm = ScriptedLLM([ScriptedResponse(text=text, tool_calls=[call]), "There are 3 orders."])
@@ -145,7 +147,7 @@ async def test_an_unfinished_lead_in_after_a_code_block_leaves_the_code_in_the_h
     assert tts.spoken == ["I will count the orders.", "There are 3 orders."]
     first = runner.history.messages[1]
     assert isinstance(first, AssistantMessage) and first.content is not None
-    assert "SELECT count(*) FROM orders" in first.content and "Let me run" not in first.content
+    assert "SELECT count(*) FROM orders" in first.content and "run_sql(" not in first.content
 
 
 async def test_a_proactive_turn_after_a_turn_that_raised_counts_from_that_turn(

@@ -222,10 +222,15 @@ def test_a_long_first_clause_is_cut_at_a_comma() -> None:
         SentenceSegmenter(first_clause_chars=-1)
 
 
-def test_end_of_text_drops_the_unfinished_lead_in_and_starts_afresh() -> None:
+def test_end_of_text_speaks_a_lead_in_with_no_sentence_end_and_starts_afresh() -> None:
+    # With native tool calls the text before a call is final, however it ends.
     segmenter = SentenceSegmenter()
-    assert [c.text for c in segmenter.push("Sure. For that you can use the")] == ["Sure."]
-    assert segmenter.end_of_text() == ([], "", " For that you can use the")
+    assert [c.text for c in segmenter.push("Sure. One moment while I check")] == ["Sure."]
+    assert segmenter.end_of_text() == (
+        [SpeechChunk("One moment while I check", " One moment while I check")],
+        "",
+        "",
+    )
     assert segmenter.end_of_text() == ([], "", "")
     chunks = segmenter.push(
         "It is sunny in Tokyo today, with a light breeze from the east, and warm. "
@@ -245,8 +250,30 @@ def test_end_of_text_speaks_a_held_back_sentence_end() -> None:
     ]
     chunks, _, dropped = segmenter.end_of_text()
     assert [c.text for c in chunks] == ["It costs 3.5 dollars."] and dropped == ""
-    segmenter.push("Ask Dr. Smith")  # no sentence end: all of it is the unfinished rest
-    assert segmenter.end_of_text() == ([], "", "Ask Dr. Smith")
+    segmenter.push("Ask Dr. Smith")  # no sentence end: spoken whole
+    assert segmenter.end_of_text() == ([SpeechChunk("Ask Dr. Smith", "Ask Dr. Smith")], "", "")
+
+
+@pytest.mark.parametrize(
+    ("lead_in", "spoken"),
+    [("Here is what I found:", "Here is what I found:"), ("Checking \U0001f324\ufe0f", "Checking")],
+)
+def test_end_of_text_speaks_a_lead_in_ending_in_a_colon_or_an_emoji(
+    lead_in: str, spoken: str
+) -> None:
+    segmenter = SentenceSegmenter()
+    assert segmenter.push(lead_in) == []
+    chunks, _, dropped = segmenter.end_of_text()
+    assert [c.text for c in chunks] == [spoken] and dropped == ""
+
+
+@pytest.mark.parametrize(
+    "text", ["Let me call get_weather(", '{"name": "get_weather", ', "Run `get_we"]
+)
+def test_end_of_text_drops_text_inside_an_open_call_or_code_span(text: str) -> None:
+    segmenter = SentenceSegmenter()
+    assert segmenter.push(text) == []
+    assert segmenter.end_of_text() == ([], "", text)
 
 
 def test_end_of_text_also_drops_an_open_code_block() -> None:
@@ -257,11 +284,11 @@ def test_end_of_text_also_drops_an_open_code_block() -> None:
     assert [c.text for c in segmenter.push("Fine. ")] == ["Fine."]
 
 
-def test_end_of_text_returns_a_closed_code_block_apart_from_the_unfinished_rest() -> None:
+def test_end_of_text_returns_a_closed_code_block_apart_from_an_open_span() -> None:
     segmenter = SentenceSegmenter()
-    segmenter.push("I will count.\n```sql\nSELECT 1\n```\nLet me run")
-    _, carried, dropped = segmenter.end_of_text()
-    assert "SELECT 1" in carried and dropped.strip() == "Let me run"
+    segmenter.push("I will count.\n```sql\nSELECT 1\n```\nLet me call run_sql(")
+    chunks, carried, dropped = segmenter.end_of_text()
+    assert chunks == [] and "SELECT 1" in carried and dropped.strip() == "Let me call run_sql("
 
 
 def test_flush_resets_for_the_next_reply() -> None:
