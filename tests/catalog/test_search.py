@@ -175,6 +175,8 @@ def test_the_embedder_option_is_checked() -> None:
 async def test_a_broken_embedder_falls_back_to_keywords(
     make_tool: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    pytest.importorskip("numpy")  # the similarity product is numpy's (the `semantic` extra)
+
     class Broken:
         calls = 0
 
