@@ -132,8 +132,15 @@ class OpenAIProvider:
                 key = "not-needed"
             # Retries are ours (abortable, and only before anything streamed): the client's
             # own would sleep through a barge-in.
+            # Our own HTTP client: the one openai makes for itself closes itself from its
+            # finaliser on whatever event loop is running then, and its connections may belong
+            # to a loop that has ended ("Event loop is closed" in an unrelated task).
             client = openai.AsyncOpenAI(
-                api_key=key, base_url=base_url, max_retries=0, timeout=request_timeout
+                api_key=key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=request_timeout,
+                http_client=openai.DefaultAsyncHttpxClient(),
             )
         self.client = client
         self._connection_errors = connection_errors()

@@ -105,8 +105,11 @@ async def server(model_path: Path) -> AsyncIterator[LocalModelServer]:
 @pytest.fixture
 async def client(server: LocalModelServer) -> AsyncIterator[openai.AsyncOpenAI]:
     assert server.base_url is not None and server.api_key is not None
+    # One retry: llama.cpp's server may close a kept-alive connection between two requests on
+    # a loaded machine ("Server disconnected without sending a response"); the provider's own
+    # retry policy covers that in the product.
     async with openai.AsyncOpenAI(
-        base_url=server.base_url, api_key=server.api_key, max_retries=0
+        base_url=server.base_url, api_key=server.api_key, max_retries=1
     ) as opened:
         yield opened
 
