@@ -141,9 +141,16 @@ def looks_like_call_start(text: str, index: int) -> bool | None:
     return after[1] != "="  # `x==1` is a comparison, not an argument
 
 
-def call_end(text: str, index: int) -> int | None:
-    """The index just past the `)` closing the call arguments opened at `text[index]`, or
-    `None` if they are not closed yet. Brackets inside strings are skipped."""
+def _closing_end(
+    text: str, index: int, *, brackets: str, quote_after: tuple[str, ...]
+) -> int | None:
+    """The index just past the bracket closing the one at `text[index]`, or `None` if it is
+    not closed yet. `brackets` holds the openers then the closers that count; brackets inside
+    strings and escaped quotes are skipped. A single quote opens a string only after one of
+    `quote_after`, so an apostrophe in a prose value outside quotes does not derail the count.
+    """
+    half = len(brackets) // 2
+    opens, closes = brackets[:half], brackets[half:]
     depth = 0
     quote = ""
     escaped = False
@@ -157,46 +164,27 @@ def call_end(text: str, index: int) -> int | None:
             elif char == quote:
                 quote = ""
         elif char in "\"'":
-            # As in `json_end`: a single quote opens a string only where a value can start.
-            if char == '"' or text[index:i].rstrip()[-1:] in ("(", "[", "{", ",", ":", "="):
+            if char == '"' or text[index:i].rstrip()[-1:] in quote_after:
                 quote = char
-        elif char in "([{":
+        elif char in opens:
             depth += 1
-        elif char in ")]}":
+        elif char in closes:
             depth -= 1
             if depth == 0:
                 return i + 1
     return None
+
+
+def call_end(text: str, index: int) -> int | None:
+    """The index just past the `)` closing the call arguments opened at `text[index]`, or
+    `None` if they are not closed yet. Brackets inside strings are skipped."""
+    return _closing_end(text, index, brackets="([{)]}", quote_after=("(", "[", "{", ",", ":", "="))
 
 
 def json_end(text: str, index: int) -> int | None:
     """The index just past the JSON value starting at `text[index]` (`{` or `[`), or `None`
     if it is not closed yet. Brackets inside strings and escaped quotes are skipped."""
-    depth = 0
-    quote = ""
-    escaped = False
-    for i in range(index, len(text)):
-        char = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            # A single quote opens a string only where JSON (or a Python dict) could have one,
-            # so an apostrophe in a prose value outside quotes does not derail the count.
-            before = text[index:i].rstrip()[-1:]
-            if char == '"' or before in ("{", "[", ",", ":"):
-                quote = char
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+    return _closing_end(text, index, brackets="{[}]", quote_after=("{", "[", ",", ":"))
 
 
 def _drop_json(text: str) -> str:
