@@ -328,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.set_defaults(handler=_cmd_chat)
     _add_voice_parser(commands)
+    # Each of these modules imports only argparse at load time: `llmrtc --help` stays fast.
+    from llmrtc.cli.mcp import add_mcp_parser
+    from llmrtc.cli.serve import add_serve_parser
+
+    add_serve_parser(commands)
+    add_mcp_parser(commands)
     tools = commands.add_parser(
         "tools",
         help="list the tools a Python file defines",

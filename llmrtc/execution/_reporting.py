@@ -184,6 +184,7 @@ async def report(batch: Batch, item: CallState) -> None:
                     started=item.announced,
                     result=result.result,
                     result_content=result.to_content(),
+                    model_usage=result.model_usage,
                     session_id=batch.session_id,
                     turn_id=batch.turn_id,
                     stage_id=batch.stage_id,

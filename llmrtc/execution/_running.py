@@ -112,7 +112,12 @@ class CallRunner:
         parent = None if item.finish else batch.signal
         controller = item.controller = AbortController(parent=parent, deadline=deadline)
         item.context = new_context(
-            item.call.call_id, controller.signal, batch.session_id, batch.turn_id, batch.metadata
+            item.call.call_id,
+            controller.signal,
+            batch.session_id,
+            batch.turn_id,
+            batch.metadata,
+            batch.models,
         )
         return item.context
 

@@ -83,6 +83,7 @@ class Batch:
         "hooks",
         "loop",
         "metadata",
+        "models",
         "on_result",
         "reporting",
         "session_id",
@@ -108,6 +109,7 @@ class Batch:
         turn_id: str | None,
         stage_id: str | None,
         metadata: Mapping[str, Any],
+        models: Any = None,
     ) -> None:
         if hooks.active:
             self.calls = [CallState(call, f"x{next(_execution_ids)}") for call in calls]
@@ -129,6 +131,7 @@ class Batch:
         self.turn_id = turn_id
         self.stage_id = stage_id
         self.metadata = metadata
+        self.models = models  # the executor's model pool, handed to each call's context
         # Some call's tool has on_interrupt="finish": an abort then stops calls one by one
         # (see `interrupt`) instead of cancelling the whole batch at once.
         self.finishing = False
@@ -251,6 +254,8 @@ def finish(
         # Only a handler's failure has status "error"; every other status's error is ours.
         None if error is None else message_for_model(call, error, raised=status == "error"),
         duration_s * 1000,
+        # An LLM-backed tool reports the models it used on its context (ok or not).
+        None if item.context is None else item.context.model_usage,
     )
     item.duration_s = duration_s
     item.error = error

@@ -67,6 +67,7 @@ class ToolExecutor(CallRunner):
         on_tool_start: ToolStartCallback | None = None,
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
+        models: Any = None,
     ) -> None:
         """Create an executor.
 
@@ -87,6 +88,9 @@ class ToolExecutor(CallRunner):
             on_tool_start: `(call, ctx)` just before a handler runs; sync or async.
             on_tool_end: `(result)` once for every call, as it finishes; sync or async.
             on_tool_error: `(call, exception)` for every call whose status is not `"ok"`.
+            models: A `llmrtc.catalog.ModelPool` for LLM-backed tools (`define_llm_tool`):
+                each handler gets it as `ctx.models`, and the models a call used come back
+                on its result's `model_usage`.
 
         Raises:
             ValueError: for an unknown policy, a concurrency below 1, or a non-positive timeout.
@@ -106,6 +110,7 @@ class ToolExecutor(CallRunner):
         self.validate_arguments = validate_arguments
         self.validate_formats = validate_formats
         self.hooks = hooks
+        self.models = models
         callbacks = None
         if on_tool_start or on_tool_end or on_tool_error:
             callbacks = CallbackHooks(on_tool_start, on_tool_end, on_tool_error)
@@ -235,6 +240,7 @@ class ToolExecutor(CallRunner):
             turn_id=turn_id,
             stage_id=stage_id,
             metadata=MappingProxyType(dict(metadata)) if metadata else _EMPTY_METADATA,
+            models=self.models,
         )
         # Every tool is looked up (in the batch's view) before anything is reported, also for a
         # batch aborted before it starts: the end events carry each tool's sensitive fields.

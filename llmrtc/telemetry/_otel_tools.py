@@ -81,6 +81,14 @@ class ToolSpans:
         attributes: dict[str, Any] = {"llmrtc.tool.status": status}
         if failed:
             attributes["error.type"] = event.error_type or status
+        usage = event.model_usage
+        if usage is not None:  # an LLM-backed tool: which model answered, and its cost
+            attributes["gen_ai.response.model"] = usage.model
+            attributes["llmrtc.tool.model_attempts"] = usage.attempts
+            if usage.input_tokens is not None:
+                attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+            if usage.output_tokens is not None:
+                attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
         secrets: list[str] = []
         if capture_content:
             secrets = sensitive_values(event.arguments, event.sensitive_fields)

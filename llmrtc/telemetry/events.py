@@ -94,6 +94,9 @@ class ToolEndEvent:
     """The handler's return value (status `ok` only)."""
     result_content: str | None = None
     """The JSON content sent back to the model (content: record only with consent)."""
+    model_usage: Any = None
+    """For an LLM-backed tool, the `ModelUsage` of its own model calls (model id, attempts,
+    tokens); None otherwise."""
     session_id: str | None = None
     turn_id: str | None = None
     stage_id: str | None = None

@@ -1,6 +1,12 @@
 """Floor 0: what a tool *is*: definitions, handlers, the registry, calls, results, validation."""
 
-from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json_content
+from llmrtc.tools.calls import (
+    ModelUsage,
+    ToolCall,
+    ToolCallResult,
+    ToolCallStatus,
+    to_json_content,
+)
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
 from llmrtc.tools.errors import ToolError
@@ -16,6 +22,7 @@ from llmrtc.tools.tool import (
 from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
 
 __all__ = [
+    "ModelUsage",
     "CallRouter",
     "TOOL_NAME_PATTERN",
     "ExecutionPolicy",

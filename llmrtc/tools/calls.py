@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pydantic_core
 
-__all__ = ["ToolCall", "ToolCallResult", "ToolCallStatus", "to_json_content"]
+__all__ = ["ModelUsage", "ToolCall", "ToolCallResult", "ToolCallStatus", "to_json_content"]
 
 ToolCallStatus = Literal["ok", "error", "invalid_arguments", "not_found", "timeout", "aborted"]
 """How a call ended: `ok`; `error` (the handler raised); `invalid_arguments` (did not parse or
@@ -48,6 +48,23 @@ def to_json_content(value: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """What an LLM-backed tool's own model calls cost: on its `ToolCallResult.model_usage`,
+    its hooks and its `execute_tool` span."""
+
+    model: str
+    """The `provider/model` id that produced the output (the last one tried, on failure)."""
+    attempts: int = 1
+    """Models tried, including the one that answered."""
+    input_tokens: int | None = None
+    """Prompt tokens of the answering request, when the server reported them."""
+    output_tokens: int | None = None
+    """Completion tokens of the answering request, when the server reported them."""
+    failures: tuple[str, ...] = ()
+    """One line per model that failed before, `"provider/model: why"`, in the order tried."""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallResult:
     """The single result of one `ToolCall`, whatever happened to it."""
 
@@ -63,6 +80,8 @@ class ToolCallResult:
     """What went wrong, written for the model and for logs (None for status `ok`)."""
     duration_ms: float = 0.0
     """How long the handler ran; 0 for calls that never ran."""
+    model_usage: ModelUsage | None = None
+    """For an LLM-backed tool: the models it used (see `ToolContext.report_model_usage`)."""
 
     @property
     def success(self) -> bool:
@@ -85,7 +104,7 @@ class ToolCallResult:
 # time. Same object, same fields, no validation skipped (the dataclass has none).
 _result_slots = tuple(
     ToolCallResult.__dict__[name].__set__
-    for name in ("call_id", "tool_name", "status", "result", "error", "duration_ms")
+    for name in ("call_id", "tool_name", "status", "result", "error", "duration_ms", "model_usage")
 )
 
 
@@ -96,14 +115,19 @@ def new_result(
     result: Any,
     error: str | None,
     duration_ms: float,
+    model_usage: ModelUsage | None = None,
 ) -> ToolCallResult:
-    """`ToolCallResult(call_id, tool_name, status, result, error, duration_ms)`, built faster."""
+    """`ToolCallResult(call_id, tool_name, status, result, error, duration_ms, model_usage)`,
+    built faster."""
     made = object.__new__(ToolCallResult)
-    set_call_id, set_tool_name, set_status, set_result, set_error, set_duration = _result_slots
+    (set_call_id, set_tool_name, set_status, set_result, set_error, set_duration, set_usage) = (
+        _result_slots
+    )
     set_call_id(made, call_id)
     set_tool_name(made, tool_name)
     set_status(made, status)
     set_result(made, result)
     set_error(made, error)
     set_duration(made, duration_ms)
+    set_usage(made, model_usage)
     return made
