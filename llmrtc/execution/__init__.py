@@ -9,6 +9,7 @@ from llmrtc.execution.errors import (
     ToolTimeoutError,
 )
 from llmrtc.execution.executor import ToolExecutor
+from llmrtc.execution.observers import observe_tools
 
 __all__ = [
     "AbortController",
@@ -20,4 +21,5 @@ __all__ = [
     "ToolExecutor",
     "ToolNotFoundError",
     "ToolTimeoutError",
+    "observe_tools",
 ]

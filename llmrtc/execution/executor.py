@@ -31,6 +31,7 @@ from llmrtc.execution.errors import (
     InvalidToolArgumentsError,
     ToolNotFoundError,
 )
+from llmrtc.execution.observers import context_hooks
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy
@@ -118,6 +119,13 @@ class ToolExecutor(CallRunner):
         self._dispatch = Dispatch(self._own_hooks)
         self._slots = SlotPool(max_concurrency)
         self._threads = WorkerThreads(2 * max_concurrency)
+
+    def _batch_hooks(self, hooks: Hooks | None) -> Dispatch:
+        """The executor's own hooks, the batch's, and those of an enclosing `observe_tools`."""
+        observer = context_hooks.get()
+        if hooks is None and observer is None:
+            return self._dispatch
+        return Dispatch((*self._own_hooks, hooks, observer))
 
     @property
     def in_flight(self) -> int:
@@ -232,7 +240,7 @@ class ToolExecutor(CallRunner):
         batch = Batch(
             call_list,
             signal=abort_signal,
-            hooks=self._dispatch if hooks is None else Dispatch((*self._own_hooks, hooks)),
+            hooks=self._batch_hooks(hooks),
             tools=self.registry if tools is None else tools,
             on_result=on_result,
             loop=loop,
