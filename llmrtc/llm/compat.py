@@ -69,3 +69,7 @@ class CompatProfile:
     omit_tools_after_tool_results: bool = False
     """Send no tools with a request whose last message is a tool result (small models then
     answer from the result instead of calling again; calls still written are parsed)."""
+    response_format: bool = True
+    """The server honours `response_format: {"type": "json_schema", ...}` (OpenAI and
+    llama.cpp do, llama.cpp by constraining decoding to the schema): requests with a
+    `response_format` send it. False drops it (the JSON instruction in the prompt remains)."""

@@ -297,6 +297,8 @@ class OpenAIProvider:
         for name in ("temperature", "max_tokens", "top_p"):
             if (value := getattr(settings, name)) is not None:
                 params[name] = value
+        if request.response_format is not None and self.compat.response_format:
+            params["response_format"] = dict(request.response_format)
         if sent and not text_mode:
             params["tools"] = [tool.to_openai() for tool in request.tools]
             choice = request.tool_choice

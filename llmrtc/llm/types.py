@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.settings import ModelSettings
@@ -52,6 +52,10 @@ class LLMRequest:
     continues_chain: bool = False
     """The last tool results only prepare another call (they came from a `ChainStep` such as
     `search_tools`): tools stay offered even where a profile omits them after tool results."""
+    response_format: Mapping[str, Any] | None = None
+    """An OpenAI `response_format` for the answer, e.g. `{"type": "json_schema",
+    "json_schema": {"name": "out", "schema": {...}, "strict": True}}`; sent where the provider's
+    compat profile says the server honours it (`CompatProfile.response_format`)."""
 
     def __post_init__(self) -> None:
         choice = self.tool_choice

@@ -487,3 +487,13 @@ async def test_an_answer_cut_before_its_first_word_goes_out_as_empty_text_not_nu
         [UserMessage("weather?"), AssistantMessage("", (), True), UserMessage("go on")]
     )
     assert sent[1] == {"role": "assistant", "content": ""}
+
+
+async def test_response_format_is_sent_where_the_profile_allows_it() -> None:
+    schema = {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}}}
+    request = LLMRequest([UserMessage("hi")], response_format=schema)
+    async with ScriptedOpenAIServer([text_reply("{}"), text_reply("{}")]) as server:
+        await events_of(provider(server), request)
+        await events_of(provider(server, compat=CompatProfile(response_format=False)), request)
+    assert server.requests[0].body["response_format"] == schema
+    assert "response_format" not in server.requests[1].body
