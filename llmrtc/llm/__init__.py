@@ -10,6 +10,7 @@ from llmrtc.llm.messages import (
     UserMessage,
 )
 from llmrtc.llm.openai_provider import OpenAIProvider, ToolCallFormat
+from llmrtc.llm.prompting import PromptCompleter, PromptCompletion, complete_prompt
 from llmrtc.llm.provider import LLMError, LLMProvider, collect_response
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.text_tools import TextToolCallParser
@@ -39,6 +40,8 @@ __all__ = [
     "Message",
     "ModelSettings",
     "OpenAIProvider",
+    "PromptCompleter",
+    "PromptCompletion",
     "RetryPolicy",
     "StopReason",
     "SystemMessage",
@@ -49,4 +52,5 @@ __all__ = [
     "Usage",
     "UserMessage",
     "collect_response",
+    "complete_prompt",
 ]

@@ -17,6 +17,7 @@ from llmrtc.llm._aborting import abort_scope
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import TruncatedStreamError, connection_errors, describe_failure
 from llmrtc.llm.messages import SystemMessage, ToolMessage
+from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.text_tools import TextToolCallParser, render_tool_prompt
@@ -163,6 +164,12 @@ class OpenAIProvider:
     ) -> LLMResponse:
         """The whole answer to `request`."""
         return await collect_response(self.stream(request, abort_signal=abort_signal))
+
+    async def complete_prompt(
+        self, prompt: PromptLike, *, abort_signal: AbortSignal | None = None
+    ) -> PromptCompletion:
+        """One system + user prompt, no tools, the whole answer (what LLM-backed tools call)."""
+        return await complete_prompt(self, prompt, abort_signal=abort_signal)
 
     async def stream(
         self, request: LLMRequest, *, abort_signal: AbortSignal | None = None

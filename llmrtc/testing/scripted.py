@@ -8,6 +8,7 @@ from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
+from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.types import (
     LLMDone,
@@ -124,6 +125,12 @@ class ScriptedLLM:
     ) -> LLMResponse:
         """The whole scripted answer."""
         return await collect_response(self.stream(request, abort_signal=abort_signal))
+
+    async def complete_prompt(
+        self, prompt: PromptLike, *, abort_signal: AbortSignal | None = None
+    ) -> PromptCompletion:
+        """One system + user prompt, no tools, the whole answer (what LLM-backed tools call)."""
+        return await complete_prompt(self, prompt, abort_signal=abort_signal)
 
     async def stream(
         self, request: LLMRequest, *, abort_signal: AbortSignal | None = None
