@@ -1,0 +1,176 @@
+"""MCP ⇄ llmrtc conversions for `MCPBackend`: names, versions, tool definitions and results.
+
+Nothing here imports the `mcp` SDK: MCP objects are read by attribute, so `import llmrtc`
+stays free of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from llmrtc.tools.definition import TOOL_NAME_PATTERN, ToolDefinition
+from llmrtc.tools.ids import DEFAULT_TOOL_VERSION, WIRE_SEPARATOR
+
+__all__ = [
+    "MAX_ERROR_TEXT",
+    "content_text",
+    "error_text",
+    "mcp_definition",
+    "result_value",
+    "namespace_for",
+    "semver_of",
+    "tool_names",
+]
+
+logger = logging.getLogger("llmrtc.catalog.mcp")
+
+MAX_ERROR_TEXT = 1000
+"""An MCP `isError` result's text is cut to this many characters for the model."""
+
+_INVALID = re.compile(r"[^A-Za-z0-9_-]+")
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
+_NUMBERS = re.compile(r"\d+")
+_WIRE_LIMIT = 64
+
+
+def namespace_for(server: str) -> str:
+    """`"weather"` → `"mcp_weather"`: the namespace of a server's tools.
+
+    Raises:
+        ValueError: if `server` is not letters, digits, '-' and single inner '_' (the wire
+            form joins namespace and name with '__', so a namespace may hold no '__' nor end
+            with '_').
+    """
+    if not isinstance(server, str) or not _SERVER_NAME.match(server):
+        raise ValueError(
+            f"MCP server name {server!r}: use letters, digits, '-' and single '_' between them "
+            "(e.g. 'weather', 'git-hub', 'my_server'); it becomes the tools' namespace "
+            f"'mcp_<name>'"
+        )
+    return f"mcp_{server}"
+
+
+def semver_of(version: str | None) -> str:
+    """A server's version as the tools' semver: its first three numbers, missing ones 0.
+
+    `"2.1"` → `"2.1.0"`, `"v1.4.2-beta+7"` → `"1.4.2"`, `"2024.10.07"` → `"2024.10.7"`; a
+    version with no number (or none at all) → `DEFAULT_TOOL_VERSION` (`"1.0.0"`), the version
+    of a local tool that declares none.
+    """
+    numbers = [str(int(n)) for n in _NUMBERS.findall(version or "")[:3]]
+    if not numbers:
+        return DEFAULT_TOOL_VERSION
+    return ".".join([*numbers, "0", "0"][:3])
+
+
+def tool_names(namespace: str, mcp_names: Iterable[str]) -> dict[str, str]:
+    """Each MCP tool name → the llmrtc local name it gets (unique within the server).
+
+    MCP names may hold dots, slashes or spaces and be up to 128 characters; llmrtc names are
+    `^[A-Za-z0-9_-]{1,64}$` and the wire name `namespace__name` must fit in 64 characters.
+    Invalid runs become '_', the name is cut to fit, and a clash gets `_2`, `_3`, ...
+    """
+    room = _WIRE_LIMIT - len(namespace) - len(WIRE_SEPARATOR)
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for original in mcp_names:
+        base = _INVALID.sub("_", original).strip("_") or "tool"
+        base = base[:room]
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            suffix = f"_{n}"
+            name = base[: room - len(suffix)] + suffix
+        taken.add(name)
+        out[original] = name
+    return out
+
+
+def mcp_definition(
+    mcp_tool: Any, *, namespace: str, name: str, version: str, server: str
+) -> ToolDefinition | None:
+    """The `ToolDefinition` of an MCP `Tool` (None, logged, when its schema is unusable).
+
+    The input schema is kept as the server sent it (the executor validates against it); the
+    title and annotations go into the catalog's search fields.
+    """
+    schema = dict(getattr(mcp_tool, "input_schema", None) or {"type": "object"})
+    schema.setdefault("type", "object")
+    schema.pop("$schema", None)  # a draft URI the validator would follow; 2020-12 is used
+    annotations = getattr(mcp_tool, "annotations", None)
+    title = getattr(mcp_tool, "title", None) or getattr(annotations, "title", None)
+    side_effects = _side_effects(annotations)
+    assert TOOL_NAME_PATTERN.match(name)
+    try:
+        return ToolDefinition(
+            name=name,
+            namespace=namespace,
+            version=version,
+            description=(getattr(mcp_tool, "description", None) or title or "").strip(),
+            parameters=schema,
+            tags=("mcp", server),
+            aliases=(title,) if title and title.strip() else (),
+            side_effects=side_effects,
+        )
+    except ValueError as exc:
+        logger.warning(
+            "MCP server %r: tool %r is left out: %s", server, getattr(mcp_tool, "name", "?"), exc
+        )
+        return None
+
+
+def _side_effects(annotations: Any) -> tuple[str, ...]:
+    if annotations is None or getattr(annotations, "read_only_hint", None):
+        return ()
+    out = []
+    if getattr(annotations, "destructive_hint", None):
+        out.append("may delete or overwrite data")
+    if getattr(annotations, "open_world_hint", None):
+        out.append("reaches systems outside this server")
+    return tuple(out)
+
+
+def content_text(blocks: Iterable[Any]) -> str:
+    """The text of MCP content blocks, joined by newlines; non-text blocks are named in
+    brackets (`[image image/png]`, `[resource file:///a.txt]`) so the model knows they exist."""
+    parts: list[str] = []
+    for block in blocks:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            parts.append(str(getattr(block, "text", "")))
+        elif kind == "resource":
+            resource = getattr(block, "resource", None)
+            text = getattr(resource, "text", None)
+            parts.append(
+                str(text) if text is not None else f"[resource {getattr(resource, 'uri', '')}]"
+            )
+        elif kind == "resource_link":
+            parts.append(f"[resource {getattr(block, 'uri', '')}]")
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
+        else:
+            parts.append(f"[{kind or 'content'}]")
+    return "\n".join(parts)
+
+
+def result_value(result: Any) -> Any:
+    """A successful `CallToolResult` as a handler's return value: `structuredContent` when
+    the server sent it, else the content blocks' text."""
+    structured = getattr(result, "structured_content", None)
+    if isinstance(structured, Mapping):
+        return dict(structured)
+    return content_text(getattr(result, "content", None) or ())
+
+
+def error_text(result: Any, server: str, tool: str) -> str:
+    """The text an `isError` result shows the model (the server wrote it for the model,
+    as MCP intends tool errors to be), cut to `MAX_ERROR_TEXT` characters."""
+    text = content_text(getattr(result, "content", None) or ()).strip()
+    if not text:
+        return f"the tool {tool!r} of MCP server {server!r} reported an error without details"
+    if len(text) > MAX_ERROR_TEXT:
+        text = text[: MAX_ERROR_TEXT - 1] + "…"
+    return text

@@ -1,0 +1,457 @@
+"""`MCPBackend`: an MCP server's tools as catalog tools (seed 001), over stdio or HTTP.
+
+```python
+async with MCPBackend("weather", command=["python", "weather_server.py"]) as weather:
+    catalog = ToolCatalog()
+    weather.add_to(catalog)            # list_changed from the server invalidates the catalog
+    registry = ToolRegistry(await catalog.list())
+    executor = ToolExecutor(registry)  # calls go to the server: validation, timeout, abort
+```
+
+Each tool is `mcp_<server>:<tool>@<version>` (named `mcp_<server>.<tool>`, wire name
+`mcp_<server>__<tool>`): the version is the server's own (`serverInfo.version`), cut to semver
+by `semver_of`. A call runs through `ToolExecutor` like any tool; an abort or a timeout cancels
+the handler, and the SDK then sends the server `notifications/cancelled` for the request.
+
+The connection lives in a task the backend owns (entered and left in the same task, as anyio
+requires); calls from any task of the same event loop share it. A server that dies mid-call
+gives that call an error result, and the next use of the backend connects again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from llmrtc.catalog._mcp_convert import (
+    error_text,
+    mcp_definition,
+    namespace_for,
+    result_value,
+    semver_of,
+    tool_names,
+)
+from llmrtc.tools.context import ToolContext
+from llmrtc.tools.errors import ToolError
+from llmrtc.tools.ids import parse_tool_id
+from llmrtc.tools.tool import Tool
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from llmrtc.catalog.catalog import ToolCatalog
+
+__all__ = ["MCPBackend", "MCPConnectionError"]
+
+logger = logging.getLogger("llmrtc.catalog.mcp")
+
+_LIST_PAGES = 100
+"""At most this many `tools/list` pages are read (a server that pages forever is cut off)."""
+
+
+class MCPConnectionError(ConnectionError):
+    """The MCP server could not be started or reached, or lost the connection."""
+
+
+class _Connection:
+    """One live session with the server: the SDK client and the event that ends it."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.stop = anyio.Event()
+        self.closed = anyio.Event()
+
+
+class MCPBackend:
+    """The tools of one MCP server, as a `ToolBackend` a `ToolCatalog` can hold.
+
+    Give either `command` (a stdio server the backend starts) or `url` (a streamable HTTP
+    endpoint). Use it as `async with MCPBackend(...) as backend:` so the connection (and a
+    stdio server's process) ends with the block.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        url: str | None = None,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        """Describe the server; nothing starts before `async with`.
+
+        Args:
+            name: The server's name in the catalog; its tools' namespace is `mcp_<name>`.
+            command: The program and its arguments (`["python", "server.py"]`) of a stdio
+                server.
+            env: Environment variables for a stdio server, over the SDK's safe defaults
+                (`PATH`, `HOME`, ...; the parent's other variables are not passed on).
+            cwd: The working directory of a stdio server.
+            url: The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`).
+            connect_timeout: Seconds to start the server, connect and list its tools.
+
+        Raises:
+            ValueError: naming the bad argument and what is allowed.
+        """
+        self.namespace = namespace_for(name)
+        if (command is None) == (url is None):
+            raise ValueError(
+                f"MCP server {name!r}: give exactly one of command=[program, *args] (stdio) "
+                f"or url='http://host:port/mcp' (streamable HTTP)"
+            )
+        if command is not None:
+            if (
+                isinstance(command, str)
+                or not command
+                or not all(isinstance(part, str) and part for part in command)
+            ):
+                raise ValueError(
+                    f"MCP server {name!r}: command must be a non-empty list of strings "
+                    f"([program, *args]), got {command!r}"
+                )
+        elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"MCP server {name!r}: url must start with http:// or https://")
+        elif env is not None or cwd is not None:
+            raise ValueError(f"MCP server {name!r}: env and cwd apply to a command, not a url")
+        if env is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError(f"MCP server {name!r}: env must map strings to strings")
+        if isinstance(connect_timeout, bool) or not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be seconds > 0, got {connect_timeout!r}")
+        self._name = name
+        self.command = tuple(command) if command is not None else None
+        self.env = dict(env) if env is not None else None
+        self.cwd = str(cwd) if cwd is not None else None
+        self.url = url
+        self.connect_timeout = float(connect_timeout)
+        self._group: TaskGroup | None = None
+        self._connection: _Connection | None = None
+        self._lock = anyio.Lock()
+        self._listeners: list[Callable[[], Any]] = []
+        self._tools: dict[str, Tool] = {}
+        self._mcp_names: dict[str, str] = {}
+        self._version: str | None = None
+
+    # -- the ToolBackend protocol -------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The server's name (also the backend's name in a catalog)."""
+        return self._name
+
+    async def list(self) -> builtins.list[Tool]:
+        """The server's tools, listed afresh (connecting first if needed).
+
+        Raises:
+            MCPConnectionError: if the server cannot be reached (a catalog reports it and
+                counts the backend as empty until its retry).
+        """
+        connection = await self._connected()
+        try:
+            listed = await self._list_mcp_tools(connection.client)
+        except Exception as exc:
+            self._lost(connection, exc)
+            raise MCPConnectionError(
+                f"MCP server {self._name!r}: listing its tools failed ({type(exc).__name__})"
+            ) from exc
+        version = semver_of(getattr(connection.client.server_info, "version", None))
+        names = tool_names(self.namespace, (t.name for t in listed))
+        tools: dict[str, Tool] = {}
+        mcp_names: dict[str, str] = {}
+        for mcp_tool in listed:
+            definition = mcp_definition(
+                mcp_tool,
+                namespace=self.namespace,
+                name=names[mcp_tool.name],
+                version=version,
+                server=self._name,
+            )
+            if definition is not None:
+                tools[definition.tool_id] = Tool(definition, self._handler(mcp_tool.name))
+                mcp_names[definition.name] = mcp_tool.name
+        self._tools, self._mcp_names, self._version = tools, mcp_names, version
+        return list(tools.values())
+
+    async def get(self, tool_id: str) -> Tool | None:
+        """The tool with exactly this id from the last listing (listing first if none was
+        made), or None."""
+        if not self._tools:
+            await self.list()
+        try:
+            return self._tools.get(str(parse_tool_id(tool_id)))
+        except ValueError:
+            return None
+
+    # -- change notification ------------------------------------------------------------------
+
+    def on_tools_changed(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call `callback()` when the server's tools change (`tools/list_changed`) or the
+        backend reconnected; returns a function that stops the calls. A callback that
+        returns an awaitable is awaited; one that raises is logged."""
+        self._listeners.append(callback)
+
+        def remove() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return remove
+
+    def add_to(self, catalog: ToolCatalog) -> ToolCatalog:
+        """Add this backend to `catalog` and invalidate the catalog whenever the server's
+        tools change; returns the catalog."""
+        catalog.add_backend(self)
+        self.on_tools_changed(catalog.invalidate)
+        return catalog
+
+    async def _changed(self) -> None:
+        self._tools = {}
+        for callback in builtins.list(self._listeners):
+            try:
+                outcome = callback()
+                if hasattr(outcome, "__await__"):
+                    await outcome
+            except Exception:
+                logger.exception("MCP server %r: a tools-changed callback failed", self._name)
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> MCPBackend:
+        """Start the server (or reach it) and connect.
+
+        Raises:
+            MCPConnectionError: if it cannot be started or reached in `connect_timeout`.
+            ImportError: if the `mcp` package is not installed (`pip install llmrtc[mcp]`).
+        """
+        _import_sdk()
+        if self._group is not None:
+            raise RuntimeError(f"MCPBackend {self._name!r} is already open")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        try:
+            await self._connected()
+        except BaseException as exc:
+            self._group = None
+            group.cancel_scope.cancel()
+            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the connection (a stdio server's process ends with it)."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        if self._connection is not None:
+            self._connection.stop.set()
+        await group.__aexit__(exc_type, exc, tb)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a session with the server is open right now."""
+        connection = self._connection
+        return connection is not None and not connection.closed.is_set()
+
+    async def _connected(self) -> _Connection:
+        """The open connection, or a new one (one caller connects; the others wait)."""
+        connection = self._connection
+        if connection is not None and not connection.stop.is_set():
+            return connection
+        async with self._lock:
+            connection = self._connection
+            if connection is not None and not connection.stop.is_set():
+                return connection
+            if self._group is None:
+                raise RuntimeError(
+                    f"MCPBackend {self._name!r} is not open: use 'async with MCPBackend(...)'"
+                )
+            reconnect = connection is not None
+            if connection is not None:
+                with anyio.CancelScope(shield=True):
+                    await connection.closed.wait()  # the old process is gone first
+            try:
+                with anyio.fail_after(self.connect_timeout):
+                    connection = cast(_Connection, await self._group.start(self._serve))
+            except Exception as exc:
+                raise MCPConnectionError(self._connect_failure(exc)) from exc
+            self._connection = connection
+        if reconnect:
+            logger.info("MCP server %r: reconnected", self._name)
+            await self._changed()
+        return connection
+
+    def _connect_failure(self, exc: BaseException) -> str:
+        where = f"command {list(self.command)}" if self.command else f"url {self.url}"
+        if isinstance(exc, TimeoutError):
+            why = f"no answer within {self.connect_timeout:g} s"
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+        return f"MCP server {self._name!r} ({where}) could not be connected: {why}"
+
+    async def _serve(self, *, task_status: TaskStatus[_Connection]) -> None:
+        """Own one connection: open it, report it, keep it until told to stop or it fails."""
+        from mcp import Client
+
+        connection = _Connection()
+        started = False
+        try:
+            async with Client(
+                self._target(), message_handler=self._on_message, cache=None
+            ) as client:
+                connection.client = client
+                async with anyio.create_task_group() as group:
+                    await self._listen(client, group, connection)
+                    task_status.started(connection)
+                    started = True
+                    await connection.stop.wait()
+                    group.cancel_scope.cancel()
+        except Exception as exc:
+            if not started:
+                raise
+            logger.warning(
+                "MCP server %r: the connection ended (%s); the next use reconnects",
+                self._name,
+                type(exc).__name__,
+                exc_info=True,
+            )
+        finally:
+            connection.stop.set()
+            connection.closed.set()
+
+    def _target(self) -> Any:
+        from mcp import StdioServerParameters
+
+        if self.url is not None:
+            return self.url
+        assert self.command is not None
+        program, *args = self.command
+        return StdioServerParameters(command=program, args=args, env=self.env, cwd=self.cwd)
+
+    async def _listen(self, client: Any, group: TaskGroup, connection: _Connection) -> None:
+        """On a 2026-07-28 connection, open the `subscriptions/listen` stream that carries
+        `tools/list_changed` (older ones send it unasked, to `_on_message`)."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        capability = getattr(client.server_capabilities, "tools", None)
+        if not getattr(capability, "list_changed", False):
+            return
+        try:
+            subscription = client.listen(tools_list_changed=True)
+            stream = await subscription.__aenter__()
+        except ListenNotSupportedError:
+            return
+
+        async def drain() -> None:
+            try:
+                async for _event in stream:
+                    pass  # each event also reaches `_on_message`, which invalidates
+            except Exception:
+                logger.debug("MCP server %r: the listen stream ended", self._name, exc_info=True)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    with contextlib.suppress(Exception):
+                        await subscription.__aexit__(None, None, None)
+                if not connection.stop.is_set():
+                    connection.stop.set()  # a lost stream means a lost connection
+
+        group.start_soon(drain)
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            logger.info("MCP server %r: its tools changed", self._name)
+            await self._changed()
+
+    def _lost(self, connection: _Connection, exc: BaseException) -> None:
+        """Mark `connection` broken after a failure that says so; the next use reconnects."""
+        if _is_connection_loss(exc):
+            connection.stop.set()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def _list_mcp_tools(self, client: Any) -> builtins.list[Any]:
+        listed: builtins.list[Any] = []
+        cursor = None
+        for _ in range(_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return listed
+
+    def _handler(self, mcp_name: str) -> Callable[[Any, ToolContext], Any]:
+        async def call_mcp_tool(args: Any, ctx: ToolContext) -> Any:
+            return await self.call(mcp_name, dict(args))
+
+        return call_mcp_tool
+
+    async def call(self, mcp_name: str, arguments: Mapping[str, Any]) -> Any:
+        """Call the server's tool `mcp_name` (its MCP name) with `arguments`; what a catalog
+        tool's handler runs (prefer calling through a `ToolExecutor`).
+
+        Returns:
+            The result's `structuredContent` (a dict) when the server sent one, else the text
+            of its content blocks.
+
+        Raises:
+            ToolError: the server reported the tool failed (`isError`), with its text.
+            MCPConnectionError: the server could not be reached or died during the call (the
+                next call reconnects). Its text is for logs: the executor gives the model a
+                generic message.
+        """
+        from mcp import MCPError
+
+        connection = await self._connected()
+        try:
+            result = await connection.client.call_tool(mcp_name, dict(arguments))
+        except MCPError as exc:
+            self._lost(connection, exc)
+            raise MCPConnectionError(
+                f"MCP server {self._name!r}: tool {mcp_name!r} failed: {exc}"
+            ) from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            connection.stop.set()
+            raise MCPConnectionError(
+                f"MCP server {self._name!r}: the connection closed during {mcp_name!r}"
+            ) from exc
+        if result.is_error:
+            raise ToolError(error_text(result, self._name, mcp_name))
+        return result_value(result)
+
+    def __repr__(self) -> str:
+        where = f"command={list(self.command)!r}" if self.command else f"url={self.url!r}"
+        return f"MCPBackend({self._name!r}, {where})"
+
+
+def _is_connection_loss(exc: BaseException) -> bool:
+    from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+    if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream):
+        return True
+    return getattr(getattr(exc, "error", None), "code", getattr(exc, "code", None)) == (
+        CONNECTION_CLOSED
+    )
+
+
+def _import_sdk() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ImportError("MCPBackend needs the mcp package: pip install 'llmrtc[mcp]'") from None
