@@ -11,7 +11,7 @@ from llmrtc.agent.events import (
     TurnEvent,
     TurnStopReason,
 )
-from llmrtc.agent.handler import TurnHandler
+from llmrtc.agent.handler import ResumableHandler, TurnHandler
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.agent.settings import TurnSettings
@@ -19,6 +19,7 @@ from llmrtc.agent.settings import TurnSettings
 __all__ = [
     "AgentEvent",
     "ConversationHistory",
+    "ResumableHandler",
     "StageChanged",
     "TextDelta",
     "ToolCallFinished",

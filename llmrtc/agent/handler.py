@@ -1,15 +1,17 @@
-"""`TurnHandler`: the one protocol a voice loop (or a chat CLI) talks to."""
+"""`TurnHandler`: the one protocol a voice loop (or a chat CLI) talks to; `ResumableHandler`:
+one whose state can be saved and brought back on a new connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.llm.messages import AssistantMessage, ToolMessage
 
-__all__ = ["TurnHandler"]
+__all__ = ["ResumableHandler", "TurnHandler", "read_handler_state", "replace_messages"]
 
 
 @runtime_checkable
@@ -55,3 +57,107 @@ class TurnHandler(Protocol):
         """The turn the deadline stands for (e.g. a stage's silence timeout: the agent speaks
         up). Yields nothing at all when no deadline is set (`next_deadline()` is None)."""
         ...
+
+
+@runtime_checkable
+class ResumableHandler(TurnHandler, Protocol):
+    """A `TurnHandler` whose conversation can be saved and resumed elsewhere (another
+    connection, another worker process). `TurnRunner` and `PlaybookOrchestrator` are.
+
+    The state is a JSON-safe dict: `{"history": ConversationHistory.to_dict(), "playbook":
+    PlaybookEngine.snapshot() or None}`. A WebRTC server saves it when a client vanishes and
+    gives it to a new handler from the same factory when the client resumes. A handler without
+    these methods resumes with a fresh state.
+
+    Example:
+        state = json.loads(json.dumps(handler.snapshot()))
+        again = make_handler()              # the same factory, a new handler
+        again.restore(state)                # before its first turn
+    """
+
+    def snapshot(self) -> dict[str, Any]:
+        """The conversation's state as a JSON-safe dict (between turns)."""
+        ...
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Bring back a `snapshot()` of a handler from the same factory, before the first turn.
+
+        Raises:
+            ValueError: the state is malformed or of another playbook (the message says what
+                is wrong); the handler is left as it was.
+            RuntimeError: this handler already ran a turn.
+        """
+        ...
+
+
+def read_handler_state(
+    state: Mapping[str, Any],
+) -> tuple[ConversationHistory | None, Mapping[str, Any] | None]:
+    """Check a handler state (`ResumableHandler.snapshot()` output) and read its parts: the
+    history (None when the state has none) and the playbook snapshot (None without one; its
+    contents are the engine's to check).
+
+    The history must be one a chat API accepts: every assistant tool call answered by its tool
+    message right after it, no tool message without its call.
+
+    Raises:
+        ValueError: saying which part is malformed and what is expected.
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"handler state must be a mapping with 'history' and 'playbook', "
+            f"got {type(state).__name__}"
+        )
+    unknown = sorted(str(key) for key in state if key not in ("history", "playbook"))
+    if unknown:
+        raise ValueError(f"handler state has unknown keys {unknown}; allowed: history, playbook")
+    playbook = state.get("playbook")
+    if playbook is not None and not isinstance(playbook, Mapping):
+        raise ValueError(
+            f"handler state 'playbook' must be a PlaybookEngine snapshot (a mapping) or null, "
+            f"got {type(playbook).__name__}"
+        )
+    saved = state.get("history")
+    if saved is None:
+        return None, playbook
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("messages"), list):
+        raise ValueError(
+            "handler state 'history' must be ConversationHistory.to_dict() output: a mapping "
+            "with a 'messages' list"
+        )
+    try:
+        history = ConversationHistory.from_dict(dict(saved))
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise ValueError(f"handler state 'history' has a malformed message: {exc}") from exc
+    _check_tool_pairs(history)
+    return history, playbook
+
+
+def replace_messages(history: ConversationHistory, saved: ConversationHistory) -> None:
+    """Put `saved`'s messages in `history` instead of its own, in place (whoever shares the
+    history object sees them), trimmed to `history.max_messages`."""
+    history.clear()
+    history.extend(saved.messages)
+
+
+def _check_tool_pairs(history: ConversationHistory) -> None:
+    """A restored history goes straight to a chat API, which rejects a broken tool pair."""
+    open_calls: set[str] = set()
+    for position, message in enumerate(history.messages):
+        if isinstance(message, ToolMessage):
+            if message.call_id not in open_calls:
+                raise ValueError(
+                    f"handler state 'history': message {position} answers tool call "
+                    f"{message.call_id!r}, which no assistant message before it made"
+                )
+            open_calls.discard(message.call_id)
+            continue
+        if open_calls:
+            break
+        if isinstance(message, AssistantMessage):
+            open_calls = {call.call_id for call in message.tool_calls}
+    if open_calls:
+        raise ValueError(
+            f"handler state 'history': tool calls {sorted(open_calls)} have no tool message "
+            "after them"
+        )

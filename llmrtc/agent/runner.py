@@ -19,6 +19,7 @@ from llmrtc.agent.events import (
     TurnCompleted,
     TurnError,
 )
+from llmrtc.agent.handler import read_handler_state, replace_messages
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
@@ -160,6 +161,8 @@ class TurnRunner:
         self.tool_metadata = tool_metadata
         self.current_turn_id: str | None = None
         """The id of the turn running now (None between turns)."""
+        self.turns_started = 0
+        """Turns started on this runner (`restore` is only allowed before the first)."""
         self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
         self.settings = settings
 
@@ -249,6 +252,34 @@ class TurnRunner:
         )
         await self.llm.complete(warm_request)
 
+    # Resuming (the ResumableHandler protocol) ---------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """`{"history": ..., "playbook": None}`: the conversation as a JSON-safe dict, for
+        `restore` on a new runner (take it between turns)."""
+        return {"history": self.history.to_dict(), "playbook": None}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Bring back a `snapshot()` before this runner's first turn: its history's messages
+        replace this one's (this runner's `max_messages` is kept: the factory's configuration,
+        not the saved one, decides it). A state without a history leaves the history as is.
+
+        Raises:
+            ValueError: the state is malformed, or carries a playbook snapshot (this runner has
+                no playbook: it was taken from another kind of handler). Nothing changes.
+            RuntimeError: a turn already ran on this runner.
+        """
+        if self.turns_started:
+            raise RuntimeError("TurnRunner.restore() must come before the first turn")
+        history, playbook = read_handler_state(state)
+        if playbook is not None:
+            raise ValueError(
+                f"handler state has a playbook snapshot (playbook "
+                f"{playbook.get('playbook_id')!r}) but this TurnRunner runs no playbook"
+            )
+        if history is not None:
+            replace_messages(self.history, history)
+
     # The TurnHandler protocol ----------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
@@ -296,6 +327,7 @@ class TurnRunner:
         # The view follows the registry as it is now: "every registered tool" means the ones
         # registered now, and a named tool unregistered since is no longer offered or run.
         self._view = self._view_for(self._settings, strict=False)
+        self.turns_started += 1
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
         turn = TurnState(self.history, turn_id)

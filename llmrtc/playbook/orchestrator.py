@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent, StageChanged
+from llmrtc.agent.handler import read_handler_state, replace_messages
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.agent.settings import TurnSettings
@@ -24,37 +24,17 @@ from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import SystemMessage, UserMessage
 from llmrtc.llm.provider import LLMProvider
-from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import AnyMessage
+from llmrtc.playbook._reports import report_change, report_initial_entry
+from llmrtc.playbook._stage import stage_settings
 from llmrtc.playbook.engine import PlaybookEngine, StageChange
-from llmrtc.playbook.models import (
-    TRANSITION_TOOL,
-    LLMDecisionCondition,
-    Playbook,
-    Stage,
-    Transition,
-)
-from llmrtc.playbook.validation import (
-    PlaybookError,
-    stage_policies,
-    stage_tool_names,
-    validate_playbook,
-)
-from llmrtc.telemetry.hooks import (
-    ErrorEvent,
-    Hooks,
-    StageEnterEvent,
-    StageExitEvent,
-    TransitionEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.playbook.models import TRANSITION_TOOL, LLMDecisionCondition, Playbook, Transition
+from llmrtc.playbook.validation import PlaybookError, validate_playbook
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.context import ToolContext
-from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
-from llmrtc.tools.tool import Tool, define_tool
 
 logger = logging.getLogger(__name__)
 
@@ -170,87 +150,18 @@ class PlaybookOrchestrator:
     # Stage configuration -----------------------------------------------------------------
 
     def _configure_stage(self) -> None:
-        """Give the runner the current stage: prompt, offered tools (which are exactly the
-        runnable ones), tool choice and model settings, in one settings assignment."""
-        stage = self.engine.current_stage
-        registry = self.runner.executor.registry
-        entries = list(dict.fromkeys([*self.playbook.global_tools, *stage.tools]))
-        # Entries are tool names, wire names, catalog ids or toolkit keys. The playbook was
-        # checked against the registry when the orchestrator was built; a tool the application
-        # unregistered since (a permission switched off) is dropped here, in a live session,
-        # instead of failing the stage change half-way.
-        kits = {kit.key for kit in self._toolkits}
-        gone = [e for e in entries if e not in kits and not registry.has(e)]
-        refused = [e for e in gone if registry.refusal(e) is not None]
-        if refused:
-            logger.warning("stage %r: tools %s not permitted; not offered", stage.id, refused)
-        if gone := [e for e in gone if e not in refused]:
-            logger.warning("stage %r: tools %s left the registry; not offered", stage.id, gone)
-        names = tuple(stage_tool_names(entries, registry, self._toolkits))
-        targets = [] if self.engine.completed else self.playbook.llm_decision_targets(stage.id)
-        extra_tools = (self._transition_tool(targets),) if targets else ()
-        choice = stage.tool_choice
-        offered = {*names, *(t.definition.name for t in extra_tools)}
-        if (isinstance(choice, Mapping) and choice.get("name") not in offered) or (
-            choice == "required" and not offered
-        ):
-            choice = "auto" if offered else "none"
-        # The policy of each toolkit the stage names (and uses): the code-owned rules that
-        # come with its tools.
-        policies = stage_policies(entries, registry, self._toolkits)
-        prompts = [self.playbook.global_system_prompt, stage.system_prompt, *policies]
+        """Give the runner the current stage's prompt, tools, tool choice and model settings,
+        in one settings assignment."""
         runner = self.runner
-        runner.stage_id = stage.id  # first: refusals of tools the stage lacks name it
-        runner.settings = replace(
+        runner.stage_id = self.engine.current_stage.id  # first: refusals name the stage
+        runner.settings = stage_settings(
+            self.playbook,
+            self.engine,
+            runner.executor.registry,
+            self._toolkits,
             runner.settings,
-            system_prompt="\n\n".join(p.strip() for p in prompts if p.strip()),
-            tools=names,
-            extra_tools=extra_tools,
-            tool_choice=choice,
-            model=self._model_settings(stage),
+            self._request_transition,
         )
-
-    def _model_settings(self, stage: Stage) -> ModelSettings:
-        """The playbook's default model settings with the stage's on top."""
-        default, own = self.playbook.default_llm_config, stage.llm_config
-        base = default.to_settings() if default is not None else ModelSettings()
-        return base.merged(own.to_settings() if own is not None else None)
-
-    def _transition_tool(self, targets: list[Transition]) -> Tool:
-        """`playbook_transition`, offering exactly the legal targets of this stage (an inline
-        enum, no `$ref`, so small models see them), each with its description."""
-        lines = ["Move the conversation to another stage when the user's need calls for it."]
-        for transition in targets:
-            stage = self.playbook.stage(transition.action.target_stage)
-            what = stage.description or stage.name or stage.id
-            condition = transition.condition
-            when = (
-                f" Use when: {condition.description}"
-                if isinstance(condition, LLMDecisionCondition) and condition.description
-                else ""
-            )
-            lines.append(f"- {stage.id}: {what}.{when}")
-        definition = ToolDefinition(
-            TRANSITION_TOOL,
-            "\n".join(lines),
-            {
-                "type": "object",
-                "properties": {
-                    "target_stage": {
-                        "type": "string",
-                        "enum": [t.action.target_stage for t in targets],
-                        "description": "The stage to move to.",
-                    },
-                    "reason": {"type": "string", "description": "Why, in a few words."},
-                },
-                "required": ["target_stage"],
-                "additionalProperties": False,
-            },
-            # A barrier in request order: the model's other calls of the response run first,
-            # and two transition calls in one response are decided in order.
-            execution_policy="sequential",
-        )
-        return define_tool(definition, self._request_transition)
 
     async def _request_transition(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, str]:
         state = self._turn
@@ -270,6 +181,52 @@ class PlaybookOrchestrator:
             raise ToolError(f"target_stage {target!r} is not one of {legal}")
         state.requested = (target, args.get("reason"))
         return {"status": "transition scheduled", "target_stage": args["target_stage"]}
+
+    # Resuming (the ResumableHandler protocol) ---------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """`{"history": ..., "playbook": PlaybookEngine.snapshot()}`: the conversation and
+        where it is in the playbook, JSON-safe, for `restore` on a new orchestrator of the
+        same playbook (take it between turns)."""
+        return {"history": self.history.to_dict(), "playbook": self.engine.snapshot()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Bring back a `snapshot()` before this orchestrator's first turn: the history, the
+        engine's stage, context, intent and transitions; the stage's prompt and tools are
+        configured and its stage timer starts now. The initial stage is not announced to the
+        hooks (the session entered it long ago) and no stage callback runs. This orchestrator's
+        `max_messages` is kept.
+
+        Raises:
+            ValueError: the state is malformed, has no playbook snapshot, or is of another
+                playbook or a stage this playbook lacks; nothing changes.
+            RuntimeError: a turn already ran on this orchestrator.
+        """
+        if self.runner.turns_started:
+            raise RuntimeError("PlaybookOrchestrator.restore() must come before the first turn")
+        history, saved = read_handler_state(state)
+        if saved is None:
+            raise ValueError(
+                f"handler state has no playbook snapshot; this orchestrator runs playbook "
+                f"{self.playbook.id!r}"
+            )
+        try:
+            engine = PlaybookEngine.restore(self.playbook, saved)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            raise ValueError(f"handler state 'playbook' cannot be restored: {detail}") from exc
+        if history is not None:
+            replace_messages(self.history, history)
+        self.engine = engine
+        # Tools reach the playbook through the runner's metadata: point it at the new engine.
+        self.runner.tool_metadata = {
+            **(self.runner.tool_metadata or {}),
+            "playbook": engine.control,
+        }
+        self._announce_initial = False
+        self._turn = _TurnState()
+        self._last_activity = time.monotonic()
+        self._configure_stage()
 
     # Turns ---------------------------------------------------------------------------------
 
@@ -419,78 +376,18 @@ class PlaybookOrchestrator:
         return messages[users[-1] :] if answered else [messages[users[-1]]]
 
     async def _report(self, change: StageChange) -> None:
-        hooks = [self.hooks]
         # Stage changes are applied inside the runner's turn (after a batch or after the
         # answer); a timer-driven one comes before its turn starts and has no turn id.
-        turn_id = self.runner.current_turn_id
-        await emit(
-            hooks_for(hooks, "on_stage_exit"),
-            "on_stage_exit",
-            StageExitEvent(
-                stage_id=change.from_stage,
-                to_stage=change.to_stage,
-                session_id=self.session_id,
-                turn_id=turn_id,
-                data=change.data,
-            ),
+        await report_change(
+            self.hooks, change, session_id=self.session_id, turn_id=self.runner.current_turn_id
         )
-        await emit(
-            hooks_for(hooks, "on_transition"),
-            "on_transition",
-            TransitionEvent(
-                from_stage=change.from_stage,
-                to_stage=change.to_stage,
-                transition_id=change.transition_id,
-                session_id=self.session_id,
-                turn_id=turn_id,
-                condition=change.condition,
-                reason=change.reason,
-            ),
-        )
-        await emit(
-            hooks_for(hooks, "on_stage_enter"),
-            "on_stage_enter",
-            StageEnterEvent(
-                stage_id=change.to_stage,
-                from_stage=change.from_stage,
-                session_id=self.session_id,
-                turn_id=turn_id,
-                data=change.data,
-            ),
-        )
-        await self._report_errors(change.errors, change.to_stage, change.from_stage, turn_id)
-
-    async def _report_errors(
-        self,
-        errors: Sequence[tuple[str, BaseException]],
-        stage_id: str,
-        exited: str | None = None,
-        turn_id: str | None = None,
-    ) -> None:
-        for where, error in errors:
-            # The stage whose callback raised: the one left for on_exit.
-            stage = exited if where == "stage.on_exit" and exited is not None else stage_id
-            event = ErrorEvent(
-                error=error,
-                where=where,
-                session_id=self.session_id,
-                turn_id=turn_id,
-                stage_id=stage,
-            )
-            await emit(hooks_for([self.hooks], "on_error"), "on_error", event)
 
     async def _announce(self) -> None:
         """Report the initial stage's entry once, before the first turn."""
         if not self._announce_initial:
             return
         self._announce_initial = False
-        stage = self.engine.current_stage
-        await emit(
-            hooks_for([self.hooks], "on_stage_enter"),
-            "on_stage_enter",
-            StageEnterEvent(stage_id=stage.id, session_id=self.session_id),
-        )
-        await self._report_errors(self.engine.entry_errors, stage.id)
+        await report_initial_entry(self.hooks, self.engine, session_id=self.session_id)
 
 
 def _last_user_text(history: ConversationHistory) -> str | None:
