@@ -21,7 +21,6 @@ gives that call an error result, and the next use of the backend connects again.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +29,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
+from llmrtc.catalog._mcp_connection import (
+    Connection,
+    import_sdk,
+    is_connection_loss,
+    serve_connection,
+    target_of,
+)
 from llmrtc.catalog._mcp_convert import (
     error_text,
     mcp_definition,
@@ -58,15 +64,6 @@ _LIST_PAGES = 100
 
 class MCPConnectionError(ConnectionError):
     """The MCP server could not be started or reached, or lost the connection."""
-
-
-class _Connection:
-    """One live session with the server: the SDK client and the event that ends it."""
-
-    def __init__(self) -> None:
-        self.client: Any = None
-        self.stop = anyio.Event()
-        self.closed = anyio.Event()
 
 
 class MCPBackend:
@@ -135,7 +132,7 @@ class MCPBackend:
         self.url = url
         self.connect_timeout = float(connect_timeout)
         self._group: TaskGroup | None = None
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._lock = anyio.Lock()
         self._listeners: list[Callable[[], Any]] = []
         self._tools: dict[str, Tool] = {}
@@ -232,7 +229,7 @@ class MCPBackend:
             MCPConnectionError: if it cannot be started or reached in `connect_timeout`.
             ImportError: if the `mcp` package is not installed (`pip install llmrtc[mcp]`).
         """
-        _import_sdk()
+        import_sdk()
         if self._group is not None:
             raise RuntimeError(f"MCPBackend {self._name!r} is already open")
         group = anyio.create_task_group()
@@ -267,7 +264,7 @@ class MCPBackend:
         connection = self._connection
         return connection is not None and not connection.closed.is_set()
 
-    async def _connected(self) -> _Connection:
+    async def _connected(self) -> Connection:
         """The open connection, or a new one (one caller connects; the others wait)."""
         connection = self._connection
         if connection is not None and not connection.stop.is_set():
@@ -286,7 +283,7 @@ class MCPBackend:
                     await connection.closed.wait()  # the old process is gone first
             try:
                 with anyio.fail_after(self.connect_timeout):
-                    connection = cast(_Connection, await self._group.start(self._serve))
+                    connection = cast(Connection, await self._group.start(self._serve))
             except Exception as exc:
                 raise MCPConnectionError(self._connect_failure(exc)) from exc
             self._connection = connection
@@ -303,74 +300,6 @@ class MCPBackend:
             why = f"{type(exc).__name__}: {exc}"
         return f"MCP server {self._name!r} ({where}) could not be connected: {why}"
 
-    async def _serve(self, *, task_status: TaskStatus[_Connection]) -> None:
-        """Own one connection: open it, report it, keep it until told to stop or it fails."""
-        from mcp import Client
-
-        connection = _Connection()
-        started = False
-        try:
-            async with Client(
-                self._target(), message_handler=self._on_message, cache=None
-            ) as client:
-                connection.client = client
-                async with anyio.create_task_group() as group:
-                    await self._listen(client, group, connection)
-                    task_status.started(connection)
-                    started = True
-                    await connection.stop.wait()
-                    group.cancel_scope.cancel()
-        except Exception as exc:
-            if not started:
-                raise
-            logger.warning(
-                "MCP server %r: the connection ended (%s); the next use reconnects",
-                self._name,
-                type(exc).__name__,
-                exc_info=True,
-            )
-        finally:
-            connection.stop.set()
-            connection.closed.set()
-
-    def _target(self) -> Any:
-        from mcp import StdioServerParameters
-
-        if self.url is not None:
-            return self.url
-        assert self.command is not None
-        program, *args = self.command
-        return StdioServerParameters(command=program, args=args, env=self.env, cwd=self.cwd)
-
-    async def _listen(self, client: Any, group: TaskGroup, connection: _Connection) -> None:
-        """On a 2026-07-28 connection, open the `subscriptions/listen` stream that carries
-        `tools/list_changed` (older ones send it unasked, to `_on_message`)."""
-        from mcp.client.subscriptions import ListenNotSupportedError
-
-        capability = getattr(client.server_capabilities, "tools", None)
-        if not getattr(capability, "list_changed", False):
-            return
-        try:
-            subscription = client.listen(tools_list_changed=True)
-            stream = await subscription.__aenter__()
-        except ListenNotSupportedError:
-            return
-
-        async def drain() -> None:
-            try:
-                async for _event in stream:
-                    pass  # each event also reaches `_on_message`, which invalidates
-            except Exception:
-                logger.debug("MCP server %r: the listen stream ended", self._name, exc_info=True)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    with contextlib.suppress(Exception):
-                        await subscription.__aexit__(None, None, None)
-                if not connection.stop.is_set():
-                    connection.stop.set()  # a lost stream means a lost connection
-
-        group.start_soon(drain)
-
     async def _on_message(self, message: Any) -> None:
         from mcp.types import ToolListChangedNotification
 
@@ -378,9 +307,13 @@ class MCPBackend:
             logger.info("MCP server %r: its tools changed", self._name)
             await self._changed()
 
-    def _lost(self, connection: _Connection, exc: BaseException) -> None:
+    async def _serve(self, *, task_status: TaskStatus[Connection]) -> None:
+        target = target_of(self.command, self.env, self.cwd, self.url)
+        await serve_connection(target, self._name, self._on_message, task_status=task_status)
+
+    def _lost(self, connection: Connection, exc: BaseException) -> None:
         """Mark `connection` broken after a failure that says so; the next use reconnects."""
-        if _is_connection_loss(exc):
+        if is_connection_loss(exc):
             connection.stop.set()
 
     # -- calls --------------------------------------------------------------------------------
@@ -438,20 +371,3 @@ class MCPBackend:
     def __repr__(self) -> str:
         where = f"command={list(self.command)!r}" if self.command else f"url={self.url!r}"
         return f"MCPBackend({self._name!r}, {where})"
-
-
-def _is_connection_loss(exc: BaseException) -> bool:
-    from mcp_types.jsonrpc import CONNECTION_CLOSED
-
-    if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream):
-        return True
-    return getattr(getattr(exc, "error", None), "code", getattr(exc, "code", None)) == (
-        CONNECTION_CLOSED
-    )
-
-
-def _import_sdk() -> None:
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        raise ImportError("MCPBackend needs the mcp package: pip install 'llmrtc[mcp]'") from None

@@ -1,0 +1,141 @@
+"""One live MCP session, owned by a task of `MCPBackend`'s task group.
+
+The SDK's `Client` must be entered and left in the same task (its task groups and cancel
+scopes say so), while tool calls come from the executor's tasks. So one task per connection
+opens the client, hands it out through `task_status.started`, and keeps it until its `stop`
+event is set (by the backend closing, or by a call that saw the connection die).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup, TaskStatus
+
+__all__ = ["Connection", "import_sdk", "is_connection_loss", "serve_connection", "target_of"]
+
+logger = logging.getLogger("llmrtc.catalog.mcp")
+
+
+class Connection:
+    """One session with the server: the SDK client and the events that end it."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        """The entered `mcp.Client` (set before the connection is handed out)."""
+        self.stop = anyio.Event()
+        """Set to end the session (close, or a call saw it die): the next use reconnects."""
+        self.closed = anyio.Event()
+        """Set once the session and a stdio server's process are gone."""
+
+
+def target_of(
+    command: Sequence[str] | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    url: str | None,
+) -> Any:
+    """What `mcp.Client` connects to: a URL string or `StdioServerParameters`."""
+    from mcp import StdioServerParameters
+
+    if url is not None:
+        return url
+    assert command is not None
+    program, *args = command
+    return StdioServerParameters(
+        command=program, args=args, env=dict(env) if env is not None else None, cwd=cwd
+    )
+
+
+async def serve_connection(
+    target: Any,
+    server: str,
+    on_message: Any,
+    *,
+    task_status: TaskStatus[Connection],
+) -> None:
+    """Open a session with `target` (`on_message`: the SDK's message handler), report it,
+    and keep it until its `stop` is set or it fails (a failure before it is reported is
+    raised to the task that started it)."""
+    from mcp import Client
+
+    connection = Connection()
+    started = False
+    try:
+        # cache=None: a listing must be fresh after tools/list_changed or a reconnect.
+        async with Client(target, message_handler=on_message, cache=None) as client:
+            connection.client = client
+            async with anyio.create_task_group() as group:
+                await _listen(client, group, connection, server)
+                task_status.started(connection)
+                started = True
+                await connection.stop.wait()
+                group.cancel_scope.cancel()
+    except Exception as exc:
+        if not started:
+            raise
+        logger.warning(
+            "MCP server %r: the connection ended (%s); the next use reconnects",
+            server,
+            type(exc).__name__,
+            exc_info=True,
+        )
+    finally:
+        connection.stop.set()
+        connection.closed.set()
+
+
+async def _listen(client: Any, group: TaskGroup, connection: Connection, server: str) -> None:
+    """On a 2026-07-28 connection, open the `subscriptions/listen` stream that carries
+    `tools/list_changed` (handshake-era servers send it unasked). Each event also reaches
+    the client's message handler, which is where the backend reacts to it."""
+    from mcp.client.subscriptions import ListenNotSupportedError
+
+    capability = getattr(client.server_capabilities, "tools", None)
+    if not getattr(capability, "list_changed", False):
+        return
+    subscription = client.listen(tools_list_changed=True)
+    try:
+        stream = await subscription.__aenter__()
+    except ListenNotSupportedError:
+        return
+
+    async def drain() -> None:
+        try:
+            async for _event in stream:
+                pass
+        except Exception:
+            logger.debug("MCP server %r: the listen stream ended", server, exc_info=True)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await subscription.__aexit__(None, None, None)
+            connection.stop.set()  # the stream ends with the connection (or the close)
+
+    group.start_soon(drain)
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """Whether `exc` (from a request) means the connection is gone."""
+    from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+    if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream):
+        return True
+    return getattr(exc, "code", None) == CONNECTION_CLOSED
+
+
+def import_sdk() -> None:
+    """Import the `mcp` SDK now, or say how to install it.
+
+    Raises:
+        ImportError: naming the extra to install.
+    """
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ImportError("MCPBackend needs the mcp package: pip install 'llmrtc[mcp]'") from None
