@@ -39,6 +39,7 @@
       "microphone in the site settings and connect again, or type below.",
     mic_missing: "No microphone was found: the agent cannot hear you. You can type below.",
     connection_lost: "The connection was lost and could not be restored. Connect to try again.",
+    unreachable: "Could not reach the server. Check that it is running, then connect again.",
   };
 
   const $ = (id) => document.getElementById(id);
@@ -163,8 +164,8 @@
         await call.pc.setRemoteDescription({ type: "answer", sdp: m.sdp });
       } catch (error) {
         console.error("llmrtc: the server's answer was refused", error);
-        showError("bad_offer");
         hangUp({ notify: true });
+        giveUp("bad_offer", "Not connected");
       }
     },
     async ice(m) {
@@ -388,8 +389,8 @@
       await pc.setLocalDescription(await pc.createOffer());
     } catch (error) {
       console.error("llmrtc: could not create an offer", error);
-      showError("bad_offer");
       hangUp({ notify: true });
+      giveUp("bad_offer", "Not connected");
       return;
     }
     const sendOffer = () => {
@@ -463,32 +464,38 @@
     if (code === "resume_refused") {
       forgetSession();
       if (!current.automatic) return connect(); // a stale saved session: start a new one
-      showError("connection_lost");
-      setStatus("error", "Disconnected");
-      return;
+      return giveUp("connection_lost", "Disconnected");
     }
     if (code) {
       if (code !== "idle_timeout") forgetSession();
-      setStatus("error", code === "idle_timeout" ? "Closed (idle)" : "Not connected");
-      return;
+      return giveUp(null, code === "idle_timeout" ? "Closed (idle)" : "Not connected");
     }
     const saved = savedSession();
-    if (!current.admitted && !current.automatic) {
-      showError("connection_lost");
-      setStatus("error", "Could not connect");
-      return;
-    }
+    if (!current.admitted && !current.automatic) return giveUp("unreachable", "Could not connect");
     if (!saved || resumeTry >= RESUME_DELAYS_MS.length) {
-      showError("connection_lost");
-      setStatus("error", "Disconnected");
       resumeTry = 0;
-      return;
+      return giveUp("connection_lost", "Disconnected");
     }
     setStatus("reconnecting", "Connection lost: reconnecting…");
     const delay = RESUME_DELAYS_MS[resumeTry];
     resumeTry += 1;
     counters.resumes += 1;
     resumeTimer = setTimeout(() => connect({ resume: saved, automatic: true }), delay);
+  }
+
+  // No connection and none coming: say why, and let go of the microphone.
+  function giveUp(code, statusText) {
+    if (code) showError(code);
+    releaseMic();
+    setStatus("error", statusText);
+  }
+
+  function releaseMic() {
+    if (!mic) return;
+    for (const track of mic.getTracks()) track.stop();
+    mic = null;
+    counters.micEnabled = false;
+    ui.micState.textContent = "Microphone off";
   }
 
   function hangUp({ notify = true } = {}) {
@@ -500,15 +507,9 @@
       teardown(current);
     }
     if (notify) forgetSession(); // `end` makes the session final: nothing to resume
-    if (mic) {
-      for (const track of mic.getTracks()) track.stop();
-      mic = null;
-      counters.micEnabled = false;
-      ui.micState.textContent = "Microphone off";
-    }
+    releaseMic();
     setReady(false);
-    if (counters.state !== "error") setStatus("ended", "Call ended");
-    else setStatus("error", ui.status.textContent);
+    setStatus("ended", "Call ended");
   }
 
   // --- the controls -------------------------------------------------------------------------

@@ -1,0 +1,208 @@
+"""Fixtures for the headless Chromium tests of the bundled web client.
+
+The browser is Debian's `chromium`, driven by Debian's `chromium-driver` through selenium,
+with exactly the flags ARCHITECTURE.md lists (its fake microphone plays a WAV made with
+espeak-ng). The server is a real `RTCServer` on 127.0.0.1 running in a background event loop
+(an anyio blocking portal), so the tests themselves are plain synchronous selenium code.
+
+Missing chromium, chromium-driver or selenium skip these tests with a loud reason (and a
+banner at the end of the run); with `LLMRTC_REQUIRE_BROWSER=1` (CI) they fail instead.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import wave
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+REQUIRED = os.environ.get("LLMRTC_REQUIRE_BROWSER") == "1"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "weather.yaml"
+VIEWPORT = (1200, 800)
+LEAD_SILENCE = 1.0  # seconds before the speech: the fake mic starts before media flows
+TRAIL_SILENCE = 2.0  # seconds after it: the server's endpointer must hear the utterance end
+
+_SKIPPED: list[str] = []
+
+
+def _missing(reason: str) -> NoReturn:
+    """Skip loudly for a missing browser piece, or fail when CI requires the browser tests."""
+    if REQUIRED:
+        pytest.fail(f"{reason} (LLMRTC_REQUIRE_BROWSER=1)", pytrace=False)
+    _SKIPPED.append(reason)
+    pytest.skip(f"BROWSER TEST NOT RUN: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say at the very end of the run that the browser tests did not run, and why."""
+    if _SKIPPED:
+        terminalreporter.write_sep("!", "the headless Chromium tests did NOT run", red=True)
+        for reason in sorted(set(_SKIPPED)):
+            terminalreporter.write_line(f"  {reason}", red=True)
+
+
+@pytest.fixture(scope="session")
+def browser_available() -> None:
+    """Skip (or fail under LLMRTC_REQUIRE_BROWSER=1) without selenium, chromium, chromedriver."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        _missing('selenium is not installed (pip install "llmrtc[dev]")')
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not os.access(path, os.X_OK):
+            _missing(f"{path} is missing (Debian: apt-get install {package})")
+    if shutil.which("espeak-ng") is None:
+        _missing("espeak-ng is missing (Debian: apt-get install espeak-ng)")
+
+
+def _espeak_pcm(text: str) -> tuple[bytes, int]:
+    """Mono s16 PCM of `text` spoken by espeak-ng (en-us, 150 words a minute), and its rate."""
+    result = subprocess.run(
+        ["espeak-ng", "-v", "en-us", "-s", "150", "--stdout", text],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    # espeak-ng's stdout WAV has a bogus length header: read to the end of the data instead.
+    with wave.open(io.BytesIO(result.stdout)) as wav:
+        assert wav.getsampwidth() == 2 and wav.getnchannels() == 1, wav.getparams()
+        return wav.readframes(wav.getnframes()), wav.getframerate()
+
+
+@pytest.fixture
+def fake_mic_wav(tmp_path: Path, browser_available: None) -> Callable[[str], Path]:
+    """`fake_mic_wav(text)`: a WAV for Chromium's fake microphone, `text` spoken with
+    LEAD_SILENCE before and TRAIL_SILENCE after; `fake_mic_wav("")` is silence only."""
+
+    def make(text: str) -> Path:
+        rate = 22050
+        pcm = b""
+        if text:
+            pcm, rate = _espeak_pcm(text)
+        lead = bytes(2 * round(LEAD_SILENCE * rate))
+        trail = bytes(2 * round(TRAIL_SILENCE * rate))
+        path = tmp_path / f"mic-{len(list(tmp_path.glob('mic-*.wav')))}.wav"
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(rate)
+            out.writeframes(lead + pcm + trail)
+        return path
+
+    return make
+
+
+def chromium_flags(user_data_dir: Path, wav: Path) -> list[str]:
+    """Exactly the flags ARCHITECTURE.md measured for headless Chromium as a WebRTC client."""
+    return [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={user_data_dir}",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}%noloop",
+        "--allow-loopback-in-peer-connection",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+
+
+@pytest.fixture
+def chromium(tmp_path: Path, browser_available: None) -> Iterator[Callable[[Path], Any]]:
+    """`chromium(wav)`: a headless Chromium (selenium WebDriver) whose microphone plays `wav`,
+    its viewport VIEWPORT. Each is quit (selenium stops its own chromedriver and browser, by
+    their process ids) when the test ends."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    drivers: list[Any] = []
+
+    def launch(wav: Path) -> Any:
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        profile = tmp_path / f"profile-{len(drivers)}"
+        profile.mkdir()
+        for flag in chromium_flags(profile, wav):
+            options.add_argument(flag)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+        drivers.append(driver)
+        width, height = VIEWPORT
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        return driver
+
+    yield launch
+    for driver in drivers:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def portal() -> Iterator[Any]:
+    """A background asyncio event loop (anyio blocking portal) for the server and speech."""
+    from anyio.from_thread import start_blocking_portal
+
+    with start_blocking_portal(backend="asyncio") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def speech(portal: Any) -> Iterator[Any]:
+    """The real offline speech stack (Silero, faster-whisper, piper), loaded once per module."""
+    pytest.importorskip("aiortc")
+    from llmrtc.voice import open_default_speech
+    from llmrtc.voice.providers._whisper_model import VoiceModelError
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMRTC_SPEECH", "offline")  # the offline stack, even with OPENAI_* set
+        try:
+            with portal.wrap_async_context_manager(open_default_speech()) as opened:
+                yield opened
+        except (ImportError, VoiceModelError) as exc:
+            if os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1":
+                pytest.fail(f"offline speech unavailable: {exc}", pytrace=False)
+            pytest.skip(f"offline speech unavailable: {exc}")
+
+
+@pytest.fixture
+def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
+    """`serve(script, max_sessions=4)`: a real `RTCServer` on 127.0.0.1 (a free port) whose
+    sessions each run the weather playbook with a new `ScriptedLLM(script)`. Stopped when the
+    test ends."""
+    from llmrtc.playbook import PlaybookOrchestrator, load_playbook, load_playbook_tools
+    from llmrtc.rtc import RTCServer, ServerConfig
+    from llmrtc.testing import ScriptedLLM
+
+    playbook = load_playbook(PLAYBOOK)
+    tools = load_playbook_tools(playbook)
+    with ExitStack() as stack:
+
+        def start(script: Sequence[Any], *, max_sessions: int = 4) -> Any:
+            def agent() -> PlaybookOrchestrator:
+                return PlaybookOrchestrator(playbook, ScriptedLLM(list(script)), tools)
+
+            # A short grace: when the test ends its browser is gone and no session will end itself.
+            config = ServerConfig(
+                host="127.0.0.1", port=0, max_sessions=max_sessions, shutdown_grace=2.0
+            )
+            server = RTCServer(agent, speech=speech, config=config)
+            stack.enter_context(portal.wrap_async_context_manager(server))
+            return server
+
+        yield start

@@ -1,0 +1,281 @@
+"""The bundled web client in a real headless Chromium against a real `RTCServer`.
+
+Chromium's fake microphone plays espeak-ng speech; the server runs the weather playbook on the
+real offline speech stack with a `ScriptedLLM` as the model. The tests read the page the way a
+person would (the elements with `data-testid`) plus the counters the page exposes in
+`window.llmrtc` (audio packets and energy from `getStats()`, events received).
+
+Set `LLMRTC_SCREENSHOT=docs/screenshot.png` to keep the mid-conversation screenshot the spoken
+turn test takes (1200x800).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmrtc.tools import ToolCall
+
+pytestmark = [pytest.mark.browser, pytest.mark.voice_model]
+
+WEATHER_SCRIPT = [
+    [ToolCall("call_1", "lookupWeather", '{"city": "Tokyo"}')],
+    "It is sunny in Tokyo today, twenty one degrees.",
+    "Goodbye, and enjoy the sunshine!",
+]
+CHAT_SCRIPT = ["Hello! Ask me about the weather.", "Still here. What else?"]
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+class Page:
+    """The web client in one browser tab: its testid elements and `window.llmrtc`."""
+
+    def __init__(self, driver: Any, url: str) -> None:
+        self.driver = driver
+        self.url = url
+        driver.get(url)
+
+    def element(self, testid: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
+
+    def text(self, testid: str) -> str:
+        return str(self.element(testid).text)
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.driver.execute_script("return window.llmrtc;"))
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+        """Poll `check` until it returns something true; on timeout fail with the page's state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                result = check()
+            except Exception:  # an element mid-update (stale) or not there yet
+                result = None
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout} s waiting for {what}\n{self.describe()}")
+            time.sleep(0.2)
+
+    def describe(self) -> str:
+        texts = {
+            testid: self.text(testid)
+            for testid in ("status", "stage", "error", "transcript", "assistant", "tool-calls")
+        }
+        state = self.state()
+        events = [
+            {k: v for k, v in e.items() if k not in ("sdp", "resume_token")}
+            for e in state.get("events", [])
+        ]
+        try:
+            console = [entry["message"] for entry in self.driver.get_log("browser")]
+        except Exception:
+            console = []
+        counters = {k: v for k, v in state.items() if k != "events" and not callable(v)}
+        return (
+            f"page: {json.dumps(texts, indent=1)}\ncounters: {json.dumps(counters, default=str)}"
+            f"\nevents: {json.dumps(events)}\nconsole: {console}"
+        )
+
+    def connect(self) -> None:
+        self.element("connect").click()
+        self.wait(
+            "the status to say Connected",
+            lambda: self.element("status").get_attribute("data-state") == "connected",
+            timeout=30,
+        )
+
+    def type_text(self, text: str) -> None:
+        self.wait("the text box to be enabled", lambda: self.element("text-input").is_enabled())
+        self.element("text-input").send_keys(text)
+        self.element("send").click()
+
+    def tool_items(self) -> list[dict[str, str]]:
+        return list(
+            self.js(
+                """return [...document.querySelectorAll('[data-testid="tool-calls"] li')].map(
+                     (li) => ({name: li.querySelector('.tool-name').textContent,
+                               status: li.dataset.status,
+                               duration: li.querySelector('.tool-duration').textContent}));"""
+            )
+        )
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
+    serve: Callable[..., Any],
+    chromium: Callable[[Path], Any],
+    fake_mic_wav: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    server = serve(WEATHER_SCRIPT)
+    page = Page(chromium(fake_mic_wav("What is the weather in Tokyo?")), server.url)
+    assert page.text("status") == "Not connected"
+    assert not page.element("hangup").is_enabled()
+
+    page.connect()
+    assert page.element("hangup").is_enabled() and not page.element("connect").is_enabled()
+    page.wait("the data channel to open", lambda: page.state()["dataChannelOpen"], timeout=30)
+
+    # The spoken question: transcribed by the server, shown as the user's line.
+    page.wait(
+        "the transcript of the question",
+        lambda: {"weather", "tokyo"} <= words(page.text("transcript")),
+        timeout=120,
+    )
+    # The tool call, first running, then ok with its duration.
+    tools = page.wait(
+        "the tool call to finish ok",
+        lambda: [t for t in page.tool_items() if t["status"] == "ok"],
+        timeout=60,
+    )
+    assert [t["name"] for t in page.tool_items()] == ["lookupWeather"]
+    assert re.fullmatch(r"\d+\.\d (ms|s)", tools[0]["duration"]), tools
+    assert "OK" in page.text("tool-calls").upper()
+    # The streamed answer, then the agent's voice.
+    page.wait("the answer", lambda: "sunny" in page.text("assistant"), timeout=60)
+    page.wait(
+        "the agent's speech to start",
+        lambda: page.state()["eventsByType"].get("agent_speech_started"),
+        timeout=60,
+    )
+    screenshot = tmp_path / "screenshot.png"
+    page.driver.save_screenshot(str(screenshot))
+    page.wait(
+        "audible audio from the agent (inbound-rtp totalAudioEnergy)",
+        lambda: page.state()["audioEnergy"] > 0,
+        timeout=30,
+    )
+    state = page.state()
+    assert state["audioPackets"] > 50, state["audioPackets"]  # 20 ms packets: > 1 s of audio
+    assert state["eventsByType"]["tool_call_started"] == 1
+    assert state["eventsByType"]["tool_call_finished"] == 1
+    assert state["micEnabled"] is True
+
+    # A typed goodbye: shown as typed, answered, and the playbook moves to its last stage.
+    page.type_text("Thanks, that's all. Goodbye!")
+    page.wait("the typed line", lambda: "Goodbye!" in page.text("transcript"))
+    page.wait("the stage change", lambda: page.text("stage") == "goodbye", timeout=60)
+    page.wait("the goodbye answer", lambda: "enjoy the sunshine" in page.text("assistant"))
+    assert "chat → goodbye" in page.text("assistant")
+    assert page.element("error").is_displayed() is False, page.text("error")
+
+    # The screenshot taken mid-conversation is the page at 1200x800.
+    data = screenshot.read_bytes()
+    assert png_size(data) == (1200, 800)
+    if target := os.environ.get("LLMRTC_SCREENSHOT"):
+        page.driver.save_screenshot(str(screenshot))  # the whole conversation, for the docs
+        shutil.copyfile(screenshot, target)
+
+    # Hanging up ends the session for good: nothing left to resume, the server frees it.
+    page.element("hangup").click()
+    page.wait("the call to end", lambda: page.text("status") == "Call ended")
+    assert page.js("return sessionStorage.getItem('llmrtc.session');") is None
+    page.wait("the server to free the session", lambda: server.active_sessions == 0, timeout=30)
+
+
+def test_the_page_says_when_the_server_is_full(
+    serve: Callable[..., Any],
+    chromium: Callable[[Path], Any],
+    fake_mic_wav: Callable[[str], Path],
+) -> None:
+    server = serve(CHAT_SCRIPT, max_sessions=1)
+    driver = chromium(fake_mic_wav(""))
+    first = Page(driver, server.url)
+    first.connect()
+    driver.switch_to.new_window("tab")
+    second = Page(driver, server.url)
+    second.element("connect").click()
+    second.wait(
+        "the server_full error",
+        lambda: second.element("error").get_attribute("data-code") == "server_full",
+        timeout=30,
+    )
+    assert second.element("error").is_displayed()
+    assert "busy" in second.text("error")
+    assert second.element("status").get_attribute("data-state") == "error"
+    assert second.element("connect").is_enabled()  # try again later
+    assert not second.element("text-input").is_enabled()
+    # The first tab's session is untouched.
+    driver.switch_to.window(driver.window_handles[0])
+    assert first.element("status").get_attribute("data-state") == "connected"
+
+
+def test_typed_text_is_answered_and_a_lost_connection_resumes_the_same_session(
+    serve: Callable[..., Any],
+    chromium: Callable[[Path], Any],
+    fake_mic_wav: Callable[[str], Path],
+) -> None:
+    server = serve(CHAT_SCRIPT)
+    page = Page(chromium(fake_mic_wav("")), server.url)
+    page.connect()
+    page.type_text("Hi there")
+    page.wait("the typed line", lambda: "Hi there" in page.text("transcript"))
+    page.wait("the answer", lambda: "Ask me about the weather" in page.text("assistant"))
+    session_id = page.state()["sessionId"]
+    assert session_id
+
+    # The network drops (no `end`): the page reconnects by itself with `resume`.
+    assert page.js("return window.llmrtc.simulateDrop();") is True
+    page.wait("the page to resume", lambda: page.state()["resumed"], timeout=30)
+    page.wait(
+        "the resumed connection",
+        lambda: page.text("status") == "Connected (resumed)",
+        timeout=30,
+    )
+    assert page.state()["sessionId"] == session_id
+    assert "Reconnected" in page.text("assistant")
+    page.type_text("Are you still there?")
+    page.wait("the answer after resuming", lambda: "Still here" in page.text("assistant"))
+    assert page.element("error").is_displayed() is False, page.text("error")
+
+
+def test_a_refused_microphone_is_explained_and_typing_still_works(
+    serve: Callable[..., Any],
+    chromium: Callable[[Path], Any],
+    fake_mic_wav: Callable[[str], Path],
+) -> None:
+    server = serve(CHAT_SCRIPT)
+    page = Page(chromium(fake_mic_wav("")), server.url)
+    # What a browser does when the user (or a site setting) blocks the microphone.
+    page.js(
+        """navigator.mediaDevices.getUserMedia = () =>
+             Promise.reject(new DOMException("Permission denied", "NotAllowedError"));"""
+    )
+    page.element("connect").click()
+    page.wait(
+        "the mic_refused error",
+        lambda: page.element("error").get_attribute("data-code") == "mic_refused",
+    )
+    assert "Microphone access was refused" in page.text("error")
+    page.wait(
+        "a connection without a microphone",
+        lambda: page.element("status").get_attribute("data-state") == "connected",
+        timeout=30,
+    )
+    assert page.state()["micEnabled"] is False
+    page.type_text("Hi there")
+    page.wait("the answer", lambda: "Ask me about the weather" in page.text("assistant"))
