@@ -1,6 +1,10 @@
 """What users need to test their own bots: a scripted model, a scripted OpenAI-compatible
 HTTP server for the real `openai` client, hooks that record every event, in-memory
-OpenTelemetry, an abort on a timer, fake speech engines, and (later) an aiortc client."""
+OpenTelemetry, an abort on a timer, fake speech engines, and `RTCTestClient`, an aiortc client
+of `llmrtc.rtc.RTCServer` (loaded on first access: importing this package does not import
+aiortc)."""
+
+from typing import TYPE_CHECKING, Any
 
 from llmrtc.testing.aborts import abort_after
 from llmrtc.testing.openai_audio import (
@@ -29,6 +33,9 @@ from llmrtc.testing.scripted import (
 from llmrtc.testing.speech import FakeSTT, FakeTTS, FakeVAD
 from llmrtc.testing.telemetry import InMemoryTelemetry
 
+if TYPE_CHECKING:
+    from llmrtc.testing.rtc_client import RTCTestClient
+
 __all__ = [
     "DisconnectReply",
     "ErrorReply",
@@ -36,6 +43,7 @@ __all__ = [
     "FakeTTS",
     "FakeVAD",
     "InMemoryTelemetry",
+    "RTCTestClient",
     "RecordingHooks",
     "ScriptExhaustedError",
     "ScriptedLLM",
@@ -53,3 +61,13 @@ __all__ = [
     "tone_reply",
     "tool_call_reply",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load `RTCTestClient` on first access (it imports aiortc: `pip install "llmrtc[rtc]"`)."""
+    if name == "RTCTestClient":
+        from llmrtc.testing.rtc_client import RTCTestClient
+
+        globals()[name] = RTCTestClient
+        return RTCTestClient
+    raise AttributeError(f"module 'llmrtc.testing' has no attribute {name!r}")

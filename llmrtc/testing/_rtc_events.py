@@ -1,0 +1,123 @@
+"""The test client's record of server events, and `wait_for` over it (each event matched once,
+in order of arrival)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, get_args
+
+import anyio
+
+from llmrtc.rtc.errors import RTCError
+from llmrtc.rtc.messages import ServerMessage
+
+__all__ = ["EventLog", "Match"]
+
+Match = Callable[[dict[str, Any]], bool]
+"""A predicate on an event dict, for `wait_for(where=...)`."""
+_FIELDS: dict[str, frozenset[str]] = {
+    model.model_fields["type"].default: frozenset(model.model_fields)
+    for model in get_args(get_args(ServerMessage)[0])
+}
+"""Each server message type's fields."""
+
+
+class EventLog:
+    """Events in order of arrival; `wait_for` hands each out at most once."""
+
+    def __init__(self) -> None:
+        """An empty log, open."""
+        self.events: list[dict[str, Any]] = []
+        """Every event recorded, in order."""
+        self.failure: BaseException | None = None
+        """The error that ended the log (a malformed server message), if any."""
+        self._taken: set[int] = set()
+        self._changed = anyio.Event()
+        self._closed: str | None = None
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Record `event` and wake the waiters."""
+        self.events.append(event)
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """Record the first error that makes the events unreliable; waiters raise it."""
+        if self.failure is None:
+            self.failure = error
+        self._wake()
+
+    def close(self, reason: str) -> None:
+        """No more events will come (`reason` says why); waiters still unmatched fail."""
+        if self._closed is None:
+            self._closed = reason
+        self._wake()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed is not None
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def wait_for(
+        self, kind: str, timeout: float, where: Match | None, fields: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The first untaken event of type `kind` with `fields` and `where`, waiting up to
+        `timeout` seconds for it (see `RTCTestClient.wait_for`)."""
+        _check_query(kind, fields)
+        with anyio.move_on_after(timeout):
+            while True:
+                for index, event in enumerate(self.events):
+                    if index not in self._taken and _matches(event, kind, where, fields):
+                        self._taken.add(index)
+                        return event
+                if self.failure is not None:
+                    raise self.failure
+                if self._closed is not None:
+                    raise RTCError(
+                        "connection_closed",
+                        f"{self._closed}; no {_describe(kind, where, fields)} came "
+                        f"(received: {self._summary()})",
+                    )
+                await self._changed.wait()
+        raise TimeoutError(
+            f"no {_describe(kind, where, fields)} within {timeout} s (received: {self._summary()})"
+        )
+
+    def _summary(self) -> str:
+        counts = Counter(event["type"] for event in self.events)
+        return ", ".join(f"{kind} x{count}" for kind, count in counts.items()) or "nothing"
+
+
+def _matches(
+    event: dict[str, Any], kind: str, where: Match | None, fields: Mapping[str, Any]
+) -> bool:
+    if event["type"] != kind:
+        return False
+    if any(name not in event or event[name] != value for name, value in fields.items()):
+        return False
+    return where is None or bool(where(event))
+
+
+def _describe(kind: str, where: Match | None, fields: Mapping[str, Any]) -> str:
+    parts = [f"{name}={value!r}" for name, value in fields.items()]
+    if where is not None:
+        parts.append(f"where={getattr(where, '__name__', 'predicate')}")
+    return f"{kind!r} event" + (f" with {', '.join(parts)}" if parts else "")
+
+
+def _check_query(kind: str, fields: Mapping[str, Any]) -> None:
+    known = _FIELDS.get(kind)
+    if known is None:
+        raise ValueError(
+            f"wait_for: no server message has type {kind!r}; types: {', '.join(_FIELDS)}"
+        )
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"wait_for: a {kind!r} message has no field {', '.join(map(repr, unknown))}; "
+            f"its fields: {', '.join(sorted(known - {'type'}))}"
+        )
