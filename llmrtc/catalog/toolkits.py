@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmrtc.tools.ids import from_wire_name, parse_tool_id
+from llmrtc.tools.latent import with_reasoning_tool
 from llmrtc.tools.tool import Tool
 
 __all__ = ["Toolkit", "ToolsConfig", "canonical_tool_name"]
@@ -105,8 +106,16 @@ class ToolsConfig:
     """Namespace → the only local tool names (`read`) it offers."""
     blocked_actions: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Namespace → local tool names that are always off."""
+    reasoning_for_call: bool = False
+    """Offer every permitted tool with an optional `_reasoningForCall` string (the model says
+    why it chose the tool): `offer` adds it; the executor takes the value out of the arguments
+    before validation and the handler and records it on hooks and spans."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.reasoning_for_call, bool):
+            raise ValueError(
+                f"reasoning_for_call must be true or false, got {self.reasoning_for_call!r}"
+            )
         kits: dict[str, Toolkit] = {}
         for kit in self.toolkits:
             if not isinstance(kit, Toolkit):
@@ -164,6 +173,11 @@ class ToolsConfig:
     def permits(self, tool: Tool) -> bool:
         """`enabled` for a `Tool` (the predicate `catalog.restricted` takes)."""
         return self.enabled(tool.definition.name)
+
+    def offer(self, tool: Tool) -> Tool:
+        """`tool` as this config offers it: with `_reasoningForCall` when
+        `reasoning_for_call` is on (same handler; its definition built once), else itself."""
+        return with_reasoning_tool(tool) if self.reasoning_for_call else tool
 
     def toolkit(self, key: str) -> Toolkit | None:
         """The toolkit with that key, or None."""

@@ -85,6 +85,7 @@ def start_event(batch: Batch, item: CallState) -> ToolStartEvent:
         turn_id=batch.turn_id,
         stage_id=batch.stage_id,
         context=item.context,
+        reasoning=item.reasoning,
     )
     return event
 
@@ -188,6 +189,7 @@ async def report(batch: Batch, item: CallState) -> None:
                     session_id=batch.session_id,
                     turn_id=batch.turn_id,
                     stage_id=batch.stage_id,
+                    reasoning=item.reasoning,
                 ),
             )
     finally:

@@ -55,6 +55,7 @@ class CallState:
     result: ToolCallResult | None = None
     error: BaseException | None = None  # what hooks get for a non-ok result
     reported = False
+    reasoning: str | None = None  # the model's `_reasoningForCall`, taken out of the arguments
 
     def __init__(self, call: ToolCall, execution_id: str) -> None:
         self.call = call

@@ -34,7 +34,8 @@ from llmrtc.execution.errors import (
 from llmrtc.execution.observers import context_hooks
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
-from llmrtc.tools.definition import ExecutionPolicy
+from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
+from llmrtc.tools.latent import offered_definitions, unwrap_arguments
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.validation import ArgumentsError, prepare_arguments
 
@@ -69,6 +70,7 @@ class ToolExecutor(CallRunner):
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
         models: Any = None,
+        reasoning_for_call: bool = False,
     ) -> None:
         """Create an executor.
 
@@ -92,6 +94,10 @@ class ToolExecutor(CallRunner):
             models: A `llmrtc.catalog.ModelPool` for LLM-backed tools (`define_llm_tool`):
                 each handler gets it as `ctx.models`, and the models a call used come back
                 on its result's `model_usage`.
+            reasoning_for_call: Offer every tool with an optional `_reasoningForCall` string
+                (the model says why it chose the tool; see `offered_definitions`): its value is
+                taken out of the arguments before validation and the handler, and recorded on
+                the start/end hook events (`reasoning`) and, with content capture, on the span.
 
         Raises:
             ValueError: for an unknown policy, a concurrency below 1, or a non-positive timeout.
@@ -112,6 +118,11 @@ class ToolExecutor(CallRunner):
         self.validate_formats = validate_formats
         self.hooks = hooks
         self.models = models
+        if not isinstance(reasoning_for_call, bool):
+            raise ValueError(
+                f"reasoning_for_call must be True or False, got {reasoning_for_call!r}"
+            )
+        self.reasoning_for_call = reasoning_for_call
         callbacks = None
         if on_tool_start or on_tool_end or on_tool_error:
             callbacks = CallbackHooks(on_tool_start, on_tool_end, on_tool_error)
@@ -126,6 +137,12 @@ class ToolExecutor(CallRunner):
         if hooks is None and observer is None:
             return self._dispatch
         return Dispatch((*self._own_hooks, hooks, observer))
+
+    def offered_definitions(self, definitions: Iterable[ToolDefinition]) -> list[ToolDefinition]:
+        """The definitions as a model should be offered them by this executor: with the
+        optional `_reasoningForCall` field when `reasoning_for_call` is on (built once per
+        definition), else unchanged."""
+        return offered_definitions(list(definitions), reasoning_for_call=self.reasoning_for_call)
 
     @property
     def in_flight(self) -> int:
@@ -355,12 +372,17 @@ class ToolExecutor(CallRunner):
             finish(item, "not_found", error=ToolNotFoundError(call.name, message))
             return False
         definition = tool.definition
+        raw = call.arguments
+        validate = self.validate_arguments
         try:
+            if tool.latent or self.reasoning_for_call or definition.reasoning_for_call:
+                # A latent tool's `_output` is its result: checked whatever validate_arguments.
+                raw, item.reasoning = unwrap_arguments(
+                    tool, raw, strip_reasoning=self.reasoning_for_call
+                )
+                validate = validate or tool.latent
             item.args = prepare_arguments(
-                definition,
-                call.arguments,
-                validate=self.validate_arguments,
-                formats=self.validate_formats,
+                definition, raw, validate=validate, formats=self.validate_formats
             )
         except ArgumentsError as exc:
             invalid = InvalidToolArgumentsError(call.name, exc.errors)

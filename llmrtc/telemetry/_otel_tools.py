@@ -95,6 +95,8 @@ class ToolSpans:
             attributes["gen_ai.tool.call.arguments"] = mask_content(
                 event.arguments, event.sensitive_fields, secrets
             )
+            if event.reasoning is not None:  # model text, like the arguments: content
+                attributes["llmrtc.tool.call.reasoning"] = mask_text(event.reasoning, secrets)
             if event.result_content is not None and status == "ok":
                 attributes["gen_ai.tool.call.result"] = mask_content(
                     event.result_content, event.sensitive_fields, secrets

@@ -61,6 +61,9 @@ class ToolStartEvent:
     stage_id: str | None = None
     context: Any = None
     """The `ToolContext` the handler receives (its abort signal, metadata)."""
+    reasoning: str | None = None
+    """Why the model chose the tool (its `_reasoningForCall`, taken out of the arguments), when
+    it is offered and the model said. Model text like `arguments`: record only with consent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +103,8 @@ class ToolEndEvent:
     session_id: str | None = None
     turn_id: str | None = None
     stage_id: str | None = None
+    reasoning: str | None = None
+    """Why the model chose the tool (its `_reasoningForCall`); content, as on the start event."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,13 @@ from llmrtc.tools._schema import compact_model_schema
 from llmrtc.tools.ids import DEFAULT_TOOL_VERSION, format_tool_id, parse_tool_id, to_wire_name
 from llmrtc.tools.validation import compile_validator, validate_tool_arguments
 
-__all__ = ["ExecutionPolicy", "InterruptPolicy", "ToolDefinition", "TOOL_NAME_PATTERN"]
+__all__ = [
+    "ExecutionPolicy",
+    "InterruptPolicy",
+    "REASONING_FIELD",
+    "ToolDefinition",
+    "TOOL_NAME_PATTERN",
+]
 
 ExecutionPolicy = Literal["parallel", "sequential"]
 """`"parallel"` calls of a batch run concurrently; a `"sequential"` call is a barrier in request
@@ -29,6 +35,9 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names OpenAI-style chat APIs accept."""
 
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+REASONING_FIELD = "_reasoningForCall"
+"""The optional argument in which a model says why it chose a tool (seed 002)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,8 +96,16 @@ class ToolDefinition:
     read-only tool. Shown by discovery's `get_tool`."""
     examples: Sequence[Mapping[str, Any]] = ()
     """Example argument objects, each valid against `parameters` (checked here)."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema of what the tool returns (checked here). A tool defined without a
+    handler is latent (`define_tool(definition)`): the model writes its result itself, in an
+    `_output` argument that must match this schema (see `llmrtc.tools.latent`)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
+    reasoning_for_call: bool = field(default=False, init=False)
+    """The parameters declare the optional `_reasoningForCall` string (the model says why it
+    chose the tool): the executor strips it from the arguments before validation and the
+    handler, and records it on hooks and spans. Set by `with_reasoning_field`."""
 
     def __post_init__(self) -> None:
         self._qualify_name()
@@ -149,6 +166,10 @@ class ToolDefinition:
             validator = compile_validator(self.parameters)  # type: ignore[arg-type]
         except ValueError as exc:
             raise ValueError(f"tool {self.name!r}: {exc}") from None
+        self._check_output_schema()
+        properties = self.parameters.get("properties")  # type: ignore[union-attr]
+        reasons = isinstance(properties, dict) and REASONING_FIELD in properties
+        object.__setattr__(self, "reasoning_for_call", reasons)
         # Compiled once here; every call of this tool reuses it.
         object.__setattr__(self, "_validator", validator)
         self._check_examples()
@@ -208,6 +229,21 @@ class ToolDefinition:
                 f"got {self.examples!r}"
             )
         object.__setattr__(self, "examples", tuple(dict(e) for e in self.examples))
+
+    def _check_output_schema(self) -> None:
+        schema = self.output_schema
+        if schema is None:
+            return
+        if not isinstance(schema, dict):
+            raise ValueError(
+                f"tool {self.name!r}: output_schema must be a JSON Schema dict or None, "
+                f"got {type(schema).__name__}"
+            )
+        try:
+            compile_validator(schema)
+        except ValueError as exc:
+            reason = str(exc).replace("parameters", "output_schema", 1)
+            raise ValueError(f"tool {self.name!r}: {reason}") from None
 
     def _check_examples(self) -> None:
         for index, example in enumerate(self.examples):

@@ -7,7 +7,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, ClassVar, overload
 
 from pydantic import BaseModel
 
@@ -43,6 +43,8 @@ class Tool:
     """A `ToolDefinition` and its handler. Create with `define_tool` or `@tool`."""
 
     __slots__ = ("definition", "handler", "is_async")
+    latent: ClassVar[bool] = False
+    """True for a `LatentTool` (no handler: the calling model writes the result)."""
 
     def __init__(self, definition: ToolDefinition, handler: ToolHandler) -> None:
         """Bind `handler` to `definition` (prefer `define_tool`, which checks the handler)."""
@@ -76,16 +78,41 @@ class FunctionTool(Tool):
         return self.__wrapped__(*args, **kwargs)
 
 
-def define_tool(definition: ToolDefinition, handler: ToolHandler) -> Tool:
-    """Bind a handler to a definition.
+def define_tool(
+    definition: ToolDefinition | Mapping[str, Any], handler: ToolHandler | None = None
+) -> Tool:
+    """Bind a handler to a definition, or make a latent tool without one.
+
+    Without a handler the tool is latent (`llmrtc.tools.latent.LatentTool`): its offered
+    schema requires an `_output` argument matching the output schema, the calling model fills
+    it, and that value is the call's result.
+
+    Example:
+        weather = define_tool(ToolDefinition(name="lookupWeather", ...), lookup_weather)
+        sentiment = define_tool(ToolDefinition(name="sentiment", parameters=...,
+                                               output_schema={"type": "string"}))
 
     Args:
-        definition: The tool's contract.
-        handler: `handler(args, ctx)`, `async def` or plain `def` (plain functions run in a thread).
+        definition: The tool's contract: a `ToolDefinition`, or a JSON Schema in seed 002's
+            form (`_tool` names the tool, `_output` is its output schema, an optional
+            `_reasoningForCall` property offers that field).
+        handler: `handler(args, ctx)`, `async def` or plain `def` (plain functions run in a
+            thread); None for a latent tool.
 
     Raises:
-        ValueError: if the handler is not callable or cannot take `(args, ctx)`.
+        ValueError: if the handler is not callable or cannot take `(args, ctx)`, if a schema
+            is not a tool schema, or if a latent tool has no output schema.
     """
+    if not isinstance(definition, ToolDefinition):
+        from llmrtc.tools import latent  # latent.py builds on this module
+
+        definition, reasons = latent.definition_from_schema(definition)
+        made = define_tool(definition, handler)
+        return latent.with_reasoning_tool(made) if reasons else made
+    if handler is None:
+        from llmrtc.tools.latent import latent_tool
+
+        return latent_tool(definition)
     if not callable(handler):
         raise ValueError(f"tool {definition.name!r}: handler must be callable, got {handler!r}")
     try:

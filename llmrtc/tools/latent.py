@@ -1,0 +1,361 @@
+"""Tools as pure schemas (seed 002): latent tools the calling model answers itself through their
+`_output` argument, the opt-in `_reasoningForCall` argument, and the composed `{calls, output}`
+schema a model answers with one JSON object.
+
+A latent tool has no handler. Its offered schema requires `_output` (the tool's output schema):
+the model writes the result in its own call, and that value, checked against the output schema,
+is the call's result. Everything else is an ordinary tool: the executor runs it (hooks, spans,
+one result per call), and a missing or invalid `_output` is an `invalid_arguments` result the
+model can correct.
+
+Example:
+    sentiment = define_tool({
+        "type": "object",
+        "description": "Analyzes text sentiment",
+        "properties": {
+            "_tool": {"type": "string", "const": "sentimentAnalysis"},
+            "text": {"type": "string"},
+            "_output": {"type": "object", "properties": {"sentiment": {"type": "string"}}},
+        },
+    })
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from llmrtc.tools.context import ToolContext
+from llmrtc.tools.definition import REASONING_FIELD, ToolDefinition
+from llmrtc.tools.tool import Tool
+from llmrtc.tools.validation import (
+    ArgumentSchema,
+    ArgumentsError,
+    compile_validator,
+    parse_arguments,
+)
+
+__all__ = [
+    "OUTPUT_FIELD",
+    "REASONING_FIELD",
+    "TOOL_FIELD",
+    "LatentTool",
+    "composed_schema",
+    "definition_from_schema",
+    "latent_tool",
+    "offered_definitions",
+    "unwrap_arguments",
+    "with_reasoning_field",
+    "with_reasoning_tool",
+]
+
+TOOL_FIELD = "_tool"
+"""The seed form's meta-field naming the tool (`{"const": "sentimentAnalysis"}`)."""
+OUTPUT_FIELD = "_output"
+"""The argument in which the calling model writes a latent tool's result."""
+_META_FIELDS = (TOOL_FIELD, OUTPUT_FIELD, REASONING_FIELD)
+_OUTPUT_NOTE = (
+    "The result of this tool: you produce it yourself, from what you know, as a value "
+    "matching this schema."
+)
+_REASONING_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "description": "Why you chose this tool, in one short sentence (optional).",
+}
+_SUMMARY_CHARS = 300
+
+
+class LatentTool(Tool):
+    """A tool without a handler: the calling model writes its result in the `_output`
+    argument, and that value (checked against `output_schema`) is the result. Make one with
+    `define_tool(definition)` (no handler) or `define_tool(schema)` in seed 002's form."""
+
+    __slots__ = ("_output_check", "output_schema")
+    latent: ClassVar[bool] = True
+
+    def __init__(self, definition: ToolDefinition, output_schema: dict[str, Any]) -> None:
+        """Use `latent_tool` (it builds the offered definition with `_output` required)."""
+        super().__init__(definition, _latent_handler)
+        self.output_schema = output_schema
+        """The JSON Schema `_output` must match."""
+        self._output_check: ArgumentSchema = compile_validator(output_schema)
+
+    def output_errors(self, arguments: Mapping[str, Any]) -> list[str]:
+        """What is wrong with the `_output` of `arguments` (empty when it is right), worded
+        for the model: what is missing or wrong, and what is allowed."""
+        allowed = f"it must match {_summary(self.output_schema)}"
+        if OUTPUT_FIELD not in arguments:
+            return [
+                f"{OUTPUT_FIELD} is missing: tool {self.name!r} is answered by you, so write "
+                f"its result in the {OUTPUT_FIELD} argument; {allowed}"
+            ]
+        try:
+            errors = self._output_check.errors(arguments[OUTPUT_FIELD])
+        except ValueError as exc:  # a value JSON cannot hold (from a Python caller)
+            errors = [f"not a JSON value ({exc})"]
+        if not errors:
+            return []
+        return [f"{OUTPUT_FIELD} is not a valid result: {'; '.join(errors)}; {allowed}"]
+
+
+async def _latent_handler(args: Any, ctx: ToolContext) -> Any:
+    # The executor checked `_output` before this runs (whatever its validate_arguments).
+    return args[OUTPUT_FIELD]
+
+
+def _summary(schema: Mapping[str, Any]) -> str:
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def latent_tool(definition: ToolDefinition) -> LatentTool:
+    """The latent tool of `definition`: its offered parameters require `_output`.
+
+    The output schema is the `_output` property the parameters already declare (seed form),
+    else `definition.output_schema`.
+
+    Raises:
+        ValueError: when the definition gives no output schema at all.
+    """
+    parameters = definition.json_schema
+    properties = dict(parameters.get("properties") or {})
+    output = properties.get(OUTPUT_FIELD)
+    if output is None:
+        output = definition.output_schema
+    if not isinstance(output, dict):
+        raise ValueError(
+            f"tool {definition.name!r} has no handler, so it is latent: the model writes its "
+            f"result, and it needs a schema for that result: pass output_schema={{...}} to "
+            f"ToolDefinition or declare an {OUTPUT_FIELD!r} property (or give a handler)"
+        )
+    offered_output = dict(output)
+    offered_output.setdefault("description", _OUTPUT_NOTE)
+    properties[OUTPUT_FIELD] = offered_output
+    required = [name for name in parameters.get("required", ()) if name != OUTPUT_FIELD]
+    offered = {**parameters, "properties": properties, "required": [*required, OUTPUT_FIELD]}
+    # A pydantic parameters model cannot hold `_output`: the latent tool validates a dict.
+    latent = replace(definition, parameters=offered, output_schema=output)
+    return LatentTool(latent, output)
+
+
+def definition_from_schema(
+    schema: Mapping[str, Any], *, name: str | None = None
+) -> tuple[ToolDefinition, bool]:
+    """A `ToolDefinition` from seed 002's schema form: `_tool` names the tool, `_output` is
+    the output schema, the other properties are the parameters.
+
+    Returns:
+        The definition (its `output_schema` from `_output`) and whether the schema declared
+        `_reasoningForCall` (the caller then offers it with `with_reasoning_field`).
+
+    Raises:
+        ValueError: without a name, or for a meta-field (`_x`) this library does not run.
+    """
+    if not isinstance(schema, Mapping):
+        raise TypeError(f"a tool schema must be a JSON Schema object, got {type(schema).__name__}")
+    properties = dict(schema.get("properties") or {})
+    named = properties.pop(TOOL_FIELD, None)
+    output = properties.pop(OUTPUT_FIELD, None)
+    reasons = properties.pop(REASONING_FIELD, None) is not None
+    if isinstance(named, Mapping):
+        const = named.get("const")
+        enum = named.get("enum")
+        if const is None and isinstance(enum, list) and len(enum) == 1:
+            const = enum[0]
+        if isinstance(const, str):
+            name = name or const
+    if not name:
+        raise ValueError(
+            "a tool schema needs a name: give its '_tool' property a const "
+            '({"_tool": {"const": "toolName"}}) or pass name=...'
+        )
+    unknown = sorted(key for key in properties if key.startswith("_"))
+    if unknown:
+        raise ValueError(
+            f"tool {name!r}: the meta-fields {unknown} are not supported; a schema's "
+            f"meta-fields may be {list(_META_FIELDS)} (give a handler for explicit execution)"
+        )
+    if output is not None and not isinstance(output, dict):
+        raise ValueError(f"tool {name!r}: {OUTPUT_FIELD} must be a JSON Schema object")
+    parameters = {
+        key: value
+        for key, value in schema.items()
+        if key not in ("properties", "required", "description", "title")
+    }
+    parameters["type"] = schema.get("type", "object")
+    parameters["properties"] = properties
+    required = [key for key in schema.get("required", ()) if key not in _META_FIELDS]
+    if required:
+        parameters["required"] = required
+    description = schema.get("description") or schema.get("title") or ""
+    definition = ToolDefinition(
+        name=name, description=description, parameters=parameters, output_schema=output
+    )
+    return definition, reasons
+
+
+# The definition a reasoning field was added to, per original (built once: compiling a
+# validator per request would cost milliseconds).
+_reasoned: weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition] = weakref.WeakKeyDictionary()
+
+
+def with_reasoning_field(definition: ToolDefinition) -> ToolDefinition:
+    """`definition` with the optional `_reasoningForCall` string first among its parameters
+    (the model says why before it fills the arguments). The executor strips the value before
+    validation and the handler and records it on hooks and spans. Cached per definition."""
+    if definition.reasoning_for_call:
+        return definition
+    found = _reasoned.get(definition)
+    if found is not None:
+        return found
+    parameters = definition.json_schema
+    properties = {REASONING_FIELD: dict(_REASONING_SCHEMA), **(parameters.get("properties") or {})}
+    offered = {**parameters, "properties": properties}
+    # A copy, not `replace`: a pydantic parameters model (what the handler receives) is kept.
+    reasoned = copy.copy(definition)
+    object.__setattr__(reasoned, "parameters", offered)
+    object.__setattr__(reasoned, "_validator", compile_validator(offered))
+    object.__setattr__(reasoned, "reasoning_for_call", True)
+    _reasoned[definition] = reasoned
+    return reasoned
+
+
+def with_reasoning_tool(tool: Tool) -> Tool:
+    """`tool` (same handler, same class) offered with `_reasoningForCall`."""
+    if tool.definition.reasoning_for_call:
+        return tool
+    reasoned = copy.copy(tool)
+    reasoned.definition = with_reasoning_field(tool.definition)
+    return reasoned
+
+
+def unwrap_arguments(tool: Tool, raw: Any, *, strip_reasoning: bool) -> tuple[Any, str | None]:
+    """Parse a call's arguments, take `_reasoningForCall` out (when `strip_reasoning` or the
+    tool's definition declares it) and check a latent tool's `_output`.
+
+    Returns:
+        The arguments without the reasoning, and the reasoning (None when not given).
+
+    Raises:
+        ArgumentsError: for arguments that are no JSON object, a reasoning that is no string,
+            or a latent tool's missing or invalid `_output`.
+    """
+    arguments = parse_arguments(raw)  # a fresh dict: popping leaves the call's own intact
+    reasoning = None
+    if strip_reasoning or tool.definition.reasoning_for_call:
+        reasoning = arguments.pop(REASONING_FIELD, None)
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise ArgumentsError(
+                [f"{REASONING_FIELD} must be a string (why you chose this tool) or left out"]
+            )
+    if tool.latent:
+        errors = tool.output_errors(arguments)  # type: ignore[attr-defined]
+        if errors:
+            raise ArgumentsError(errors)
+    return arguments, reasoning
+
+
+def composed_schema(
+    definitions: Iterable[ToolDefinition],
+    output_schema: Mapping[str, Any] | None = None,
+    *,
+    allow_both: bool = False,
+) -> dict[str, Any]:
+    """The composed `{calls, output}` schema (seed 002) a model answers with one JSON object.
+
+    Each call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to that
+    tool's parameters (a `oneOf` over the tools, `name` a const). By default the object holds
+    either calls (`output` null) or an answer (`calls` empty), never both: measured on the
+    offline model, a schema allowing both made it invent an answer beside its calls.
+
+    Args:
+        definitions: The tools that may be called.
+        output_schema: The answer's schema (default: a string, the reply text).
+        allow_both: Allow calls and an answer in one object (seed 002's original form).
+    """
+    hoisted: dict[str, Any] = {}
+    calls = [_call_schema(definition, hoisted) for definition in definitions]
+    output = _hoist(dict(output_schema or {"type": "string"}), "output", hoisted)
+    if not calls:
+        schema = _branch({"type": "array", "maxItems": 0}, output)
+    elif allow_both:
+        items = {"type": "array", "items": {"oneOf": calls}}
+        schema = _branch(items, {"anyOf": [output, {"type": "null"}]})
+    else:
+        with_calls = {"type": "array", "minItems": 1, "items": {"oneOf": calls}}
+        schema = {
+            "anyOf": [
+                _branch(with_calls, {"type": "null"}),
+                _branch({"type": "array", "maxItems": 0}, output),
+            ]
+        }
+    if hoisted:
+        schema["$defs"] = hoisted
+    return schema
+
+
+def _branch(calls: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+    # `calls` first: the model decides whether to call before it writes anything else.
+    return {
+        "type": "object",
+        "properties": {"calls": calls, "output": output},
+        "required": ["calls", "output"],
+        "additionalProperties": False,
+    }
+
+
+def _call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> dict[str, Any]:
+    arguments = _hoist(dict(definition.json_schema), definition.wire_name, hoisted)
+    call: dict[str, Any] = {
+        "type": "object",
+        "properties": {"name": {"const": definition.wire_name}, "arguments": arguments},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+    if definition.description:
+        call["description"] = definition.description
+    return call
+
+
+def _hoist(schema: dict[str, Any], prefix: str, hoisted: dict[str, Any]) -> dict[str, Any]:
+    """Move a sub-schema's `$defs` to the composed root under `prefix__` names and point its
+    `$ref`s there (a `#/$defs/x` inside a nested schema would resolve at the new root)."""
+    local: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        for name, value in (schema.pop(key, None) or {}).items():
+            local[f"#/{key}/{name}"] = f"{prefix}__{name}"
+            hoisted[f"{prefix}__{name}"] = value
+    if not local:
+        return schema
+    renamed = _rewrite_refs(schema, local)
+    for new in local.values():
+        hoisted[new] = _rewrite_refs(hoisted[new], local)
+    return renamed  # type: ignore[no-any-return]
+
+
+def _rewrite_refs(value: Any, renames: Mapping[str, str]) -> Any:
+    if isinstance(value, dict):
+        out = {key: _rewrite_refs(item, renames) for key, item in value.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str):
+            for old, new in renames.items():
+                if ref == old or ref.startswith(old + "/"):
+                    out["$ref"] = "#/$defs/" + new + ref[len(old) :]
+                    break
+        return out
+    if isinstance(value, list):
+        return [_rewrite_refs(item, renames) for item in value]
+    return value
+
+
+def offered_definitions(
+    definitions: Sequence[ToolDefinition], *, reasoning_for_call: bool
+) -> list[ToolDefinition]:
+    """`definitions` as offered: with `_reasoningForCall` when `reasoning_for_call`."""
+    if not reasoning_for_call:
+        return list(definitions)
+    return [with_reasoning_field(definition) for definition in definitions]
