@@ -1,0 +1,319 @@
+"""`define_llm_tool`: a tool whose handler is a prompt to a model, run on a `ModelPool` with
+model fallback, and registered and executed like any other tool.
+
+Example:
+    summarize = define_llm_tool(
+        id="util:summarize@1.0.0",
+        description="Summarise a text.",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}},
+                      "required": ["text"]},
+        system_prompt="You summarise texts faithfully.",
+        user_template="Summarise: {{text}}",
+        model_preference=ModelPreference(preferred="local/qwen2.5-coder-1.5b",
+                                         fallbacks=["openai/gpt-4o-mini"]),
+    )
+    executor = ToolExecutor(ToolRegistry([summarize]), models=ModelPool({...}))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llmrtc.catalog._llm_text import template_names
+from llmrtc.catalog.model_pool import parse_model_id
+from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
+from llmrtc.tools.errors import ToolError
+from llmrtc.tools.ids import parse_tool_id
+from llmrtc.tools.tool import Tool
+from llmrtc.tools.validation import compile_validator
+
+__all__ = [
+    "LLMTool",
+    "LLMToolError",
+    "LLMToolSpec",
+    "MaxTokensContext",
+    "ModelPreference",
+    "OutputFormat",
+    "PromptVariant",
+    "define_llm_tool",
+    "select_variant",
+]
+
+OutputFormat = Literal["json", "text"]
+"""`"text"`: the answer, stripped, is the result. `"json"`: the JSON value in the answer is."""
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class ModelPreference:
+    """The models an LLM-backed tool asks for, and its sampling defaults."""
+
+    preferred: str | None = None
+    """The `provider/model` id tried first (after the pool's compat list for the tool)."""
+    fallbacks: Sequence[str] = ()
+    """Tried in order when the models before fail (stored as a tuple)."""
+    max_tokens: int | None = None
+    """Output token limit, unless a variant or `resolve_max_tokens` sets one."""
+    temperature: float | None = None
+    """Sampling temperature, unless a variant sets one."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fallbacks, str):
+            raise ValueError("fallbacks must be a list of 'provider/model' ids, not one string")
+        object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
+        for model_id in (
+            *([self.preferred] if self.preferred is not None else []),
+            *self.fallbacks,
+        ):
+            parse_model_id(model_id)
+        _check_limits("ModelPreference", self.max_tokens, self.temperature)
+
+
+@dataclass(frozen=True)
+class PromptVariant:
+    """Prompt wording for some models: the fields it sets replace the tool's own when the
+    model tried matches (`select_variant`)."""
+
+    id: str
+    """Names the variant (unique within a tool)."""
+    provider_match: str | Sequence[str] = ()
+    """Substrings of the `provider/model` id this variant is for (`"local/"`, `"gpt-4o"`)."""
+    is_default: bool = False
+    """Used when no variant matches (else the first variant is)."""
+    system_prompt: str | None = None
+    user_template: str | None = None
+    output_example: Any = _UNSET
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        matches = (self.provider_match,) if isinstance(self.provider_match, str) else None
+        object.__setattr__(self, "provider_match", matches or tuple(self.provider_match))
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"a prompt variant needs a non-empty id, got {self.id!r}")
+        _check_limits(f"variant {self.id!r}", self.max_tokens, self.temperature)
+
+    def matches(self, model_id: str) -> bool:
+        """Whether one of `provider_match` occurs in `model_id`."""
+        return any(pattern and pattern in model_id for pattern in self.provider_match)
+
+
+def select_variant(variants: Sequence[PromptVariant], model_id: str) -> PromptVariant | None:
+    """The first variant matching `model_id`, else the default one, else the first, else
+    None (no variants)."""
+    for variant in variants:
+        if variant.matches(model_id):
+            return variant
+    for variant in variants:
+        if variant.is_default:
+            return variant
+    return variants[0] if variants else None
+
+
+@dataclass(frozen=True, slots=True)
+class MaxTokensContext:
+    """What `resolve_max_tokens` knows about the request it sizes."""
+
+    model_id: str
+    """The `provider/model` id about to be asked."""
+    provider: str
+    model: str
+    input_tokens: int
+    """Estimated tokens of the system prompt and user message (`estimate_tokens`)."""
+
+
+class LLMToolError(ToolError):
+    """An LLM-backed tool failed on every model it tried. Its text is safe for the calling
+    model (what each model's output was wrong about, or that the model service failed);
+    `failures` has the full reason per model, for logs."""
+
+    def __init__(self, message: str, failures: Sequence[str]) -> None:
+        super().__init__(message)
+        self.failures: tuple[str, ...] = tuple(failures)
+        """`"provider/model: why"` per model tried, in order."""
+
+
+@dataclass(frozen=True)
+class LLMToolSpec:
+    """Everything `define_llm_tool` was given (see its arguments)."""
+
+    tool_id: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    system_prompt: str
+    user_template: str
+    output_format: OutputFormat
+    output_example: Any
+    variants: tuple[PromptVariant, ...]
+    model_preference: ModelPreference
+    prepare_input: Callable[[dict[str, Any]], Any] | None = None
+    resolve_max_tokens: Callable[[dict[str, Any], MaxTokensContext], int | None] | None = None
+    output_validator: Any = field(default=None, repr=False)
+
+
+class LLMTool(Tool):
+    """A `Tool` made by `define_llm_tool`: its handler prompts a model of `ctx.models`."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, definition: ToolDefinition, spec: LLMToolSpec) -> None:
+        """Bind the prompt runner for `spec` to `definition`."""
+        from llmrtc.catalog._llm_run import PromptRunner
+
+        self.spec = spec
+        """The prompt, output and model settings."""
+        super().__init__(definition, PromptRunner(definition, spec).run)
+
+
+def _check_limits(where: str, max_tokens: int | None, temperature: float | None) -> None:
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise ValueError(f"{where}: max_tokens must be an integer >= 1, got {max_tokens!r}")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise ValueError(f"{where}: temperature must be a number >= 0, got {temperature!r}")
+
+
+def define_llm_tool(
+    *,
+    id: str,
+    description: str,
+    input_schema: dict[str, Any],
+    user_template: str,
+    system_prompt: str = "",
+    output_format: OutputFormat = "text",
+    output_schema: dict[str, Any] | None = None,
+    output_example: Any = None,
+    variants: Sequence[PromptVariant] = (),
+    model_preference: ModelPreference | None = None,
+    prepare_input: Callable[[dict[str, Any]], Any] | None = None,
+    resolve_max_tokens: Callable[[dict[str, Any], MaxTokensContext], int | None] | None = None,
+    timeout: float | None = None,
+    execution_policy: ExecutionPolicy | None = None,
+    on_interrupt: InterruptPolicy = "cancel",
+    sensitive_fields: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    aliases: Sequence[str] = (),
+    examples: Sequence[Mapping[str, Any]] = (),
+) -> LLMTool:
+    """Define a tool answered by a model: its input fills a prompt, the model's answer (text,
+    or JSON checked against `output_schema`) is its result.
+
+    A call runs through `ToolExecutor` like any other (policy, timeout, abort, argument
+    validation, hooks, one result); the executor's `models` pool supplies the model. The
+    models tried are the pool's compat list for this tool, then `model_preference.preferred`,
+    its `fallbacks` and the pool's default; models whose provider lacks credentials are
+    skipped, and a failing model (HTTP error, unparseable JSON, empty answer) hands over to
+    the next with an `on_model_fallback` hook and a warning. The models used, attempts and
+    tokens are on the result's `model_usage`.
+
+    Args:
+        id: `namespace:name@semver` (`util:summarize@1.0.0`); the tool is named
+            `namespace.name`.
+        description: What the tool does, for the calling model.
+        input_schema: JSON Schema of the arguments (`type: object`); its top-level `default`s
+            fill missing arguments before the template is rendered.
+        user_template: The user message, with `{{name}}` (or `{{name.field}}`) placeholders
+            for arguments; strings go in as they are, other values as JSON, absent ones as
+            nothing.
+        system_prompt: The system prompt (also a template).
+        output_format: `"text"` (the stripped answer is the result) or `"json"`: the system
+            prompt gets the output schema, the example and a JSON-only instruction, the schema
+            goes as `response_format` where the server honours it, and the JSON value is read
+            from the answer even inside fences or prose.
+        output_schema: For `"json"`: the result's JSON Schema. A result not matching it is a
+            warning (`on_tool_warning` hook and the log), not an error.
+        output_example: For `"json"`: an example result shown in the system prompt.
+        variants: Prompt wording per model (`PromptVariant`), chosen per model tried.
+        model_preference: The models and sampling defaults (`ModelPreference`).
+        prepare_input: `prepare_input(values) -> values`: reshape the arguments (defaults
+            filled) before rendering; its keys are the template's variables.
+        resolve_max_tokens: `resolve_max_tokens(values, MaxTokensContext) -> int | None`: the
+            output limit per request (e.g. from the input's length); None keeps the variant's
+            or preference's.
+        timeout, execution_policy, on_interrupt, sensitive_fields, tags, aliases, examples:
+            As for `ToolDefinition`.
+
+    Raises:
+        ValueError: for a malformed id, schema, model id or variant, a template naming an
+            undeclared argument (without `prepare_input`), or JSON options with text output.
+    """
+    parsed = parse_tool_id(id)
+    if parsed.namespace is None or parsed.version is None:
+        raise ValueError(f"tool id {id!r}: an LLM tool id is 'namespace:name@1.0.0'")
+    if output_format not in ("json", "text"):
+        raise ValueError(
+            f"tool {id!r}: output_format must be 'json' or 'text', got {output_format!r}"
+        )
+    if output_format == "text" and (output_schema is not None or output_example is not None):
+        raise ValueError(
+            f"tool {id!r}: output_schema and output_example describe JSON output; set "
+            "output_format='json'"
+        )
+    definition = ToolDefinition(
+        name=parsed.name,
+        namespace=parsed.namespace,
+        version=parsed.version,
+        description=description,
+        parameters=input_schema,
+        timeout=timeout,
+        execution_policy=execution_policy,
+        on_interrupt=on_interrupt,
+        sensitive_fields=sensitive_fields,
+        tags=tags,
+        aliases=aliases,
+        examples=examples,
+    )
+    validator = None
+    if output_schema is not None:
+        try:
+            validator = compile_validator(output_schema)
+        except ValueError as exc:
+            raise ValueError(f"tool {id!r}: output_schema: {exc}") from None
+    variants = tuple(variants)
+    _check_variants(id, variants)
+    if prepare_input is None:
+        declared = set(definition.parameters.get("properties", {}))  # type: ignore[union-attr]
+        texts = [user_template, system_prompt]
+        texts += [t for v in variants for t in (v.user_template, v.system_prompt) if t]
+        unknown = sorted({name for text in texts for name in template_names(text)} - declared)
+        if unknown:
+            raise ValueError(
+                f"tool {id!r}: the prompt uses {unknown} but input_schema declares only "
+                f"{sorted(declared)}; declare them or build them in prepare_input"
+            )
+    spec = LLMToolSpec(
+        tool_id=definition.tool_id,
+        input_schema=definition.parameters,  # type: ignore[arg-type]
+        output_schema=output_schema,
+        system_prompt=system_prompt,
+        user_template=user_template,
+        output_format=output_format,
+        output_example=output_example,
+        variants=variants,
+        model_preference=model_preference or ModelPreference(),
+        prepare_input=prepare_input,
+        resolve_max_tokens=resolve_max_tokens,
+        output_validator=validator,
+    )
+    return LLMTool(definition, spec)
+
+
+def _check_variants(tool_id: str, variants: tuple[PromptVariant, ...]) -> None:
+    ids = [variant.id for variant in variants]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"tool {tool_id!r}: two prompt variants share an id ({ids})")
+    if sum(variant.is_default for variant in variants) > 1:
+        raise ValueError(f"tool {tool_id!r}: only one prompt variant may be is_default")
+    for variant in variants:
+        if not isinstance(variant, PromptVariant):
+            raise ValueError(f"tool {tool_id!r}: variants must be PromptVariant, got {variant!r}")
