@@ -237,10 +237,10 @@ class MCPBackend:
         self._group = group
         try:
             await self._connected()
-        except BaseException as exc:
+        except BaseException:
             self._group = None
             group.cancel_scope.cancel()
-            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            await group.__aexit__(None, None, None)
             raise
         return self
 
