@@ -1,18 +1,25 @@
-"""The test client's record of server events, and `wait_for` over it (each event matched once,
-in order of arrival)."""
+"""The test client's side of the wire: its record of server events and `wait_for` over it
+(each event matched once, in order of arrival), `ping`/`pong` round trips, and the checks of
+its URL and options."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
+from urllib.parse import urlsplit
 
 import anyio
+from websockets.exceptions import ConnectionClosed
 
 from llmrtc.rtc.errors import RTCError
+from llmrtc.rtc.ice import is_loopback_host
 from llmrtc.rtc.messages import ServerMessage
 
-__all__ = ["EventLog", "Match"]
+__all__ = ["EventLog", "Match", "Pings", "check_options", "close_code", "websocket_url"]
 
 Match = Callable[[dict[str, Any]], bool]
 """A predicate on an event dict, for `wait_for(where=...)`."""
@@ -121,3 +128,82 @@ def _check_query(kind: str, fields: Mapping[str, Any]) -> None:
             f"wait_for: a {kind!r} message has no field {', '.join(map(repr, unknown))}; "
             f"its fields: {', '.join(sorted(known - {'type'}))}"
         )
+
+
+class Pings:
+    """`ping`s sent and the `pong`s that answer them, for round-trip times."""
+
+    def __init__(self) -> None:
+        """No ping sent yet."""
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, anyio.Event] = {}
+        self._answered: dict[str, float] = {}
+
+    async def measure(self, send: Callable[[str], None], timeout: float) -> float:
+        """Send a `ping` with `send` and wait for its `pong`; the round trip in seconds.
+
+        Raises:
+            TimeoutError: no `pong` within `timeout`.
+            RTCError: `close` came first.
+        """
+        ping_id = f"p{next(self._ids)}"
+        done = self._waiting[ping_id] = anyio.Event()
+        started = time.perf_counter()
+        try:
+            send(json.dumps({"type": "ping", "id": ping_id}))
+            with anyio.fail_after(timeout):
+                await done.wait()
+            if ping_id not in self._answered:
+                raise RTCError("connection_closed", "the connection closed before the pong")
+            return self._answered[ping_id] - started
+        finally:
+            self._waiting.pop(ping_id, None)
+            self._answered.pop(ping_id, None)
+
+    def answered(self, pong_id: str) -> bool:
+        """Take a `pong`; False when it answers no ping of ours (it is then an event)."""
+        done = self._waiting.get(pong_id)
+        if done is None:
+            return False
+        self._answered[pong_id] = time.perf_counter()
+        done.set()
+        return True
+
+    def close(self) -> None:
+        """Release every waiting `measure` (they raise `RTCError`)."""
+        for done in self._waiting.values():
+            done.set()
+
+
+def close_code(closed: ConnectionClosed) -> str:
+    """`close code N` of a closed WebSocket, or what is known of it."""
+    frame = closed.rcvd or closed.sent
+    return f"close code {frame.code}" if frame is not None else "no close frame"
+
+
+def websocket_url(url: str) -> tuple[str, bool]:
+    """The signalling WebSocket URL (`/ws`) of a server's http(s) `url`, and whether its host
+    is a loopback one (the client then uses loopback ICE, as the server does).
+
+    Raises:
+        ValueError: `url` is not an http(s) URL with a host.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"RTCTestClient needs the server's http(s) URL, got {url!r}")
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return f"{scheme}://{parts.netloc}/ws", is_loopback_host(parts.hostname)
+
+
+def check_options(resume: object, timeout: object) -> None:
+    """Refuse a `resume` that is not `(session_id, token)` and a timeout that is not > 0."""
+    if resume is not None and (
+        not isinstance(resume, tuple)
+        or len(resume) != 2
+        or not all(isinstance(part, str) and part for part in resume)
+    ):
+        raise ValueError(
+            f"resume must be (session_id, resume_token), two non-empty strings; got {resume!r}"
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")

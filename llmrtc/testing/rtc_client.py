@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import time
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 from aiortc import RTCDataChannel, RTCPeerConnection
@@ -30,7 +28,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from llmrtc.rtc.errors import RTCError
-from llmrtc.rtc.ice import is_loopback_host
 from llmrtc.rtc.peer import (
     PeerConnectionError,
     accept_answer,
@@ -44,7 +41,14 @@ from llmrtc.rtc.peer import (
 from llmrtc.rtc.protocol import ProtocolError, parse_server_message
 from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
 from llmrtc.testing._rtc_audio import MIC_RATE, AudioInput, Microphone, mic_frames, synthesize
-from llmrtc.testing._rtc_events import EventLog, Match
+from llmrtc.testing._rtc_events import (
+    EventLog,
+    Match,
+    Pings,
+    check_options,
+    close_code,
+    websocket_url,
+)
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 from llmrtc.voice.tts import TTS
 
@@ -98,24 +102,10 @@ class RTCTestClient:
         tts: TTS | None = None,
         timeout: float = 30.0,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"RTCTestClient needs the server's http(s) URL, got {url!r}")
-        if resume is not None and (
-            not isinstance(resume, tuple)
-            or len(resume) != 2
-            or not all(isinstance(part, str) and part for part in resume)
-        ):
-            raise ValueError(
-                f"resume must be (session_id, resume_token), two non-empty strings; got {resume!r}"
-            )
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        scheme = "wss" if parts.scheme == "https" else "ws"
+        self._ws_url, self._loopback = websocket_url(url)
+        check_options(resume, timeout)
         self.url = url
         """The server URL given."""
-        self._ws_url = f"{scheme}://{parts.netloc}/ws"
-        self._loopback = is_loopback_host(parts.hostname)
         self._resume = resume
         self._tts = tts
         self.timeout = timeout
@@ -137,9 +127,7 @@ class RTCTestClient:
         self._channel: RTCDataChannel | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ws_closed = anyio.Event()
-        self._ping_ids = itertools.count(1)
-        self._pongs: dict[str, anyio.Event] = {}
-        self._pong_times: dict[str, float] = {}
+        self._pings = Pings()
         self._finished = False  # `end` sent or `drop` done: leaving the block only closes
 
     # Connecting ---------------------------------------------------------------------------------
@@ -187,7 +175,7 @@ class RTCTestClient:
             except ConnectionClosed as exc:
                 raise RTCError(
                     "connection_failed",
-                    f"the server closed the WebSocket before answering ({_close_code(exc)})",
+                    f"the server closed the WebSocket before answering ({close_code(exc)})",
                 ) from exc
             event = self._record(raw)
             kind = event["type"]
@@ -277,22 +265,11 @@ class RTCTestClient:
 
         Raises:
             TimeoutError: no `pong` within the client's `timeout`.
+            RTCError: the connection closed first.
         """
         self._check_open("ping")
         assert self._channel is not None
-        ping_id = f"p{next(self._ping_ids)}"
-        done = self._pongs[ping_id] = anyio.Event()
-        started = time.perf_counter()
-        try:
-            self._channel.send(json.dumps({"type": "ping", "id": ping_id}))
-            with anyio.fail_after(self.timeout):
-                await done.wait()
-            if ping_id not in self._pong_times:
-                raise RTCError("connection_closed", "the connection closed before the pong")
-            return self._pong_times[ping_id] - started
-        finally:
-            self._pongs.pop(ping_id, None)
-            self._pong_times.pop(ping_id, None)
+        return await self._pings.measure(self._channel.send, self.timeout)
 
     async def _send_ws(self, message: dict[str, Any]) -> None:
         if self._ws is None:
@@ -301,7 +278,7 @@ class RTCTestClient:
             await self._ws.send(json.dumps(message))
         except ConnectionClosed as exc:
             raise RTCError(
-                "connection_closed", f"the WebSocket is closed ({_close_code(exc)})"
+                "connection_closed", f"the WebSocket is closed ({close_code(exc)})"
             ) from exc
 
     def _check_open(self, what: str) -> None:
@@ -356,10 +333,7 @@ class RTCTestClient:
             self.session_id = event["session_id"]
             self.resume_token = event["resume_token"]
             self.resumed = event["resumed"]
-        if event["type"] == "pong" and event["id"] in self._pongs:
-            self._pong_times[event["id"]] = time.perf_counter()
-            self._pongs[event["id"]].set()
-        else:
+        if event["type"] != "pong" or not self._pings.answered(event["id"]):
             self._log.add(event)
         return event
 
@@ -418,10 +392,4 @@ class RTCTestClient:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._log.close("the client closed the connection")
-            for done in self._pongs.values():
-                done.set()
-
-
-def _close_code(closed: ConnectionClosed) -> str:
-    frame = closed.rcvd or closed.sent
-    return f"close code {frame.code}" if frame is not None else "no close frame"
+            self._pings.close()
