@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("mcp")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mcp_servers"))
-from mcp_helpers import http_server, stdio_command  # noqa: E402
+from mcp_helpers import http_server, stdio_command
 
-from llmrtc import AbortController, ToolCall, ToolExecutor, ToolRegistry, TurnRunner  # noqa: E402
-from llmrtc.agent import ToolCallFinished, TurnCompleted  # noqa: E402
-from llmrtc.catalog import ToolCatalog  # noqa: E402
-from llmrtc.catalog.mcp import MCPBackend, MCPConnectionError  # noqa: E402
-from llmrtc.testing import ScriptedLLM  # noqa: E402
+from llmrtc import AbortController, ToolCall, ToolExecutor, ToolRegistry, TurnRunner
+from llmrtc.agent import ToolCallFinished, TurnCompleted
+from llmrtc.catalog import ToolCatalog
+from llmrtc.catalog.mcp import MCPBackend, MCPConnectionError
+from llmrtc.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
 
