@@ -199,6 +199,9 @@ class SessionMessage(_Message):
     """The protocol version the server speaks."""
     resumed: bool = False
     """True when an earlier session's history and playbook state were restored."""
+    stage: str | None = None
+    """The playbook's current stage id (after a resume, the stage it was in); None when the
+    agent runs no playbook."""
 
 
 class AnswerMessage(_Message):

@@ -1,0 +1,118 @@
+"""`ToolEventRelay`: each tool call's `tool_call_started` / `tool_call_finished`, exactly once,
+the moment the call starts and ends.
+
+Two sources report the same calls: the executor's hooks (through `observe_tools`, as each call
+starts and ends) and the agent's own `ToolCallStarted` / `ToolCallFinished` events (the
+finished ones only after the whole batch). Whichever reports a call first sends its message;
+the other is then skipped. A call id can repeat across batches (scripted and small models reuse
+`call_1`), so each source's reports are counted per call id: the n-th start (or end) of an id is
+sent once, by the first source to reach n. A call refused before it ran has no start hook: its
+`started` goes out right before its `finished`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
+from llmrtc.rtc.messages import ServerMessage, ToolCallFinishedMessage, ToolCallStartedMessage
+from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolStartEvent
+
+__all__ = ["ToolEventRelay"]
+
+
+@dataclass
+class _Counts:
+    name: str
+    sent_started: int = 0
+    sent_finished: int = 0
+    hook_started: int = 0
+    hook_finished: int = 0
+    agent_started: int = 0
+    agent_finished: int = 0
+
+
+class ToolEventRelay(Hooks):
+    """Hooks for `observe_tools` plus a filter for the agent's tool events (module docstring).
+
+    Args:
+        send: Called with each message to send (must not block).
+    """
+
+    def __init__(self, send: Callable[[ServerMessage], None]) -> None:
+        """Send the tool messages through `send`."""
+        self._send = send
+        self._calls: dict[str, _Counts] = {}
+
+    # Executor hooks (as each call starts and ends) ------------------------------------------
+
+    def on_tool_start(self, event: ToolStartEvent) -> None:
+        """A call started running: send its `tool_call_started` unless already sent."""
+        counts = self._counts(event.call_id, event.tool_name)
+        counts.hook_started += 1
+        self._started(event.call_id, counts, counts.hook_started)
+
+    def on_tool_end(self, event: ToolEndEvent) -> None:
+        """A call got its result: send its `tool_call_finished` (and `started` if none was)."""
+        counts = self._counts(event.call_id, event.tool_name)
+        if not event.started:  # refused or aborted before running: no start hook came
+            counts.hook_started += 1
+        counts.hook_finished += 1
+        self._finished(
+            event.call_id, counts, counts.hook_finished, event.status, event.duration_s * 1000
+        )
+
+    # The agent's events (the finished ones after the batch) ---------------------------------
+
+    def relay(self, event: object) -> bool:
+        """Handle an agent tool event: True when `event` is one (sent now or already sent),
+        False for any other event (the caller sends it as usual)."""
+        if isinstance(event, ToolCallStarted):
+            counts = self._counts(event.call.call_id, event.call.name)
+            counts.agent_started += 1
+            self._started(event.call.call_id, counts, counts.agent_started)
+            return True
+        if isinstance(event, ToolCallFinished):
+            result = event.result
+            counts = self._counts(result.call_id, result.tool_name)
+            counts.agent_finished += 1
+            counts.agent_started = max(counts.agent_started, counts.agent_finished)
+            self._finished(
+                result.call_id, counts, counts.agent_finished, result.status, result.duration_ms
+            )
+            return True
+        return False
+
+    # Sending --------------------------------------------------------------------------------
+
+    def _counts(self, call_id: str, name: str) -> _Counts:
+        counts = self._calls.get(call_id)
+        if counts is None:
+            counts = self._calls[call_id] = _Counts(name)
+        elif counts.sent_finished == counts.sent_started:
+            counts.name = name  # a reused id for a new call (perhaps of another tool)
+        return counts
+
+    def _started(self, call_id: str, counts: _Counts, nth: int) -> None:
+        while counts.sent_started < nth:
+            counts.sent_started += 1
+            self._send(ToolCallStartedMessage(call_id=call_id, name=counts.name))
+
+    def _finished(
+        self, call_id: str, counts: _Counts, nth: int, status: str, duration_ms: float
+    ) -> None:
+        self._started(call_id, counts, nth)
+        while counts.sent_finished < nth:
+            counts.sent_finished += 1
+            self._send(
+                ToolCallFinishedMessage.model_validate(
+                    {
+                        "call_id": call_id,
+                        "name": counts.name,
+                        "status": status,
+                        # A tenth of a millisecond is finer than any timeline shows.
+                        "duration_ms": round(max(duration_ms, 0.0), 1),
+                    }
+                )
+            )

@@ -1,0 +1,86 @@
+"""`ServerConfig`: where an `RTCServer` listens and how it treats its sessions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmrtc.voice.config import VoiceConfig
+
+__all__ = ["ServerConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """How an `RTCServer` listens, admits, times out and resumes sessions.
+
+    Durations are seconds (floats). Every field is checked when the config is made.
+
+    Example:
+        ServerConfig(host="0.0.0.0", port=8080, max_sessions=10, idle_timeout=300.0)
+    """
+
+    host: str = "127.0.0.1"
+    """Interface to listen on; a loopback host (`127.0.0.1`, `localhost`, `::1`) implies
+    `loopback`."""
+    port: int = 8080
+    """TCP port for the page and the WebSocket; 0 picks a free one (read `server.port`)."""
+    max_sessions: int = 10
+    """Live sessions this process admits at once; one more gets `server_full`. One event loop
+    keeps about 10 full-duplex sessions on time (ARCHITECTURE.md): run workers for more."""
+    idle_timeout: float = 300.0
+    """A session with no client message and no user speech for this long gets `idle_timeout`
+    and is closed (it stays resumable for `resume_ttl`). A connection that has not offered yet
+    is closed after this long too."""
+    resume_ttl: float = 120.0
+    """How long a session whose client vanished can be resumed with its token."""
+    loopback: bool = False
+    """Make ICE work over 127.0.0.1 with no STUN server (`create_peer(loopback=True)`): for a
+    loopback-only host or a local test. Implied by a loopback `host`."""
+    voice: VoiceConfig | None = None
+    """Turn-taking, barge-in and output settings of each session's `VoiceLoop` (None: its
+    defaults)."""
+    reuse_port: bool = False
+    """Bind with `SO_REUSEPORT`, so several processes (`llmrtc serve --workers N`) share the
+    port and the kernel spreads connections among them."""
+    shutdown_grace: float = 30.0
+    """When the server is left (`async with` exit), live sessions get this long to end on
+    their own; the rest are then closed with `shutting_down` (and stay resumable)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host.strip():
+            raise ValueError(f"ServerConfig.host must be a non-empty string, got {self.host!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise ValueError(f"ServerConfig.port must be an int 0-65535, got {self.port!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"ServerConfig.port must be 0-65535 (0: any free), got {self.port}")
+        count = self.max_sessions
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"ServerConfig.max_sessions must be an int >= 1, got {count!r}")
+        for name in ("idle_timeout", "resume_ttl", "shutdown_grace"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(
+                    f"ServerConfig.{name} must be a finite number of seconds > 0, got {value!r}"
+                )
+        for name in ("loopback", "reuse_port"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"ServerConfig.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        if self.voice is not None and not isinstance(self.voice, VoiceConfig):
+            raise ValueError(
+                f"ServerConfig.voice must be a VoiceConfig or None, got {type(self.voice).__name__}"
+            )
+
+    @property
+    def ice_loopback(self) -> bool:
+        """Whether sessions use loopback ICE: `loopback`, or a loopback `host`."""
+        from llmrtc.rtc.ice import is_loopback_host  # imports aioice: only when serving
+
+        return self.loopback or is_loopback_host(self.host)

@@ -1,0 +1,439 @@
+"""`RTCServer`: one port for the web client (HTTP) and signalling (WebSocket at `/ws`), with
+admission, resume and graceful shutdown.
+
+    async with RTCServer(make_agent, speech=speech, config=ServerConfig(port=0)) as server:
+        print("open", server.url)
+        await anyio.sleep_forever()
+
+Each WebSocket connection is one would-be session. Before its `offer` it may send `resume`
+(once) and `ping`; anything needing a session gets `not_ready`. The offer is then checked
+(`bad_offer`), admitted against `max_sessions` in one step with no await between the check and
+the count (`server_full`, `shutting_down`), a resume is claimed from the store
+(`resume_refused`), and the `Session` runs in the connection's task until it ends. Refusals
+send `error {code, message}` and close with `CLOSE_CODES[code]`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from contextlib import AsyncExitStack, suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from llmrtc.rtc._http import StaticFiles
+from llmrtc.rtc.config import ServerConfig
+from llmrtc.rtc.protocol import (
+    CLOSE_CODES,
+    MAX_FRAME_BYTES,
+    EndMessage,
+    ErrorCode,
+    OfferMessage,
+    PingMessage,
+    PongMessage,
+    ProtocolError,
+    ResumeMessage,
+    error_message,
+    parse_client_message,
+    to_wire,
+)
+from llmrtc.rtc.session import Session
+from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore
+from llmrtc.rtc.store import new_session_credentials as _new_credentials
+from llmrtc.telemetry.hooks import ErrorEvent, Hooks, SessionEndEvent, SessionStartEvent, emit
+from llmrtc.telemetry.hooks import hooks_for as _hooks_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aiortc import RTCSessionDescription
+
+    from llmrtc.agent.handler import TurnHandler
+    from llmrtc.voice.speech import Speech
+
+__all__ = ["RTCServer"]
+
+logger = logging.getLogger(__name__)
+
+_FINAL_CLOSE_TIMEOUT: Final = 10.0
+"""After the grace, sessions told to close get this long to save their state."""
+
+
+class RTCServer:
+    """A WebRTC voice-agent server: the static web client at `/`, signalling at `/ws`, one
+    `VoiceLoop` per admitted session around a handler from `agent_factory`.
+
+    Example:
+        async with open_default_speech() as speech:
+            server = RTCServer(lambda: make_runner(), speech=speech,
+                               config=ServerConfig(host="127.0.0.1", port=8080))
+            async with server:
+                print(server.url)
+                await anyio.sleep_forever()
+
+    Leaving `async with` is a graceful shutdown: no new sessions (`shutting_down`), live ones
+    get `config.shutdown_grace` seconds to end, the rest are closed (and stay resumable).
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[[], Any],
+        *,
+        speech: Speech | None = None,
+        config: ServerConfig | None = None,
+        hooks: Hooks | None = None,
+        store: SessionStore | None = None,
+    ) -> None:
+        """Create the server (it listens on `async with`).
+
+        Args:
+            agent_factory: `() -> TurnHandler`, called once per session (an awaitable result
+                is awaited): a fresh `TurnRunner` or `PlaybookOrchestrator` each time.
+            speech: The VAD, STT and TTS shared by the sessions (`open_default_speech()`);
+                None opens the default ones while the server runs.
+            config: Where to listen and how to treat sessions (`ServerConfig()` by default).
+            hooks: Observers of every session (speech, barge-ins, session start and end,
+                recovered errors), passed to each session's voice loop.
+            store: Where vanished sessions wait to be resumed (default: a new
+                `InMemorySessionStore`; share a `SQLiteSessionStore` between workers).
+
+        Raises:
+            TypeError: `agent_factory` is not callable, or `store` is not a `SessionStore`.
+        """
+        if not callable(agent_factory):
+            raise TypeError(
+                f"RTCServer needs agent_factory: a callable returning a TurnHandler, got "
+                f"{type(agent_factory).__name__}"
+            )
+        if store is not None and not isinstance(store, SessionStore):
+            raise TypeError(
+                f"RTCServer(store=...) must be a SessionStore (save, load, claim, delete), got "
+                f"{type(store).__name__}"
+            )
+        self._factory = agent_factory
+        self._speech = speech
+        self.config = config if config is not None else ServerConfig()
+        self.hooks = hooks
+        self.store: SessionStore = store if store is not None else InMemorySessionStore()
+        self._session_hooks = {
+            name: _hooks_for([hooks], name)
+            for name in ("on_session_start", "on_session_end", "on_error")
+        }
+        self._sessions: set[Session] = set()
+        self._admitted = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._admitting = False
+        self._server: Server | None = None
+        self._stack: AsyncExitStack | None = None
+        self._port: int | None = None
+
+    # Public state --------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the real one when `config.port` was 0).
+
+        Raises:
+            RuntimeError: the server is not running.
+        """
+        if self._port is None:
+            raise RuntimeError("RTCServer.port: the server is not running (use `async with`)")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The page's address, e.g. `http://127.0.0.1:8080/` (a wildcard host shows as the
+        loopback address)."""
+        host = self.config.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"
+
+    @property
+    def active_sessions(self) -> int:
+        """Sessions admitted and not yet ended (the count `max_sessions` limits)."""
+        return self._admitted
+
+    @property
+    def admitting(self) -> bool:
+        """Whether new sessions are admitted (False after `stop_admitting`)."""
+        return self._admitting
+
+    def stop_admitting(self) -> None:
+        """Refuse new sessions from now on (`shutting_down`); live ones go on (SIGTERM)."""
+        self._admitting = False
+
+    async def wait_idle(self) -> None:
+        """Return once no session is live (at once if none is)."""
+        while self._admitted:
+            await self._idle.wait()
+
+    # Lifetime ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> RTCServer:
+        if self._stack is not None:
+            raise RuntimeError("this RTCServer is already running")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            if self._speech is None:
+                from llmrtc.voice.speech import open_default_speech
+
+                self._speech = await stack.enter_async_context(open_default_speech())
+                stack.callback(setattr, self, "_speech", None)
+            self._server = await serve(
+                self._connection,
+                self.config.host,
+                self.config.port,
+                process_request=StaticFiles(),
+                max_size=MAX_FRAME_BYTES,
+                reuse_port=self.config.reuse_port or None,
+                logger=logging.getLogger("llmrtc.rtc.websocket"),
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._admitting = True
+        logger.info("RTCServer listening on %s", self.url)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._stack is not None and self._server is not None
+        with anyio.CancelScope(shield=True):
+            try:
+                self.stop_admitting()
+                with anyio.move_on_after(self.config.shutdown_grace):
+                    await self.wait_idle()
+                for session in list(self._sessions):
+                    session.end("shutting_down")
+                with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT):
+                    await self.wait_idle()
+                if self._admitted:
+                    logger.warning("%d session(s) did not end after shutdown", self._admitted)
+                self._server.close()
+                await self._server.wait_closed()
+            finally:
+                self._server = None
+                self._port = None
+                stack, self._stack = self._stack, None
+                await stack.aclose()
+
+    # Connections ---------------------------------------------------------------------------
+
+    async def _connection(self, websocket: ServerConnection) -> None:
+        """One WebSocket: everything in it is contained here (one failure, one session)."""
+        try:
+            await self._signalling(websocket)
+        except ConnectionClosed:
+            pass
+        except Exception as exc:
+            logger.exception("a signalling connection failed; it is closed")
+            await emit(
+                self._session_hooks["on_error"],
+                "on_error",
+                ErrorEvent(error=exc, where="signalling"),
+            )
+            with suppress(Exception):
+                await websocket.send(to_wire(error_message("internal")))
+                await websocket.close(CLOSE_CODES["internal"], "internal error")
+
+    async def _signalling(self, websocket: ServerConnection) -> None:
+        opening = await self._await_offer(websocket)
+        if opening is None:
+            return
+        offer_message, resume = opening
+        from llmrtc.rtc.peer import description_from_dict
+
+        try:
+            offer = description_from_dict({"type": "offer", "sdp": offer_message.sdp})
+        except ValueError as exc:
+            await _refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
+            return
+        if resume is not None:
+            await self._take_over(resume)
+        # Admission: the check and the count with no await between them (atomic on one loop).
+        if not self._admitting:
+            await _refuse(websocket, "shutting_down")
+            return
+        if self._admitted >= self.config.max_sessions:
+            await _refuse(
+                websocket,
+                "server_full",
+                f"The server is at its limit of {self.config.max_sessions} sessions; "
+                "try again later.",
+            )
+            return
+        self._admitted += 1
+        if self._admitted == 1:
+            self._idle = anyio.Event()  # the old one stays set for whoever saw it
+        try:
+            await self._admitted_session(websocket, offer, resume)
+        finally:
+            self._admitted -= 1
+            if not self._admitted:
+                self._idle.set()
+
+    async def _await_offer(
+        self, websocket: ServerConnection
+    ) -> tuple[OfferMessage, ResumeMessage | None] | None:
+        """Read until the offer (None: the connection ended or was refused first)."""
+        resume: ResumeMessage | None = None
+        with anyio.move_on_after(self.config.idle_timeout):
+            async for raw in websocket:
+                try:
+                    message = parse_client_message(raw)
+                except ProtocolError as exc:
+                    if exc.code in CLOSE_CODES:
+                        await _refuse(websocket, exc.code, exc.message)
+                        return None
+                    await websocket.send(to_wire(exc.to_message()))
+                    continue
+                match message:
+                    case OfferMessage():
+                        return message, resume
+                    case ResumeMessage() if resume is None:
+                        resume = message
+                    case ResumeMessage():
+                        await _send_error(
+                            websocket, "unexpected_message", "only one `resume` per connection"
+                        )
+                    case PingMessage(id=ping_id):
+                        await websocket.send(to_wire(PongMessage(id=ping_id)))
+                    case EndMessage():
+                        await websocket.close(1000, "session ended")
+                        return None
+                    case _:
+                        await _send_error(
+                            websocket,
+                            "not_ready",
+                            f"{message.type!r} needs a session: send `offer` first "
+                            "(after `resume`, to resume one)",
+                        )
+            return None  # closed before offering
+        await _refuse(websocket, "idle_timeout", "No offer came; the connection was closed.")
+        return None
+
+    async def _admitted_session(
+        self,
+        websocket: ServerConnection,
+        offer: RTCSessionDescription,
+        resume: ResumeMessage | None,
+    ) -> None:
+        claimed: SessionState | None = None
+        if resume is not None:
+            claimed = await self.store.claim(resume.session_id, resume.token)
+            if claimed is None:
+                await _refuse(websocket, "resume_refused")
+                return
+        assert self._speech is not None
+        try:
+            handler = await self._make_handler(claimed)
+        except _RestoreError as exc:
+            logger.warning("session %s: its saved state was not restored: %s", exc.session_id, exc)
+            await _refuse(websocket, "resume_refused", "The saved session could not be restored.")
+            return
+        except Exception:
+            if claimed is not None:  # the client may try again: its state stays
+                await self.store.save(claimed, ttl=self.config.resume_ttl)
+            raise
+        session_id, token = _new_credentials()
+        if claimed is not None:
+            session_id = claimed.session_id  # same session, new (single-use) token
+        session = Session(
+            websocket=websocket,
+            handler=handler,
+            speech=self._speech,
+            config=self.config,
+            hooks=self.hooks,
+            store=self.store,
+            session_id=session_id,
+            token=token,
+            resumed=claimed is not None,
+        )
+
+        async def refused(error: ProtocolError) -> None:
+            if claimed is not None:
+                await self.store.save(claimed, ttl=self.config.resume_ttl)
+            await _refuse(websocket, error.code, error.message)
+
+        self._sessions.add(session)
+        started = time.monotonic()
+        try:
+            await emit(
+                self._session_hooks["on_session_start"],
+                "on_session_start",
+                SessionStartEvent(session_id=session_id, transport="webrtc"),
+            )
+            await session.run(offer, on_refused=refused)
+        finally:
+            self._sessions.discard(session)
+            with anyio.CancelScope(shield=True):
+                await emit(
+                    self._session_hooks["on_session_end"],
+                    "on_session_end",
+                    SessionEndEvent(
+                        session_id=session_id,
+                        duration_s=time.monotonic() - started,
+                        reason=session.end_reason or "bad_offer",
+                    ),
+                )
+
+    async def _take_over(self, resume: ResumeMessage) -> None:
+        """A resume of a session whose old connection the server still thinks alive (with
+        that session's current token) ends the old one first, so its state is saved and can
+        be claimed. A wrong token leaves the live session alone."""
+        for session in list(self._sessions):
+            if session.session_id == resume.session_id and session.token_matches(resume.token):
+                session.end("replaced")
+                with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT + 30.0):
+                    await session.finished.wait()
+                return
+
+    async def _make_handler(self, claimed: SessionState | None) -> TurnHandler:
+        handler = self._factory()
+        if inspect.isawaitable(handler):
+            handler = await handler
+        if claimed is not None:
+            restore = getattr(handler, "restore", None)
+            if callable(restore):
+                try:
+                    restore({"history": claimed.history, "playbook": claimed.playbook})
+                except ValueError as exc:  # malformed, or another playbook's state
+                    raise _RestoreError(claimed.session_id, str(exc)) from exc
+        return handler  # type: ignore[no-any-return]
+
+
+class _RestoreError(Exception):
+    def __init__(self, session_id: str, message: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+async def _send_error(
+    websocket: ServerConnection, code: ErrorCode, message: str | None = None
+) -> None:
+    await websocket.send(to_wire(error_message(code, message)))
+
+
+async def _refuse(websocket: ServerConnection, code: ErrorCode, message: str | None = None) -> None:
+    """Send `error {code, message}` and close with the code's close code."""
+    with suppress(ConnectionClosed):
+        await _send_error(websocket, code, message)
+        await websocket.close(CLOSE_CODES.get(code, 1008), code)

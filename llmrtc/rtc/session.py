@@ -1,0 +1,430 @@
+"""`Session`: one admitted user, from the SDP answer to the saved state.
+
+A session owns its voice loop, its peer connection, its outbox and its tasks; `RTCServer`
+admits it and runs `Session.run` in the WebSocket's connection task. Everything a session
+starts ends inside `run`: the readers (WebSocket, data channel, inbound audio), the event
+forwarder, the idle watchdog, the outbox, the voice loop (its turn aborted, every tool call
+given its one result) and the peer connection. A failure of one session is logged and ends
+that session only.
+
+How a session ends decides what the client gets and whether it can come back:
+
+| reason | client gets | resumable |
+| --- | --- | --- |
+| `end` (client hung up) | close 1000 | no |
+| `replaced` (resumed on a new connection first) | close 1000 | yes (by the new one) |
+| `vanished` (WebSocket closed without `end`) | nothing (it is gone) | yes |
+| `peer_failed` (the media connection failed) | close 1001 | yes |
+| `idle_timeout` | `error idle_timeout`, close 1000 | yes |
+| `shutting_down` (server left, grace over) | `error shutting_down`, close 1001 | yes |
+| a closing protocol error | `error <code>`, close per `CLOSE_CODES` | yes |
+| `internal` (the session itself failed) | `error internal`, close 1011 | yes |
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from websockets.exceptions import ConnectionClosed
+
+from llmrtc.execution.observers import observe_tools
+from llmrtc.rtc._outbox import Outbox, Route
+from llmrtc.rtc._tool_events import ToolEventRelay
+from llmrtc.rtc.config import ServerConfig
+from llmrtc.rtc.events import wire_event
+from llmrtc.rtc.peer import accept_offer, add_candidate, create_peer, remote_audio_track
+from llmrtc.rtc.protocol import (
+    CLOSE_CODES,
+    AnswerMessage,
+    EndMessage,
+    ErrorCode,
+    IceMessage,
+    InterruptMessage,
+    OfferMessage,
+    PingMessage,
+    PongMessage,
+    ProtocolError,
+    ResumeMessage,
+    SessionMessage,
+    TextMessage,
+    error_message,
+    parse_client_message,
+    to_wire,
+)
+from llmrtc.rtc.store import SessionState, SessionStore, hash_token
+from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
+from llmrtc.telemetry.hooks import Hooks
+from llmrtc.voice.events import Transcript, UserSpeechEnded, UserSpeechStarted
+from llmrtc.voice.loop import VoiceLoop
+
+if TYPE_CHECKING:
+    from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+    from websockets.asyncio.server import ServerConnection
+
+    from llmrtc.agent.handler import TurnHandler
+    from llmrtc.voice.speech import Speech
+
+__all__ = ["Session", "handler_state"]
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_TIMEOUT: Final = 2.0
+"""Seconds the outbox gets to send what is queued when a session ends."""
+_INBOX_LIMIT: Final = 256
+"""Data-channel messages queued for the session at most (more are dropped: a flood)."""
+_CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
+    "end": (None, 1000, "session ended"),
+    "replaced": (None, 1000, "session resumed on another connection"),
+    "vanished": (None, 1000, ""),
+    "peer_failed": (None, 1001, "media connection failed"),
+    "overflow": (None, 1008, "client reads no messages"),
+    "idle_timeout": ("idle_timeout", CLOSE_CODES["idle_timeout"], "idle timeout"),
+    "shutting_down": ("shutting_down", CLOSE_CODES["shutting_down"], "server shutting down"),
+    "internal": ("internal", CLOSE_CODES["internal"], "internal error"),
+}
+
+
+def handler_state(handler: object) -> dict[str, Any]:
+    """`handler.snapshot()` for a resumable handler, else an empty state (it resumes fresh)."""
+    snapshot = getattr(handler, "snapshot", None)
+    if not callable(snapshot):
+        return {"history": None, "playbook": None}
+    state = snapshot()
+    if not isinstance(state, dict):
+        raise TypeError(f"{type(handler).__name__}.snapshot() must return a dict")
+    return state
+
+
+class Session:
+    """One user's live session (see the module docstring for how it ends).
+
+    Args:
+        websocket: The signalling connection the offer came on.
+        handler: This session's `TurnHandler` (restored already when resuming).
+        speech: The VAD, STT and TTS the voice loop uses.
+        config: The server's config (ICE, voice, idle timeout, resume TTL).
+        hooks: Observers passed to the voice loop.
+        store: Where the state goes when the client vanishes.
+        session_id: The session's id (the old one when resuming).
+        token: The session's current resume token (new on every admission).
+        resumed: Whether the handler's state came from the store.
+    """
+
+    def __init__(
+        self,
+        *,
+        websocket: ServerConnection,
+        handler: TurnHandler,
+        speech: Speech,
+        config: ServerConfig,
+        hooks: Hooks | None,
+        store: SessionStore,
+        session_id: str,
+        token: str,
+        resumed: bool,
+    ) -> None:
+        """Prepare the session (`run` starts it)."""
+        self.websocket = websocket
+        self.handler = handler
+        self.session_id = session_id
+        self.token = token
+        self.resumed = resumed
+        self._speech = speech
+        self._config = config
+        self._hooks = hooks
+        self._store = store
+        self.outbox = Outbox(websocket, on_overflow=lambda: self.end("overflow"))
+        self._relay = ToolEventRelay(self.outbox.put)
+        self._ended = anyio.Event()
+        self.finished = anyio.Event()
+        """Set when `run` has returned (everything closed, the state saved)."""
+        self.end_reason: str | None = None
+        """Why the session ended (a key of the module docstring's table, or an error code)."""
+        self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
+        self._last_activity = time.monotonic()
+        self._loop: VoiceLoop | None = None
+        self._pc: RTCPeerConnection | None = None
+        self._inbox_send, self._inbox_receive = anyio.create_memory_object_stream[
+            tuple[str | bytes, Route]
+        ](_INBOX_LIMIT)
+
+    # Ending --------------------------------------------------------------------------------
+
+    def end(
+        self, reason: str, *, code: ErrorCode | None = None, message: str | None = None
+    ) -> None:
+        """End the session for `reason` (the first reason given wins); `code`/`message`: the
+        closing protocol error to send (by default the reason's own, if any)."""
+        if self.end_reason is not None:
+            return
+        self.end_reason = reason
+        error, close_code, close_reason = _CLOSING.get(reason, (None, 1011, ""))
+        if code is not None:
+            error, close_code, close_reason = code, CLOSE_CODES.get(code, 1008), code
+        self._final = (error, close_code, close_reason, message)
+        self._ended.set()
+
+    def token_matches(self, token: str) -> bool:
+        """Whether `token` is this session's current resume token (constant time)."""
+        return hmac.compare_digest(hash_token(token), hash_token(self.token))
+
+    @property
+    def ended(self) -> bool:
+        """Whether the session is ending or has ended."""
+        return self.end_reason is not None
+
+    # Running -------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        offer: RTCSessionDescription,
+        *,
+        on_refused: Callable[[ProtocolError], Awaitable[None]],
+    ) -> bool:
+        """Answer `offer` and serve the session until it ends; then close everything and save
+        the state (unless the client hung up).
+
+        Args:
+            offer: The client's offer (its SDP already checked for form).
+            on_refused: Called when aiortc refuses the offer (`bad_offer`), before anything
+                was sent; the session then never started.
+
+        Returns:
+            True when the session ran (the answer was sent), False when the offer was refused.
+        """
+        loop = self._loop = VoiceLoop(
+            self.handler,
+            stt=self._speech.stt,
+            tts=self._speech.tts,
+            vad=self._speech.vad,
+            config=self._config.voice,
+            hooks=self._hooks,
+            session_id=self.session_id,
+        )
+        pc = self._pc = create_peer(loopback=self._config.ice_loopback)
+        started = False
+        try:
+            # The loop's tasks are started inside this block, so every tool batch of every
+            # turn reports each call's start and end to the relay as it happens.
+            with observe_tools(self._relay):
+                async with loop:
+                    events = loop.events()  # before anything can happen: no event is missed
+                    # The track exists before the answer is made, so the answer sends audio.
+                    pc.addTrack(OutboundAudio(loop.audio_out()))
+                    pc.on("datachannel", self._on_datachannel)
+                    pc.on("connectionstatechange", self._on_connection_state)
+                    try:
+                        answer = await accept_offer(pc, offer)
+                        _check_audio(pc)
+                    except ValueError as exc:
+                        await on_refused(ProtocolError("bad_offer", _offer_problem(exc)))
+                        return False
+                    await self._send_opening(answer.sdp)
+                    started = True
+                    await self._serve(loop, events, pc)
+        except Exception:
+            logger.exception("session %s failed; it is closed", self.session_id)
+            self.end("internal")
+            if started:
+                await self._close_websocket()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pc.close()
+                self._inbox_send.close()
+                if started:
+                    await self._save()
+                self.finished.set()
+        return started
+
+    async def _send_opening(self, sdp: str) -> None:
+        # Straight on the WebSocket, before the outbox runs: `session` then `answer` come
+        # before any event, whatever the data channel does.
+        opening = SessionMessage(
+            session_id=self.session_id,
+            resume_token=self.token,
+            resumed=self.resumed,
+            stage=_stage_of(self.handler),
+        )
+        await self.websocket.send(to_wire(opening))
+        await self.websocket.send(to_wire(AnswerMessage(sdp=sdp)))
+
+    async def _serve(self, loop: VoiceLoop, events: Any, pc: RTCPeerConnection) -> None:
+        drained = anyio.Event()
+
+        async def run_outbox() -> None:
+            try:
+                await self.outbox.run()
+            finally:
+                drained.set()
+
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(run_outbox)
+            async with anyio.create_task_group() as readers:
+                readers.start_soon(self._guard, self._read_websocket)
+                readers.start_soon(self._guard, self._read_inbox)
+                readers.start_soon(self._guard, self._forward_events, events)
+                readers.start_soon(self._guard, self._pump_audio, pc, loop)
+                readers.start_soon(self._guard, self._watch_idle)
+                await self._ended.wait()
+                readers.cancel_scope.cancel()
+            self.outbox.close()
+            with anyio.move_on_after(_DRAIN_TIMEOUT):
+                await drained.wait()
+            outer.cancel_scope.cancel()
+        await self._close_websocket()
+
+    async def _guard(self, task: Callable[..., Awaitable[None]], *args: Any) -> None:
+        try:
+            await task(*args)
+        except Exception:
+            logger.exception("session %s: %s failed", self.session_id, task.__name__)
+            self.end("internal")
+
+    async def _close_websocket(self) -> None:
+        assert self._final is not None
+        error, close_code, close_reason, message = self._final
+        shield = anyio.CancelScope(shield=True)
+        with shield, anyio.move_on_after(_DRAIN_TIMEOUT), suppress(ConnectionClosed):
+            if error is not None:
+                await self.websocket.send(to_wire(error_message(error, message)))
+            await self.websocket.close(close_code, close_reason)
+
+    async def _save(self) -> None:
+        """Keep the state for `resume_ttl` (or forget it, after `end`)."""
+        try:
+            if self.end_reason == "end":
+                await self._store.delete(self.session_id)
+                return
+            state = handler_state(self.handler)
+            await self._store.save(
+                SessionState(
+                    session_id=self.session_id,
+                    token_hash=hash_token(self.token),
+                    history=state.get("history"),
+                    playbook=state.get("playbook"),
+                ),
+                ttl=self._config.resume_ttl,
+            )
+        except Exception:
+            logger.exception("session %s: its state could not be saved", self.session_id)
+
+    # Tasks ---------------------------------------------------------------------------------
+
+    async def _read_websocket(self) -> None:
+        try:
+            async for raw in self.websocket:
+                await self._handle(raw, "websocket")
+        except ConnectionClosed:
+            pass
+        self.end("vanished")
+
+    async def _read_inbox(self) -> None:
+        async with self._inbox_receive:
+            async for raw, route in self._inbox_receive:
+                await self._handle(raw, route)
+
+    async def _forward_events(self, events: Any) -> None:
+        async for event in events:
+            if isinstance(event, UserSpeechStarted | UserSpeechEnded | Transcript):
+                self._last_activity = time.monotonic()
+            if self._relay.relay(event):
+                continue
+            message = wire_event(event)
+            if message is not None:
+                self.outbox.put(message)
+
+    async def _pump_audio(self, pc: RTCPeerConnection, loop: VoiceLoop) -> None:
+        track = remote_audio_track(pc)
+        if track is None:  # a client that only listens
+            return
+        async for frame in InboundAudio(track):
+            await loop.push_audio(frame)
+
+    async def _watch_idle(self) -> None:
+        timeout = self._config.idle_timeout
+        while True:
+            left = self._last_activity + timeout - time.monotonic()
+            if left <= 0:
+                self.end("idle_timeout")
+                return
+            await anyio.sleep(left)
+
+    # Client messages -----------------------------------------------------------------------
+
+    async def _handle(self, raw: str | bytes, route: Route) -> None:
+        self._last_activity = time.monotonic()
+        try:
+            message = parse_client_message(raw)
+            await self._dispatch(message, route)
+        except ProtocolError as exc:
+            if exc.code in CLOSE_CODES:
+                self.end(exc.code, code=exc.code, message=exc.message)
+            else:  # answered on the channel the message came on (signalling on the WebSocket)
+                self.outbox.put(exc.to_message(), route=route)
+
+    async def _dispatch(self, message: object, route: Route) -> None:
+        loop = self._loop
+        assert loop is not None and self._pc is not None
+        match message:
+            case TextMessage(text=text):
+                await loop.send_text(text)
+            case InterruptMessage():
+                await loop.interrupt()
+            case EndMessage():
+                self.end("end")
+            case PingMessage(id=ping_id):
+                self.outbox.put(PongMessage(id=ping_id), route=route)
+            case IceMessage(candidate=candidate):
+                data = None if candidate is None else candidate.model_dump()
+                try:
+                    await add_candidate(self._pc, data)
+                except ValueError as exc:
+                    raise ProtocolError("bad_candidate", str(exc)) from None
+            case OfferMessage() | ResumeMessage():
+                raise ProtocolError(
+                    "unexpected_message",
+                    f"{message.type!r} is only allowed before the session starts; "
+                    "this connection already has a session (reconnect to start another)",
+                )
+
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if channel.label != "events" or self.outbox.channel is not None:
+            return  # only the client's first `events` channel carries the protocol
+        self.outbox.channel = channel
+
+        @channel.on("message")
+        def on_message(raw: object) -> None:
+            if not isinstance(raw, str | bytes):
+                return
+            try:
+                self._inbox_send.send_nowait((raw, "channel"))
+            except anyio.WouldBlock:
+                logger.warning("session %s: data channel flood; message dropped", self.session_id)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+    def _on_connection_state(self) -> None:
+        pc = self._pc
+        if pc is not None and pc.connectionState in ("failed", "closed"):
+            self.end("peer_failed")
+
+
+def _check_audio(pc: RTCPeerConnection) -> None:
+    if not any(t.kind == "audio" and t.mid is not None for t in pc.getTransceivers()):
+        raise ValueError("the offer has no audio section (m=audio): the session is spoken")
+
+
+def _offer_problem(exc: ValueError) -> str:
+    return f"the offer cannot be used: {exc}"
+
+
+def _stage_of(handler: object) -> str | None:
+    engine = getattr(handler, "engine", None)
+    stage = getattr(engine, "stage_id", None)
+    return stage if isinstance(stage, str) else None
