@@ -1,0 +1,248 @@
+"""One `llmrtc serve` process: load the bot, open the engines, serve until a signal.
+
+With `--workers N` (N > 1) this process is the supervisor instead (`_serve_workers`): it
+starts N of these as worker processes and prints the one URL line once all of them listen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+import anyio.abc
+
+from llmrtc.cli._serve_engines import (
+    ServeSetupError,
+    open_llm,
+    open_speech,
+    speech_mode_for,
+    telemetry,
+)
+
+if TYPE_CHECKING:
+    from llmrtc.catalog import Toolkit
+    from llmrtc.playbook import Playbook
+    from llmrtc.rtc.server import RTCServer
+    from llmrtc.tools import ToolRegistry
+
+__all__ = ["LISTENING", "serve_command"]
+
+LISTENING = "llmrtc serve: listening on "
+"""How the one line on stdout starts (then the URL and `(open it in Chromium)`)."""
+_INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run `llmrtc serve` with parsed `args`; the exit status."""
+    from llmrtc.cli import _load_bot
+
+    target = args.target
+    is_tools = target.endswith(".py")
+    loaded = _load_bot(None if is_tools else target, target if is_tools else None)
+    if isinstance(loaded, int):
+        return loaded  # the reason is printed already
+    if args.workers > 1 and args.worker_store is None:
+        from llmrtc.cli._serve_workers import supervise
+
+        return anyio.run(supervise, args)
+    _configure_logging(args.log_level, worker=args.worker_store is not None)
+    playbook, registry, toolkits = loaded
+    try:
+        return anyio.run(_serve, args, playbook, registry, toolkits)
+    except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
+        return _INTERRUPTED
+
+
+def _configure_logging(level: str, *, worker: bool) -> None:
+    """Log lines on stderr from `--log-level` up (a worker's are prefixed with its pid)."""
+    prefix = f"[worker {os.getpid()}] " if worker else ""
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format=f"{prefix}%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _messages(*, worker: bool) -> TextIO:
+    """Where this process's own messages go: stderr (a worker's prefixed with its pid)."""
+    if worker:
+        return _PlainLines(sys.stderr, f"[worker {os.getpid()}] ")  # type: ignore[return-value]
+    return sys.stderr
+
+
+class _Progress:
+    """Model loading progress on stderr: `ModelProgress`, one plain line per stage in a
+    worker (several workers drawing bars on one terminal would garble each other)."""
+
+    def __init__(self, *, worker: bool) -> None:
+        from llmrtc.cli.terminal import ModelProgress
+
+        self.bar = ModelProgress(_messages(worker=worker))
+
+    def __call__(self, stage: str, fraction: float | None) -> None:
+        self.bar(stage, fraction)
+
+    def done(self) -> None:
+        self.bar.done()
+
+
+class _PlainLines:
+    """A text stream that is never a terminal and prefixes what is written to it."""
+
+    def __init__(self, out: TextIO, prefix: str) -> None:
+        self._out, self._prefix = out, prefix
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            self._out.write(self._prefix + piece if self._line_start else piece)
+            self._line_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+async def _serve(
+    args: argparse.Namespace,
+    playbook: Playbook | None,
+    registry: ToolRegistry | None,
+    toolkits: list[Toolkit],
+) -> int:
+    worker = args.worker_store is not None
+    fake = args.fake_engines is not None
+    progress = _Progress(worker=worker)
+    say = _messages(worker=worker)
+    what = "the fake engines" if fake else "the model and the speech engines"
+    print(f"llmrtc serve: opening {what}...", file=say, flush=True)
+    try:
+        otel = telemetry(args.otel)
+    except ServeSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                llm = await stack.enter_async_context(
+                    open_llm(args.llm, fake_script=args.fake_engines, progress=progress)
+                )
+                with speech_mode_for(args.llm):
+                    speech = await stack.enter_async_context(
+                        open_speech(fake=fake, progress=progress)
+                    )
+            except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
+                # A missing package or model, a bad LLMRTC_SPEECH, no API key for --llm
+                # openai: the message says what to do.
+                progress.done()
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            progress.done()
+            server = _server(args, llm, speech, playbook, registry, toolkits, otel.hooks)
+            return await _run_until_signal(server, args, worker=worker)
+    finally:
+        otel.shutdown()
+
+
+def _server(
+    args: argparse.Namespace,
+    llm: Any,
+    speech: Any,
+    playbook: Playbook | None,
+    registry: ToolRegistry | None,
+    toolkits: list[Toolkit],
+    hooks: Any,
+) -> RTCServer:
+    from llmrtc.cli.bot import build_handler
+    from llmrtc.rtc.config import ServerConfig
+    from llmrtc.rtc.server import RTCServer
+    from llmrtc.rtc.store import SQLiteSessionStore
+
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        idle_timeout=args.idle_timeout,
+        resume_ttl=args.resume_ttl,
+        reuse_port=args.worker_store is not None,
+        shutdown_grace=args.shutdown_grace,
+    )
+    store = SQLiteSessionStore(args.worker_store) if args.worker_store else None
+    return RTCServer(
+        lambda: build_handler(llm, registry, playbook, toolkits=toolkits),
+        speech=speech,
+        config=config,
+        hooks=hooks,
+        store=store,
+    )
+
+
+async def _run_until_signal(server: RTCServer, args: argparse.Namespace, *, worker: bool) -> int:
+    """Serve until SIGTERM / SIGINT (or, in a worker, its stdin closing), then shut down
+    gracefully; a second SIGINT exits at once."""
+    stopping = anyio.Event()
+    async with anyio.create_task_group() as group:
+        say = _messages(worker=worker)
+        group.start_soon(_watch_signals, server, args.shutdown_grace, stopping, say)
+        if worker:
+            group.start_soon(_watch_supervisor, stopping)
+        try:
+            async with server:
+                print(f"{LISTENING}{server.url} (open it in Chromium)", flush=True)
+                await stopping.wait()
+        except OSError as exc:  # the port is taken, the host is not ours
+            print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+            group.cancel_scope.cancel()
+            return 1
+        group.cancel_scope.cancel()
+    print("llmrtc serve: stopped", file=say, flush=True)
+    return 0
+
+
+async def _watch_signals(
+    server: RTCServer, grace: float, stopping: anyio.Event, say: TextIO
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if stopping.is_set():
+                if signum == signal.SIGINT:
+                    # The user does not want to wait for the sessions: leave now.
+                    print("llmrtc serve: stopping now", file=say, flush=True)
+                    sys.stdout.flush()
+                    os._exit(_INTERRUPTED)
+                continue
+            server.stop_admitting()
+            sessions = server.active_sessions
+            print(
+                f"llmrtc serve: shutting down; {sessions} live session(s) get up to "
+                f"{grace:g} s to end" + (" (Ctrl-C again to stop now)" if sessions else ""),
+                file=say,
+                flush=True,
+            )
+            stopping.set()
+
+
+async def _watch_supervisor(stopping: anyio.Event) -> None:
+    """A worker stops when its supervisor's end of stdin closes (the supervisor is gone)."""
+    async for _ in _stdin_chunks():
+        pass
+    stopping.set()
+
+
+async def _stdin_chunks() -> AsyncIterator[bytes]:
+    fd = sys.stdin.fileno()
+    while True:
+        await anyio.wait_readable(fd)
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return
+        yield chunk
