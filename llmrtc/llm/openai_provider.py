@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,25 +14,14 @@ import anyio
 
 from llmrtc.abort import AbortSignal
 from llmrtc.llm._aborting import abort_scope
+from llmrtc.llm._request import request_params, sends_tools
+from llmrtc.llm._response import aborted, stream_events
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
-from llmrtc.llm.errors import TruncatedStreamError, connection_errors, describe_failure
-from llmrtc.llm.messages import SystemMessage, ToolMessage
+from llmrtc.llm.errors import connection_errors, describe_failure
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.settings import ModelSettings
-from llmrtc.llm.text_tools import TextToolCallParser, render_tool_prompt
-from llmrtc.llm.types import (
-    LLMDone,
-    LLMEvent,
-    LLMRequest,
-    LLMResponse,
-    LLMTextDelta,
-    LLMToolCall,
-    StopReason,
-    Usage,
-)
-from llmrtc.llm.wire import ToolCallAssembler, message_to_openai
-from llmrtc.tools.ids import to_wire_name
+from llmrtc.llm.types import LLMDone, LLMEvent, LLMRequest, LLMResponse, LLMTextDelta, LLMToolCall
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -41,23 +30,17 @@ __all__ = ["OpenAIProvider", "ToolCallFormat"]
 
 logger = logging.getLogger(__name__)
 
-ToolCallFormat = Literal["native", "text", "auto"]
+ToolCallFormat = Literal["native", "text", "auto", "composed"]
 """`native`: tools go in the API's `tools` field and calls come back structured. `text`: tool
 schemas go into the system prompt and calls are parsed from the answer text (the server never
 parses a call, so it cannot fail on one). `auto`: native, and calls a model writes as text are
-still recognised (no schemas in the prompt). In `text` and `auto`, call-shaped JSON naming no
-declared tool is dropped, in every request, with or without tools."""
-
-_END: Any = object()
-"""What the stream's iterator gives at its end."""
-
-_FINISH_REASONS: dict[str, StopReason] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
+still recognised (no schemas in the prompt). `composed`: the tools and the answer become one
+JSON schema (seed 002's `{calls, output}`: either calls or an answer) sent as
+`response_format`; the server constrains decoding to it (llama.cpp does), so no call is
+malformed or names an undeclared tool; `output` is streamed as text, the calls become tool
+calls; the API's `tools` field is not sent (its root `anyOf` suits llama.cpp; OpenAI's strict
+structured outputs want an object root). In `text`, `auto` and `composed`, call-shaped JSON
+naming no declared tool is dropped, in every request, with or without tools."""
 
 
 class OpenAIProvider:
@@ -88,6 +71,7 @@ class OpenAIProvider:
         settings: ModelSettings | None = None,
         stream_usage: bool = True,
         provider_name: str = "openai",
+        composed_output_schema: Mapping[str, Any] | None = None,
     ) -> None:
         """Create a provider.
 
@@ -104,13 +88,22 @@ class OpenAIProvider:
                 field by field (the local model uses temperature 0).
             stream_usage: Ask for token usage in the stream (`stream_options.include_usage`).
             provider_name: `gen_ai.provider.name` reported to telemetry.
+            composed_output_schema: In the `composed` format, the schema of the answer
+                (`output`); default a string, streamed as the answer text. Any other schema's
+                value is given as one JSON text at the end.
 
         Raises:
             ValueError: without an API key for the OpenAI API itself, or for bad options.
         """
-        if tool_call_format not in ("native", "text", "auto"):
+        if tool_call_format not in ("native", "text", "auto", "composed"):
             raise ValueError(
-                f"tool_call_format must be 'native', 'text' or 'auto', got {tool_call_format!r}"
+                "tool_call_format must be 'native', 'text', 'auto' or 'composed', "
+                f"got {tool_call_format!r}"
+            )
+        if composed_output_schema is not None and not isinstance(composed_output_schema, Mapping):
+            raise ValueError(
+                "composed_output_schema must be a JSON Schema dict or None, "
+                f"got {type(composed_output_schema).__name__}"
             )
         self.model = model
         self.provider_name = provider_name
@@ -120,6 +113,7 @@ class OpenAIProvider:
         self.request_timeout = request_timeout
         self.settings = settings or ModelSettings()
         self.stream_usage = stream_usage
+        self.composed_output_schema = composed_output_schema
         import openai  # here, not at module import: `import llmrtc` stays light
 
         if client is None:
@@ -190,13 +184,21 @@ class OpenAIProvider:
                 if scope.cancelled_caught:
                     yield LLMDone("aborted")
                     return
-                if _aborted(scope, abort_signal):
+                if aborted(scope, abort_signal):
                     # Aborted while `create` finished without a checkpoint: the stream is open.
                     with anyio.CancelScope(shield=True):
                         await response.close()
                     yield LLMDone("aborted")
                     return
-                events = self._events(response, request, abort_signal)
+                events = stream_events(
+                    response,
+                    request,
+                    abort_signal,
+                    native=self.tool_call_format == "native",
+                    composed=self.tool_call_format == "composed"
+                    and self._sends_tools(request)
+                    and not dropped_tools,
+                )
                 async with aclosing(events) as stream:
                     async for event in stream:
                         if isinstance(event, LLMTextDelta):
@@ -272,163 +274,12 @@ class OpenAIProvider:
         delay = self.retry.base_delay * (2**attempt)
         return float(min(delay * random.uniform(0.8, 1.2), self.retry.max_delay))
 
-    # Request ---------------------------------------------------------------------------
+    # Request and response (built and read in `_request` / `_response`) ---------------------
 
     def _sends_tools(self, request: LLMRequest) -> bool:
-        """Whether tools go with this request (in the API's field or the prompt)."""
-        if not request.tools or request.tool_choice == "none":
-            return False
-        after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
-        # Results that only prepare the next call (a discovery search) leave the model midway
-        # through its task: omitting the tools then would force a premature answer.
-        omit = self.compat.omit_tools_after_tool_results and not request.continues_chain
-        return not (omit and after_results)
+        return sends_tools(self, request)
 
     def _params(
         self, request: LLMRequest, *, withhold_tools: bool = False, prefill: str = ""
     ) -> dict[str, Any]:
-        text_mode = self.tool_call_format == "text"
-        sent = self._sends_tools(request) and not withhold_tools
-        params: dict[str, Any] = {
-            "model": request.settings.model or self.model,
-            "messages": self._messages(request, text_mode=text_mode, sent=sent),
-            "stream": True,
-        }
-        if prefill:
-            # A trailing assistant message: llama.cpp (and others) continue it, so an answer
-            # cut by a server error resumes where the user's copy of it stops.
-            params["messages"].append({"role": "assistant", "content": prefill})
-        if self.stream_usage:
-            params["stream_options"] = {"include_usage": True}
-        settings = self.settings.merged(request.settings)
-        for name in ("temperature", "max_tokens", "top_p"):
-            if (value := getattr(settings, name)) is not None:
-                params[name] = value
-        if request.response_format is not None and self.compat.response_format:
-            params["response_format"] = dict(request.response_format)
-        if sent and not text_mode:
-            params["tools"] = [tool.to_openai() for tool in request.tools]
-            choice = request.tool_choice
-            if isinstance(choice, Mapping):
-                params["tool_choice"] = {
-                    "type": "function",
-                    "function": {"name": to_wire_name(choice["name"])},
-                }
-            else:
-                params["tool_choice"] = choice
-        return params
-
-    def _messages(self, request: LLMRequest, *, text_mode: bool, sent: bool) -> list[Any]:
-        extra: list[str] = []
-        if sent:
-            if self.compat.tool_hint:
-                extra.append(self.compat.tool_hint)
-            if text_mode:
-                extra.append((self.compat.tool_prompt or render_tool_prompt)(request.tools))
-                choice = request.tool_choice
-                if isinstance(choice, Mapping):
-                    extra.append(f"You must call the tool {to_wire_name(choice['name'])} now.")
-                elif choice == "required":
-                    extra.append("You must call one of the tools now.")
-        elif self.compat.plain_answer_hint:
-            extra.append(self.compat.plain_answer_hint)
-        messages = list(request.messages)
-        out: list[dict[str, Any]] = []
-        if extra and not (messages and isinstance(messages[0], SystemMessage)):
-            out.append({"role": "system", "content": "\n\n".join(extra)})
-            extra = []
-        for index, message in enumerate(messages):
-            if index == 0 and isinstance(message, SystemMessage) and extra:
-                # Appended, never varied: the prompt stays byte-identical across turns so a
-                # server's prefix cache keeps hitting.
-                out.append({"role": "system", "content": "\n\n".join([message.content, *extra])})
-            else:
-                out.append(message_to_openai(message, text_mode=text_mode))
-        return out
-
-    # Response --------------------------------------------------------------------------
-
-    async def _events(
-        self,
-        response: Any,
-        request: LLMRequest,
-        abort_signal: AbortSignal | None,
-    ) -> AsyncGenerator[LLMEvent, None]:
-        parser = None
-        if self.tool_call_format != "native":
-            # Every request, tools or not: call-shaped JSON is never text. With
-            # tool_choice "none" no call is accepted; after a retry without tools (or tool
-            # results) a call the model still writes to a declared tool is one.
-            # Routable names (hidden, auto-routed tools) are accepted too: a text call to one is
-            # a call the executor runs, not call-shaped noise to drop.
-            offered = [] if request.tool_choice == "none" else [t.name for t in request.tools]
-            routable = () if request.tool_choice == "none" else request.routable_names
-            parser = TextToolCallParser(offered, routable)
-        calls = ToolCallAssembler([*(t.name for t in request.tools), *request.routable_names])
-        emitted_calls = 0
-        usage = Usage()
-        model: str | None = None
-        finish: str | None = None
-        iterator = response.__aiter__()
-        try:
-            while True:
-                # One scope per chunk: the yields below must stay outside any cancel scope.
-                with abort_scope(abort_signal) as scope:
-                    chunk = await anext(iterator, _END)
-                # A chunk already buffered comes without a checkpoint, so an abort that landed
-                # meanwhile (while the consumer spoke the last delta) cancelled nothing: drop
-                # the chunk all the same, nothing after a barge-in is said.
-                if scope.cancelled_caught or _aborted(scope, abort_signal):
-                    for event in parser.discard_undecided() if parser else ():
-                        yield event  # text before anything call-like; the rest is dropped
-                    yield LLMDone("aborted", usage, model)
-                    return
-                if chunk is _END:
-                    break
-                model = chunk.model or model
-                if chunk.usage is not None:
-                    usage = Usage(
-                        chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
-                    )
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        if parser is None:
-                            yield LLMTextDelta(delta.content)
-                        else:
-                            for event in parser.feed(delta.content):
-                                emitted_calls += isinstance(event, LLMToolCall)
-                                yield event
-                    for part in (delta.tool_calls if delta is not None else None) or ():
-                        function = part.function
-                        for call in calls.add(
-                            part.index,
-                            part.id,
-                            function.name if function is not None else None,
-                            function.arguments if function is not None else None,
-                        ):
-                            yield LLMToolCall(call)
-                            emitted_calls += 1
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
-        finally:
-            with anyio.CancelScope(shield=True):
-                await response.close()  # stops the HTTP stream (and the server's generation)
-        if finish is None:
-            raise TruncatedStreamError("the stream ended before the model finished its answer")
-        for call in calls.finish():
-            yield LLMToolCall(call)
-            emitted_calls += 1
-        for event in parser.finish() if parser else ():
-            emitted_calls += isinstance(event, LLMToolCall)
-            yield event
-        stop: StopReason = _FINISH_REASONS.get(finish or "stop", "stop")
-        if emitted_calls and stop == "stop":
-            stop = "tool_calls"  # servers differ; a response that called tools ended for them
-        yield LLMDone(stop, usage, model)
-
-
-def _aborted(scope: anyio.CancelScope, signal: AbortSignal | None) -> bool:
-    """Whether the signal stopped the work of `scope`, also when the awaited call returned
-    without a checkpoint (so the scope's cancellation was never delivered)."""
-    return scope.cancel_called or (signal is not None and signal.aborted)
+        return request_params(self, request, withhold_tools=withhold_tools, prefill=prefill)

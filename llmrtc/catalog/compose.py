@@ -1,0 +1,61 @@
+"""`compose_schema`: seed 002's composed schema, the tools a model may call and the answer it
+may give as one JSON Schema (`{calls, output}`), for a server that constrains decoding to it
+(`OpenAIProvider(tool_call_format="composed")` sends it for every request with tools)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.latent import composed_schema
+from llmrtc.tools.tool import Tool
+
+__all__ = ["compose_schema"]
+
+
+def compose_schema(
+    tools: Iterable[Tool | ToolDefinition],
+    output_schema: Mapping[str, Any] | None = None,
+    *,
+    allow_both: bool = False,
+) -> dict[str, Any]:
+    """The composed `{calls, output}` schema of `tools` and an answer schema.
+
+    A call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to its
+    tool's parameters (a `oneOf` over the tools with `name` a const; latent tools include
+    their required `_output`). By default an answer holds either calls (`output` null) or an
+    answer (`calls` empty), never both: on the offline model a schema allowing both made it
+    write an invented answer beside its calls. `$defs` of the tools are moved to the root.
+
+    Example:
+        schema = compose_schema(registry, {"type": "object",
+                                           "properties": {"summary": {"type": "string"}}})
+        # {"anyOf": [{calls: [≥1 call], output: null}, {calls: [], output: {...}}]}
+
+    Args:
+        tools: `Tool`s (a `ToolRegistry` iterates its tools) or `ToolDefinition`s.
+        output_schema: The schema of the answer (default: a string).
+        allow_both: Allow calls and an answer in one object (`output` may then be null):
+            seed 002's original form, and an object root (OpenAI strict structured outputs
+            accept no `anyOf` root).
+
+    Raises:
+        TypeError: for something that is neither a `Tool` nor a `ToolDefinition`.
+        ValueError: when two tools share a wire name.
+    """
+    definitions: list[ToolDefinition] = []
+    seen: set[str] = set()
+    for item in tools:
+        definition = item.definition if isinstance(item, Tool) else item
+        if not isinstance(definition, ToolDefinition):
+            raise TypeError(
+                f"compose_schema takes Tools or ToolDefinitions, got {type(item).__name__}"
+            )
+        if definition.wire_name in seen:
+            raise ValueError(f"two tools are named {definition.wire_name!r} on the wire")
+        seen.add(definition.wire_name)
+        definitions.append(definition)
+    if output_schema is not None and not isinstance(output_schema, Mapping):
+        raise TypeError(f"output_schema must be a JSON Schema dict, got {output_schema!r}")
+    return composed_schema(definitions, output_schema, allow_both=allow_both)

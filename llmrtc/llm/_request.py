@@ -1,0 +1,111 @@
+"""The chat-completions request `OpenAIProvider` sends: which tools go (in the API's field, the
+system prompt, or a composed `response_format`), the messages, and the sampling options."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from llmrtc.llm._composed import composed_prompt, composed_response_format
+from llmrtc.llm.messages import SystemMessage, ToolMessage
+from llmrtc.llm.text_tools import render_tool_prompt
+from llmrtc.llm.types import LLMRequest
+from llmrtc.llm.wire import message_to_openai
+from llmrtc.tools.ids import to_wire_name
+
+if TYPE_CHECKING:
+    from llmrtc.llm.openai_provider import OpenAIProvider
+
+
+def sends_tools(provider: OpenAIProvider, request: LLMRequest) -> bool:
+    """Whether tools go with this request (in the API's field, the prompt or the schema)."""
+    if not request.tools or request.tool_choice == "none":
+        return False
+    after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
+    # Results that only prepare the next call (a discovery search) leave the model midway
+    # through its task: omitting the tools then would force a premature answer.
+    omit = provider.compat.omit_tools_after_tool_results and not request.continues_chain
+    return not (omit and after_results)
+
+
+def request_params(
+    provider: OpenAIProvider,
+    request: LLMRequest,
+    *,
+    withhold_tools: bool = False,
+    prefill: str = "",
+) -> dict[str, Any]:
+    """The keyword arguments of `chat.completions.create` for `request`."""
+    fmt = provider.tool_call_format
+    text_mode = fmt in ("text", "composed")
+    sent = sends_tools(provider, request) and not withhold_tools
+    params: dict[str, Any] = {
+        "model": request.settings.model or provider.model,
+        "messages": _messages(provider, request, text_mode=text_mode, sent=sent),
+        "stream": True,
+    }
+    if prefill:
+        # A trailing assistant message: llama.cpp (and others) continue it, so an answer
+        # cut by a server error resumes where the user's copy of it stops.
+        params["messages"].append({"role": "assistant", "content": prefill})
+    if provider.stream_usage:
+        params["stream_options"] = {"include_usage": True}
+    settings = provider.settings.merged(request.settings)
+    for name in ("temperature", "max_tokens", "top_p"):
+        if (value := getattr(settings, name)) is not None:
+            params[name] = value
+    if request.response_format is not None and provider.compat.response_format:
+        params["response_format"] = dict(request.response_format)
+    if sent and fmt == "composed":
+        # The tools are the answer's schema: the server (llama.cpp constrains decoding to
+        # it) can produce no malformed call and no call to an undeclared tool.
+        params["response_format"] = composed_response_format(
+            request.tools, request.tool_choice, provider.composed_output_schema
+        )
+    elif sent and not text_mode:
+        params["tools"] = [tool.to_openai() for tool in request.tools]
+        choice = request.tool_choice
+        if isinstance(choice, Mapping):
+            params["tool_choice"] = {
+                "type": "function",
+                "function": {"name": to_wire_name(choice["name"])},
+            }
+        else:
+            params["tool_choice"] = choice
+    return params
+
+
+def _messages(
+    provider: OpenAIProvider, request: LLMRequest, *, text_mode: bool, sent: bool
+) -> list[Any]:
+    compat = provider.compat
+    extra: list[str] = []
+    if sent and provider.tool_call_format == "composed":
+        # The profile's tool hint asks for a bare call object: the composed prompt says how
+        # this answer is shaped instead.
+        extra.append(composed_prompt(request.tools))
+    elif sent:
+        if compat.tool_hint:
+            extra.append(compat.tool_hint)
+        if text_mode:
+            extra.append((compat.tool_prompt or render_tool_prompt)(request.tools))
+            choice = request.tool_choice
+            if isinstance(choice, Mapping):
+                extra.append(f"You must call the tool {to_wire_name(choice['name'])} now.")
+            elif choice == "required":
+                extra.append("You must call one of the tools now.")
+    elif compat.plain_answer_hint:
+        extra.append(compat.plain_answer_hint)
+    messages = list(request.messages)
+    out: list[dict[str, Any]] = []
+    if extra and not (messages and isinstance(messages[0], SystemMessage)):
+        out.append({"role": "system", "content": "\n\n".join(extra)})
+        extra = []
+    for index, message in enumerate(messages):
+        if index == 0 and isinstance(message, SystemMessage) and extra:
+            # Appended, never varied: the prompt stays byte-identical across turns so a
+            # server's prefix cache keeps hitting.
+            out.append({"role": "system", "content": "\n\n".join([message.content, *extra])})
+        else:
+            out.append(message_to_openai(message, text_mode=text_mode))
+    return out

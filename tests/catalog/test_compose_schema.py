@@ -1,0 +1,90 @@
+"""`compose_schema`: seed 002's `{calls, output}` schema, either calls or an answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from llmrtc.catalog.compose import compose_schema
+from llmrtc.tools import ToolDefinition, ToolRegistry, define_tool, tool
+
+
+@tool
+def lookupWeather(city: str) -> str:
+    """Current weather for a city."""
+    return city
+
+
+class Item(BaseModel):
+    sku: str
+
+
+class Basket(BaseModel):
+    items: list[Item]
+
+
+basket = define_tool(ToolDefinition(name="shop.order", parameters=Basket), lambda a, c: a)
+capital = define_tool(
+    ToolDefinition(
+        name="capital",
+        parameters={"type": "object", "properties": {"country": {"type": "string"}}},
+        output_schema={"type": "string"},
+    )
+)
+OUTPUT = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+
+
+def valid(schema: dict[str, Any], answer: Any) -> bool:
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema).is_valid(answer)
+
+
+def test_either_calls_or_an_answer() -> None:
+    schema = compose_schema(ToolRegistry([lookupWeather, basket, capital]), OUTPUT)
+    call = {"name": "lookupWeather", "arguments": {"city": "Oslo"}}
+    assert valid(schema, {"calls": [call], "output": None})
+    assert valid(schema, {"calls": [], "output": {"summary": "hi"}})
+    assert not valid(schema, {"calls": [call], "output": {"summary": "hi"}})  # not both
+    assert not valid(schema, {"calls": [], "output": None})
+    assert not valid(schema, {"calls": [{"name": "invented", "arguments": {}}], "output": None})
+    assert not valid(
+        schema, {"calls": [{"name": "lookupWeather", "arguments": {}}], "output": None}
+    )
+    # A latent tool's call must carry its result.
+    latent = {"name": "capital", "arguments": {"country": "France"}}
+    assert not valid(schema, {"calls": [latent], "output": None})
+    latent["arguments"]["_output"] = "Paris"  # type: ignore[index]
+    assert valid(schema, {"calls": [latent], "output": None})
+
+
+def test_names_are_wire_names_and_refs_are_hoisted_to_the_root() -> None:
+    schema = compose_schema([basket.definition])
+    item = {"name": "shop__order", "arguments": {"items": [{"sku": "A1"}]}}
+    assert valid(schema, {"calls": [item], "output": None})
+    assert not valid(schema, {"calls": [{**item, "arguments": {"items": [{}]}}], "output": None})
+    assert set(schema["$defs"]) == {"shop__order__Item"}
+    assert valid(schema, {"calls": [], "output": "Your order is on its way."})  # default: text
+
+
+def test_allow_both_is_seed_002s_original_form_with_an_object_root() -> None:
+    schema = compose_schema([lookupWeather], OUTPUT, allow_both=True)
+    assert schema["type"] == "object"
+    call = {"name": "lookupWeather", "arguments": {"city": "Oslo"}}
+    assert valid(schema, {"calls": [call], "output": {"summary": "hi"}})
+    assert valid(schema, {"calls": [call], "output": None})
+
+
+def test_no_tools_leaves_only_the_answer() -> None:
+    schema = compose_schema([], OUTPUT)
+    assert valid(schema, {"calls": [], "output": {"summary": "x"}})
+    assert not valid(schema, {"calls": [{"name": "x", "arguments": {}}], "output": None})
+
+
+def test_bad_input_is_refused_with_what_is_allowed() -> None:
+    with pytest.raises(TypeError, match="Tools or ToolDefinitions"):
+        compose_schema([{"name": "x"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="two tools"):
+        compose_schema([lookupWeather, lookupWeather.definition])
