@@ -64,7 +64,7 @@ async def test_calls_come_back_as_tool_calls_and_no_native_fields_are_sent() -> 
     assert "tools" not in body and "tool_choice" not in body
     schema = body["response_format"]["json_schema"]["schema"]
     assert body["response_format"]["type"] == "json_schema"
-    assert [b["properties"]["output"] for b in schema["anyOf"]][0] == {"type": "null"}
+    assert schema["anyOf"][0]["properties"]["output"] == {"type": "null"}
     assert '"name": "lookupWeather"' in body["messages"][0]["content"]  # the tools, in the prompt
     calls = [e.call for e in events if isinstance(e, LLMToolCall)]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [  # type: ignore[arg-type]
