@@ -1,22 +1,30 @@
 """The bot a command talks to: a playbook's orchestrator, or a runner with a tools file.
 
-`llmrtc chat` and `llmrtc voice` answer with the same handler, built here.
+`llmrtc chat`, `llmrtc voice` and `llmrtc serve` answer with the same handler, built here,
+over the tools `open_mcp_tools` adds from the playbook's MCP servers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from llmrtc.agent import TurnHandler
     from llmrtc.catalog import Toolkit
+    from llmrtc.catalog.mcp import MCPBackend
     from llmrtc.llm import LLMProvider
     from llmrtc.playbook import Playbook
+    from llmrtc.playbook.models import MCPServerConfig
     from llmrtc.tools import ToolRegistry
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "build_handler"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "build_handler", "open_mcp_tools", "run_with_mcp_tools"]
+
+logger = logging.getLogger("llmrtc.cli")
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools when they help. Answer briefly."
 """The system prompt of `chat` and `voice` without a playbook (`--system` replaces it)."""
@@ -43,3 +51,131 @@ def build_handler(
     if playbook is not None:
         return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits)
     return TurnRunner(llm, ToolExecutor(tools), system_prompt=system_prompt)
+
+
+@asynccontextmanager
+async def open_mcp_tools(
+    registry: ToolRegistry | None,
+    playbook: Playbook | None = None,
+    *,
+    servers: Sequence[MCPServerConfig] | None = None,
+    base_dir: str | Path | None = None,
+    toolkits: Sequence[Toolkit] = (),
+) -> AsyncIterator[ToolRegistry | None]:
+    """Connect the MCP servers of `playbook` (or `servers`, e.g. a server config's) for the
+    block, and yield the registry a handler should run: `registry` with every server's tools
+    registered (`mcp_<server>.<tool>`), kept in step when a server's tools change
+    (`tools/list_changed`, a reconnect) and unregistered when the block ends. Without
+    servers, `registry` is yielded as it is.
+
+    Args:
+        registry: The local tools (None: none); MCP tools are added to it in place.
+        playbook: Its `mcp_servers` are opened, and it is checked again with the MCP tools
+            (its stages may name them; `load_playbook` could not know them).
+        servers: MCP servers to open instead of the playbook's.
+        base_dir: Where stdio servers run (relative `args` resolve there); by default the
+            playbook's folder, else the working directory.
+        toolkits: The toolkits the playbook's stages may name (for that check).
+
+    Raises:
+        MCPConnectionError: a server cannot be started or reached (naming it and why).
+        PlaybookError: a stage names an MCP tool the server does not offer.
+    """
+    configs = list(servers if servers is not None else playbook.mcp_servers if playbook else [])
+    if not configs:
+        yield registry
+        return
+    import anyio
+
+    from llmrtc.playbook import PlaybookError
+    from llmrtc.playbook.validation import validate_playbook
+    from llmrtc.tools import ToolRegistry
+
+    if base_dir is None and playbook is not None and playbook.source_path:
+        base_dir = Path(playbook.source_path).parent
+    cwd = Path(base_dir) if base_dir is not None else Path.cwd()
+    tools = registry if registry is not None else ToolRegistry()
+    registered: dict[str, list[str]] = {}
+
+    async def sync(backend: MCPBackend) -> None:
+        listed = await backend.list()
+        for name in registered.pop(backend.name, []):
+            tools.unregister(name)
+        tools.register_all(listed)
+        registered[backend.name] = [tool.name for tool in listed]
+
+    async def follow(backend: MCPBackend) -> None:
+        changed = anyio.Event()
+
+        def mark() -> None:
+            changed.set()
+
+        backend.on_tools_changed(mark)
+        while True:
+            await changed.wait()
+            changed = anyio.Event()
+            try:
+                await sync(backend)
+            except Exception:
+                logger.warning(
+                    "MCP server %r: its tools could not be listed again; the old list stays",
+                    backend.name,
+                    exc_info=True,
+                )
+
+    async with AsyncExitStack() as stack:
+        backends = [await stack.enter_async_context(_backend(config, cwd)) for config in configs]
+        try:
+            for backend in backends:
+                await sync(backend)
+            if playbook is not None:
+                findings = validate_playbook(playbook, tools, toolkits=toolkits)
+                if any(f.severity == "error" for f in findings):
+                    raise PlaybookError(findings, playbook.source_path)
+            async with anyio.create_task_group() as group:
+                for backend in backends:
+                    group.start_soon(follow, backend)
+                try:
+                    yield tools
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            for names in registered.values():
+                for name in names:
+                    tools.unregister(name)
+
+
+def _backend(config: MCPServerConfig, cwd: Path) -> MCPBackend:
+    from llmrtc.catalog.mcp import MCPBackend
+
+    if config.url is not None:
+        return MCPBackend(config.name, url=config.url)
+    assert config.command is not None
+    return MCPBackend(
+        config.name,
+        command=[config.command, *config.args],
+        env=config.env or None,
+        cwd=cwd,
+    )
+
+
+async def run_with_mcp_tools(
+    run: Callable[..., Awaitable[int]],
+    args: Any,
+    registry: ToolRegistry | None,
+    playbook: Playbook | None,
+    *rest: Any,
+    toolkits: Sequence[Toolkit] = (),
+) -> int:
+    """`await run(args, tools, playbook, *rest)` inside `open_mcp_tools(registry, playbook)`
+    (how `llmrtc chat` runs); a server that cannot be reached, or a playbook naming MCP tools
+    its servers lack, is printed as an error and gives exit status 1."""
+    from llmrtc.catalog.mcp import MCPConnectionError
+    from llmrtc.playbook import PlaybookError
+
+    try:
+        async with open_mcp_tools(registry, playbook, toolkits=toolkits) as tools:
+            return await run(args, tools, playbook, *rest)
+    except (MCPConnectionError, PlaybookError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -14,11 +14,17 @@ from pydantic import ValidationError
 from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.playbook.models import Playbook
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
+from llmrtc.tools.ids import from_wire_name, parse_tool_id
 from llmrtc.tools.loader import load_tools_module
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.validation import format_path
 
-__all__ = ["load_playbook", "load_playbook_toolkit_tools", "load_playbook_tools"]
+__all__ = [
+    "load_playbook",
+    "load_playbook_toolkit_tools",
+    "load_playbook_tools",
+    "mcp_tool_server",
+]
 
 
 def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
@@ -133,11 +139,40 @@ def load_playbook(
     findings = [
         Finding(f.severity, f.message, at(f.path))
         for f in validate_playbook(playbook, registry, toolkits=toolkits)
+        if not _names_mcp_tool(f, playbook)
     ]
     if any(f.severity == "error" for f in findings):
         # Every finding, warnings too: fixing the errors should not reveal new ones.
         raise PlaybookError(findings, str(file))
     return playbook
+
+
+_UNKNOWN_TOOL = re.compile(r"^unknown tool '([^']+)'")
+
+
+def mcp_tool_server(name: str, playbook: Playbook) -> str | None:
+    """The `mcp_servers` entry whose tools `name` designates (`mcp_weather.forecast`,
+    `mcp_weather__forecast`, `mcp_weather:forecast@1.0.0`), or None."""
+    try:
+        parsed = parse_tool_id(from_wire_name(name) if ":" not in name else name)
+    except ValueError:
+        return None
+    for server in playbook.mcp_servers:
+        if parsed.namespace == f"mcp_{server.name}":
+            return server.name
+    return None
+
+
+def _names_mcp_tool(finding: Finding, playbook: Playbook) -> bool:
+    """Whether `finding` is an unknown-tool error about a tool of one of the playbook's MCP
+    servers: those tools are known only once the servers are connected, where the playbook
+    is checked again with them (`llmrtc.cli.bot.open_mcp_tools`)."""
+    match = _UNKNOWN_TOOL.match(finding.message)
+    return (
+        finding.severity == "error"
+        and match is not None
+        and mcp_tool_server(match.group(1), playbook) is not None
+    )
 
 
 def load_playbook_tools(playbook: Playbook) -> ToolRegistry:

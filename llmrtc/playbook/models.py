@@ -4,10 +4,11 @@ checked by `validate_playbook`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrtc.llm.settings import ModelSettings
 
@@ -19,6 +20,7 @@ __all__ = [
     "KeywordCondition",
     "LLMConfig",
     "LLMDecisionCondition",
+    "MCPServerConfig",
     "MaxTurnsCondition",
     "Playbook",
     "Stage",
@@ -157,6 +159,57 @@ class Transition(_Model):
     """Higher is checked first; ties keep file order."""
 
 
+_MCP_SERVER_NAME = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"
+
+
+class MCPServerConfig(_Model):
+    """An MCP server whose tools the playbook uses (`mcp_servers:`): a stdio `command` (with
+    `args` and `env`), or a streamable HTTP `url`. Its tools are named `mcp_<name>.<tool>`
+    (catalog id `mcp_<name>:<tool>@<server version>`); stages list them like any tool."""
+
+    name: str
+    """Letters, digits, '-' and single inner '_': the tools' namespace is `mcp_<name>`."""
+    command: str | None = Field(default=None, min_length=1)
+    """The program of a stdio server (`python`, `npx`); it runs in the playbook's folder."""
+    args: list[str] = Field(default_factory=list)
+    """The program's arguments (a relative path is relative to the playbook's folder)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for the program, over a safe default set (`PATH`, `HOME`, ...)."""
+    url: str | None = None
+    """The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, value: str) -> str:
+        if not re.match(_MCP_SERVER_NAME, value):
+            raise ValueError(
+                f"MCP server name {value!r}: use letters, digits, '-' and single '_' between "
+                "them (e.g. weather, git-hub, my_server); it becomes the tools' namespace "
+                "mcp_<name>"
+            )
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"url {value!r} must start with http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                f"MCP server {self.name!r}: give either command (with args, env) for a stdio "
+                "server or url for a streamable HTTP one, not both or neither"
+            )
+        if self.url is not None and (self.args or self.env):
+            raise ValueError(
+                f"MCP server {self.name!r}: args and env apply to a command, not to a url"
+            )
+        return self
+
+
 class Stage(_Model):
     """One stage of the conversation."""
 
@@ -201,9 +254,24 @@ class Playbook(_Model):
     default_llm_config: LLMConfig | None = None
     tools_file: str | None = None
     """A Python file with the playbook's tools, relative to the playbook file."""
+    mcp_servers: list[MCPServerConfig] = Field(default_factory=list)
+    """MCP servers whose tools stages may list (`mcp_<name>.<tool>`); `llmrtc chat` and
+    `llmrtc serve` connect them for the playbook's lifetime."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     source_path: str | None = Field(default=None, exclude=True)
     """Where the playbook was loaded from (set by `load_playbook`)."""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_mcp_names(cls, servers: list[MCPServerConfig]) -> list[MCPServerConfig]:
+        names = [server.name for server in servers]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(
+                    f"two MCP servers are named {name!r}; names must be unique (they become "
+                    f"the tools' namespaces mcp_<name>): {names}"
+                )
+        return servers
 
     def stage(self, stage_id: str) -> Stage:
         """The stage with that id.
