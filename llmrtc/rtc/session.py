@@ -425,6 +425,6 @@ def _offer_problem(exc: ValueError) -> str:
 
 
 def _stage_of(handler: object) -> str | None:
-    engine = getattr(handler, "engine", None)
-    stage = getattr(engine, "stage_id", None)
+    """The current stage of a playbook handler (`PlaybookOrchestrator.engine`), else None."""
+    stage = getattr(getattr(getattr(handler, "engine", None), "current_stage", None), "id", None)
     return stage if isinstance(stage, str) else None
