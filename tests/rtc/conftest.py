@@ -164,6 +164,13 @@ class RawClient:
                 changed = self._changed
                 await changed.wait()
 
+    async def wait_count(self, count: int, timeout: float = TIMEOUT) -> None:
+        """Wait until `count` messages arrived in all."""
+        with anyio.fail_after(timeout):
+            while len(self.messages) < count:
+                changed = self._changed
+                await changed.wait()
+
     async def wait_closed(self, timeout: float = TIMEOUT) -> int | None:
         with anyio.fail_after(timeout):
             await self._closed.wait()
@@ -215,6 +222,14 @@ async def raw_client(url: str) -> AsyncIterator[RawClient]:
 async def running(server: RTCServer) -> AsyncIterator[RTCServer]:
     async with server:
         yield server
+
+
+async def until(condition: Any, timeout: float = TIMEOUT) -> None:
+    """Wait until `condition()` is true (polling; the server tears sessions down after the
+    client sees the close)."""
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.02)
 
 
 def peer_connections() -> int:

@@ -191,18 +191,20 @@ async def test_resume_with_a_wrong_or_expired_token_is_refused_and_spoils_nothin
 
 async def test_a_resume_while_the_old_connection_lingers_takes_the_session_over() -> None:
     llm = ScriptedLLM(["One.", "Two."])
-    async with RTCServer(runners(llm), speech=fake_speech(), config=config()) as server:
-        async with raw_client(server.url) as old:
-            session = await old.connect()
-            await old.send({"type": "text", "text": "first"})
-            await old.wait_for("turn_completed")
-            async with raw_client(server.url) as new:
-                credentials = (session["session_id"], session["resume_token"])
-                assert (await new.connect(resume=credentials))["resumed"] is True
-                assert await old.wait_closed() == 1000
-                await new.send({"type": "text", "text": "second"})
-                assert (await new.wait_for("turn_completed"))["text"] == "Two."
-                assert server.active_sessions == 1
+    async with (
+        RTCServer(runners(llm), speech=fake_speech(), config=config()) as server,
+        raw_client(server.url) as old,
+    ):
+        session = await old.connect()
+        await old.send({"type": "text", "text": "first"})
+        await old.wait_for("turn_completed")
+        async with raw_client(server.url) as new:
+            credentials = (session["session_id"], session["resume_token"])
+            assert (await new.connect(resume=credentials))["resumed"] is True
+            assert await old.wait_closed() == 1000
+            await new.send({"type": "text", "text": "second"})
+            assert (await new.wait_for("turn_completed"))["text"] == "Two."
+            assert server.active_sessions == 1
     assert [type(m) for m in llm.requests[-1].messages[1:]] == [
         UserMessage,
         AssistantMessage,
