@@ -20,7 +20,13 @@ from llmrtc.catalog._llm_text import (
     shorten,
 )
 from llmrtc.catalog.injection import estimate_tokens
-from llmrtc.catalog.llm_tools import _UNSET, LLMToolError, MaxTokensContext, select_variant
+from llmrtc.catalog.llm_tools import (
+    _UNSET,
+    LLMToolError,
+    MaxTokensContext,
+    _schema_error,
+    select_variant,
+)
 from llmrtc.catalog.model_pool import (
     MissingCredentialsError,
     ModelPool,
@@ -32,7 +38,7 @@ from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.validation import prepare_arguments
+from llmrtc.tools.validation import compile_validator, prepare_arguments
 
 if TYPE_CHECKING:
     from llmrtc.catalog.llm_tools import LLMToolSpec
@@ -74,6 +80,7 @@ class PromptRunner:
         if spec.prepare_input is not None:
             prepared = spec.prepare_input(dict(values))
             values = await prepared if inspect.isawaitable(prepared) else prepared
+        schema, validator = self._output_schema(values)
         failures: list[str] = []
         safe: list[str] = []
         missing: list[tuple[str, MissingCredentialsError]] = []
@@ -95,7 +102,7 @@ class PromptRunner:
             ctx.report_model_usage(ModelUsage(model_id, attempts, failures=tuple(failures)))
             if failure is None:
                 try:
-                    output, result = await self._ask(provider, model_id, model, values, ctx)
+                    output, result = await self._ask(provider, model_id, model, values, schema, ctx)
                 except ToolError:
                     raise  # aborted: no other model is tried
                 except Exception as exc:
@@ -116,8 +123,8 @@ class PromptRunner:
                 failures=tuple(failures),
             )
             ctx.report_model_usage(usage)
-            if spec.output_validator is not None:
-                await self._check_output(pool, ctx, model_id, output)
+            if validator is not None:
+                await self._check_output(pool, ctx, model_id, output, validator)
             return output
         ctx.report_model_usage(ModelUsage(last, attempts, failures=tuple(failures)))
         if attempts == 0:
@@ -134,6 +141,7 @@ class PromptRunner:
         model_id: str,
         model: str,
         values: dict[str, Any],
+        schema: dict[str, Any] | None,
         ctx: ToolContext,
     ) -> tuple[Any, Any]:
         spec = self.spec
@@ -154,8 +162,8 @@ class PromptRunner:
         user = render_template(user_template, values)
         response_format = None
         if spec.output_format == "json":
-            system = json_system_prompt(system, spec.output_schema, example)
-            response_format = json_response_format(self.definition.wire_name, spec.output_schema)
+            system = json_system_prompt(system, schema, example)
+            response_format = json_response_format(self.definition.wire_name, schema)
         if spec.resolve_max_tokens is not None:
             provider_name, _ = parse_model_id(model_id)
             sizing = MaxTokensContext(
@@ -217,10 +225,26 @@ class PromptRunner:
         )
         await emit_optional(pool.hooks, "on_model_fallback", event)
 
+    def _output_schema(self, values: dict[str, Any]) -> tuple[dict[str, Any] | None, Any]:
+        """The output schema of this call and its validator (None, None without one)."""
+        spec = self.spec
+        if spec.resolve_output_schema is None:
+            return spec.output_schema, spec.output_validator
+        schema = spec.resolve_output_schema(values)
+        if schema is None:
+            return spec.output_schema, spec.output_validator
+        try:
+            return schema, compile_validator(schema)
+        except ValueError as exc:
+            # Built from the arguments: the calling model can correct them.
+            raise ToolError(
+                f"{self.definition.name}: the output schema is invalid: {_schema_error(exc)}"
+            ) from None
+
     async def _check_output(
-        self, pool: ModelPool, ctx: ToolContext, model_id: str, output: Any
+        self, pool: ModelPool, ctx: ToolContext, model_id: str, output: Any, validator: Any
     ) -> None:
-        errors = self.spec.output_validator.errors(output)
+        errors = validator.errors(output)
         if not errors:
             return
         message = "; ".join(errors)

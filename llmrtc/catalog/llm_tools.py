@@ -152,6 +152,7 @@ class LLMToolSpec:
     model_preference: ModelPreference
     prepare_input: Callable[[dict[str, Any]], Any] | None = None
     resolve_max_tokens: Callable[[dict[str, Any], MaxTokensContext], int | None] | None = None
+    resolve_output_schema: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
     output_validator: Any = field(default=None, repr=False)
 
 
@@ -167,6 +168,11 @@ class LLMTool(Tool):
         self.spec = spec
         """The prompt, output and model settings."""
         super().__init__(definition, PromptRunner(definition, spec).run)
+
+
+def _schema_error(exc: ValueError) -> str:
+    # compile_validator words its errors for tool parameters.
+    return str(exc).replace("parameters is not", "not", 1).replace("parameters has", "it has", 1)
 
 
 def _check_limits(where: str, max_tokens: int | None, temperature: float | None) -> None:
@@ -197,6 +203,7 @@ def define_llm_tool(
     model_preference: ModelPreference | None = None,
     prepare_input: Callable[[dict[str, Any]], Any] | None = None,
     resolve_max_tokens: Callable[[dict[str, Any], MaxTokensContext], int | None] | None = None,
+    resolve_output_schema: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     timeout: float | None = None,
     execution_policy: ExecutionPolicy | None = None,
     on_interrupt: InterruptPolicy = "cancel",
@@ -240,6 +247,11 @@ def define_llm_tool(
         resolve_max_tokens: `resolve_max_tokens(values, MaxTokensContext) -> int | None`: the
             output limit per request (e.g. from the input's length); None keeps the variant's
             or preference's.
+        resolve_output_schema: For `"json"`: `resolve_output_schema(values) -> schema | None`:
+            the output schema of one call, built from its input (an enum of the labels given,
+            the schema a caller asks to extract into); used in the prompt, as
+            `response_format` and for the warning check, in place of `output_schema`. A schema
+            it returns that is not valid JSON Schema fails the call with a `ToolError`.
         timeout, execution_policy, on_interrupt, sensitive_fields, tags, aliases, examples:
             As for `ToolDefinition`.
 
@@ -254,10 +266,11 @@ def define_llm_tool(
         raise ValueError(
             f"tool {id!r}: output_format must be 'json' or 'text', got {output_format!r}"
         )
-    if output_format == "text" and (output_schema is not None or output_example is not None):
+    json_options = (output_schema, output_example, resolve_output_schema)
+    if output_format == "text" and any(option is not None for option in json_options):
         raise ValueError(
-            f"tool {id!r}: output_schema and output_example describe JSON output; set "
-            "output_format='json'"
+            f"tool {id!r}: output_schema, output_example and resolve_output_schema describe "
+            "JSON output; set output_format='json'"
         )
     definition = ToolDefinition(
         name=parsed.name,
@@ -278,7 +291,7 @@ def define_llm_tool(
         try:
             validator = compile_validator(output_schema)
         except ValueError as exc:
-            raise ValueError(f"tool {id!r}: output_schema: {exc}") from None
+            raise ValueError(f"tool {id!r}: output_schema: {_schema_error(exc)}") from None
     variants = tuple(variants)
     _check_variants(id, variants)
     if prepare_input is None:
@@ -303,6 +316,7 @@ def define_llm_tool(
         model_preference=model_preference or ModelPreference(),
         prepare_input=prepare_input,
         resolve_max_tokens=resolve_max_tokens,
+        resolve_output_schema=resolve_output_schema,
         output_validator=validator,
     )
     return LLMTool(definition, spec)
