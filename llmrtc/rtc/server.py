@@ -15,7 +15,6 @@ send `error {code, message}` and close with `CLOSE_CODES[code]`.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from contextlib import AsyncExitStack, suppress
@@ -26,20 +25,16 @@ import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from llmrtc.rtc._handlers import RestoreError, make_handler
 from llmrtc.rtc._http import StaticFiles
+from llmrtc.rtc._signalling import read_opening, refuse
 from llmrtc.rtc.config import ServerConfig
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     MAX_FRAME_BYTES,
-    EndMessage,
-    ErrorCode,
-    OfferMessage,
-    PingMessage,
-    PongMessage,
     ProtocolError,
     ResumeMessage,
     error_message,
-    parse_client_message,
     to_wire,
 )
 from llmrtc.rtc.session import Session
@@ -53,7 +48,6 @@ if TYPE_CHECKING:
 
     from aiortc import RTCSessionDescription
 
-    from llmrtc.agent.handler import TurnHandler
     from llmrtc.voice.speech import Speech
 
 __all__ = ["RTCServer"]
@@ -255,7 +249,7 @@ class RTCServer:
                 await websocket.close(CLOSE_CODES["internal"], "internal error")
 
     async def _signalling(self, websocket: ServerConnection) -> None:
-        opening = await self._await_offer(websocket)
+        opening = await read_opening(websocket, self.config.idle_timeout)
         if opening is None:
             return
         offer_message, resume = opening
@@ -264,16 +258,16 @@ class RTCServer:
         try:
             offer = description_from_dict({"type": "offer", "sdp": offer_message.sdp})
         except ValueError as exc:
-            await _refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
+            await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
             return
         if resume is not None:
             await self._take_over(resume)
         # Admission: the check and the count with no await between them (atomic on one loop).
         if not self._admitting:
-            await _refuse(websocket, "shutting_down")
+            await refuse(websocket, "shutting_down")
             return
         if self._admitted >= self.config.max_sessions:
-            await _refuse(
+            await refuse(
                 websocket,
                 "server_full",
                 f"The server is at its limit of {self.config.max_sessions} sessions; "
@@ -290,46 +284,6 @@ class RTCServer:
             if not self._admitted:
                 self._idle.set()
 
-    async def _await_offer(
-        self, websocket: ServerConnection
-    ) -> tuple[OfferMessage, ResumeMessage | None] | None:
-        """Read until the offer (None: the connection ended or was refused first)."""
-        resume: ResumeMessage | None = None
-        with anyio.move_on_after(self.config.idle_timeout):
-            async for raw in websocket:
-                try:
-                    message = parse_client_message(raw)
-                except ProtocolError as exc:
-                    if exc.code in CLOSE_CODES:
-                        await _refuse(websocket, exc.code, exc.message)
-                        return None
-                    await websocket.send(to_wire(exc.to_message()))
-                    continue
-                match message:
-                    case OfferMessage():
-                        return message, resume
-                    case ResumeMessage() if resume is None:
-                        resume = message
-                    case ResumeMessage():
-                        await _send_error(
-                            websocket, "unexpected_message", "only one `resume` per connection"
-                        )
-                    case PingMessage(id=ping_id):
-                        await websocket.send(to_wire(PongMessage(id=ping_id)))
-                    case EndMessage():
-                        await websocket.close(1000, "session ended")
-                        return None
-                    case _:
-                        await _send_error(
-                            websocket,
-                            "not_ready",
-                            f"{message.type!r} needs a session: send `offer` first "
-                            "(after `resume`, to resume one)",
-                        )
-            return None  # closed before offering
-        await _refuse(websocket, "idle_timeout", "No offer came; the connection was closed.")
-        return None
-
     async def _admitted_session(
         self,
         websocket: ServerConnection,
@@ -340,14 +294,14 @@ class RTCServer:
         if resume is not None:
             claimed = await self.store.claim(resume.session_id, resume.token)
             if claimed is None:
-                await _refuse(websocket, "resume_refused")
+                await refuse(websocket, "resume_refused")
                 return
         assert self._speech is not None
         try:
-            handler = await self._make_handler(claimed)
-        except _RestoreError as exc:
+            handler = await make_handler(self._factory, claimed)
+        except RestoreError as exc:
             logger.warning("session %s: its saved state was not restored: %s", exc.session_id, exc)
-            await _refuse(websocket, "resume_refused", "The saved session could not be restored.")
+            await refuse(websocket, "resume_refused", "The saved session could not be restored.")
             return
         except Exception:
             if claimed is not None:  # the client may try again: its state stays
@@ -371,7 +325,7 @@ class RTCServer:
         async def refused(error: ProtocolError) -> None:
             if claimed is not None:
                 await self.store.save(claimed, ttl=self.config.resume_ttl)
-            await _refuse(websocket, error.code, error.message)
+            await refuse(websocket, error.code, error.message)
 
         self._sessions.add(session)
         started = time.monotonic()
@@ -405,35 +359,3 @@ class RTCServer:
                 with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT + 30.0):
                     await session.finished.wait()
                 return
-
-    async def _make_handler(self, claimed: SessionState | None) -> TurnHandler:
-        handler = self._factory()
-        if inspect.isawaitable(handler):
-            handler = await handler
-        if claimed is not None:
-            restore = getattr(handler, "restore", None)
-            if callable(restore):
-                try:
-                    restore({"history": claimed.history, "playbook": claimed.playbook})
-                except ValueError as exc:  # malformed, or another playbook's state
-                    raise _RestoreError(claimed.session_id, str(exc)) from exc
-        return handler  # type: ignore[no-any-return]
-
-
-class _RestoreError(Exception):
-    def __init__(self, session_id: str, message: str) -> None:
-        super().__init__(message)
-        self.session_id = session_id
-
-
-async def _send_error(
-    websocket: ServerConnection, code: ErrorCode, message: str | None = None
-) -> None:
-    await websocket.send(to_wire(error_message(code, message)))
-
-
-async def _refuse(websocket: ServerConnection, code: ErrorCode, message: str | None = None) -> None:
-    """Send `error {code, message}` and close with the code's close code."""
-    with suppress(ConnectionClosed):
-        await _send_error(websocket, code, message)
-        await websocket.close(CLOSE_CODES.get(code, 1008), code)

@@ -34,50 +34,41 @@ import anyio
 from websockets.exceptions import ConnectionClosed
 
 from llmrtc.execution.observers import observe_tools
-from llmrtc.rtc._outbox import Outbox, Route
+from llmrtc.rtc._handlers import save_state, stage_of
+from llmrtc.rtc._inputs import ClientInput
+from llmrtc.rtc._outbox import Outbox
 from llmrtc.rtc._tool_events import ToolEventRelay
 from llmrtc.rtc.config import ServerConfig
 from llmrtc.rtc.events import wire_event
-from llmrtc.rtc.peer import accept_offer, add_candidate, create_peer, remote_audio_track
+from llmrtc.rtc.peer import accept_offer, create_peer, remote_audio_track
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     AnswerMessage,
-    EndMessage,
     ErrorCode,
-    IceMessage,
-    InterruptMessage,
-    OfferMessage,
-    PingMessage,
-    PongMessage,
     ProtocolError,
-    ResumeMessage,
     SessionMessage,
-    TextMessage,
     error_message,
-    parse_client_message,
     to_wire,
 )
-from llmrtc.rtc.store import SessionState, SessionStore, hash_token
+from llmrtc.rtc.store import SessionStore, hash_token
 from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.voice.events import Transcript, UserSpeechEnded, UserSpeechStarted
 from llmrtc.voice.loop import VoiceLoop
 
 if TYPE_CHECKING:
-    from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+    from aiortc import RTCPeerConnection, RTCSessionDescription
     from websockets.asyncio.server import ServerConnection
 
     from llmrtc.agent.handler import TurnHandler
     from llmrtc.voice.speech import Speech
 
-__all__ = ["Session", "handler_state"]
+__all__ = ["Session"]
 
 logger = logging.getLogger(__name__)
 
 _DRAIN_TIMEOUT: Final = 2.0
 """Seconds the outbox gets to send what is queued when a session ends."""
-_INBOX_LIMIT: Final = 256
-"""Data-channel messages queued for the session at most (more are dropped: a flood)."""
 _CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
     "end": (None, 1000, "session ended"),
     "replaced": (None, 1000, "session resumed on another connection"),
@@ -88,17 +79,6 @@ _CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
     "shutting_down": ("shutting_down", CLOSE_CODES["shutting_down"], "server shutting down"),
     "internal": ("internal", CLOSE_CODES["internal"], "internal error"),
 }
-
-
-def handler_state(handler: object) -> dict[str, Any]:
-    """`handler.snapshot()` for a resumable handler, else an empty state (it resumes fresh)."""
-    snapshot = getattr(handler, "snapshot", None)
-    if not callable(snapshot):
-        return {"history": None, "playbook": None}
-    state = snapshot()
-    if not isinstance(state, dict):
-        raise TypeError(f"{type(handler).__name__}.snapshot() must return a dict")
-    return state
 
 
 class Session:
@@ -148,11 +128,7 @@ class Session:
         """Why the session ended (a key of the module docstring's table, or an error code)."""
         self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
         self._last_activity = time.monotonic()
-        self._loop: VoiceLoop | None = None
         self._pc: RTCPeerConnection | None = None
-        self._inbox_send, self._inbox_receive = anyio.create_memory_object_stream[
-            tuple[str | bytes, Route]
-        ](_INBOX_LIMIT)
 
     # Ending --------------------------------------------------------------------------------
 
@@ -198,7 +174,7 @@ class Session:
         Returns:
             True when the session ran (the answer was sent), False when the offer was refused.
         """
-        loop = self._loop = VoiceLoop(
+        loop = VoiceLoop(
             self.handler,
             stt=self._speech.stt,
             tts=self._speech.tts,
@@ -208,6 +184,14 @@ class Session:
             session_id=self.session_id,
         )
         pc = self._pc = create_peer(loopback=self._config.ice_loopback)
+        client = ClientInput(
+            loop=loop,
+            pc=pc,
+            outbox=self.outbox,
+            end=self.end,
+            touch=self._touch,
+            session_id=self.session_id,
+        )
         started = False
         try:
             # The loop's tasks are started inside this block, so every tool batch of every
@@ -217,17 +201,18 @@ class Session:
                     events = loop.events()  # before anything can happen: no event is missed
                     # The track exists before the answer is made, so the answer sends audio.
                     pc.addTrack(OutboundAudio(loop.audio_out()))
-                    pc.on("datachannel", self._on_datachannel)
+                    pc.on("datachannel", client.on_datachannel)
                     pc.on("connectionstatechange", self._on_connection_state)
                     try:
                         answer = await accept_offer(pc, offer)
                         _check_audio(pc)
                     except ValueError as exc:
-                        await on_refused(ProtocolError("bad_offer", _offer_problem(exc)))
+                        problem = f"the offer cannot be used: {exc}"
+                        await on_refused(ProtocolError("bad_offer", problem))
                         return False
                     await self._send_opening(answer.sdp)
                     started = True
-                    await self._serve(loop, events, pc)
+                    await self._serve(loop, events, pc, client)
         except Exception:
             logger.exception("session %s failed; it is closed", self.session_id)
             self.end("internal")
@@ -236,7 +221,7 @@ class Session:
         finally:
             with anyio.CancelScope(shield=True):
                 await pc.close()
-                self._inbox_send.close()
+                client.close()
                 if started:
                     await self._save()
                 self.finished.set()
@@ -249,12 +234,14 @@ class Session:
             session_id=self.session_id,
             resume_token=self.token,
             resumed=self.resumed,
-            stage=_stage_of(self.handler),
+            stage=stage_of(self.handler),
         )
         await self.websocket.send(to_wire(opening))
         await self.websocket.send(to_wire(AnswerMessage(sdp=sdp)))
 
-    async def _serve(self, loop: VoiceLoop, events: Any, pc: RTCPeerConnection) -> None:
+    async def _serve(
+        self, loop: VoiceLoop, events: Any, pc: RTCPeerConnection, client: ClientInput
+    ) -> None:
         drained = anyio.Event()
 
         async def run_outbox() -> None:
@@ -266,8 +253,8 @@ class Session:
         async with anyio.create_task_group() as outer:
             outer.start_soon(run_outbox)
             async with anyio.create_task_group() as readers:
-                readers.start_soon(self._guard, self._read_websocket)
-                readers.start_soon(self._guard, self._read_inbox)
+                readers.start_soon(self._guard, self._read_websocket, client)
+                readers.start_soon(self._guard, client.read_channel)
                 readers.start_soon(self._guard, self._forward_events, events)
                 readers.start_soon(self._guard, self._pump_audio, pc, loop)
                 readers.start_soon(self._guard, self._watch_idle)
@@ -301,14 +288,11 @@ class Session:
             if self.end_reason == "end":
                 await self._store.delete(self.session_id)
                 return
-            state = handler_state(self.handler)
-            await self._store.save(
-                SessionState(
-                    session_id=self.session_id,
-                    token_hash=hash_token(self.token),
-                    history=state.get("history"),
-                    playbook=state.get("playbook"),
-                ),
+            await save_state(
+                self._store,
+                self.handler,
+                session_id=self.session_id,
+                token=self.token,
                 ttl=self._config.resume_ttl,
             )
         except Exception:
@@ -316,18 +300,16 @@ class Session:
 
     # Tasks ---------------------------------------------------------------------------------
 
-    async def _read_websocket(self) -> None:
+    async def _read_websocket(self, client: ClientInput) -> None:
         try:
             async for raw in self.websocket:
-                await self._handle(raw, "websocket")
+                await client.handle(raw, "websocket")
         except ConnectionClosed:
             pass
         self.end("vanished")
 
-    async def _read_inbox(self) -> None:
-        async with self._inbox_receive:
-            async for raw, route in self._inbox_receive:
-                await self._handle(raw, route)
+    def _touch(self) -> None:
+        self._last_activity = time.monotonic()
 
     async def _forward_events(self, events: Any) -> None:
         async for event in events:
@@ -355,60 +337,6 @@ class Session:
                 return
             await anyio.sleep(left)
 
-    # Client messages -----------------------------------------------------------------------
-
-    async def _handle(self, raw: str | bytes, route: Route) -> None:
-        self._last_activity = time.monotonic()
-        try:
-            message = parse_client_message(raw)
-            await self._dispatch(message, route)
-        except ProtocolError as exc:
-            if exc.code in CLOSE_CODES:
-                self.end(exc.code, code=exc.code, message=exc.message)
-            else:  # answered on the channel the message came on (signalling on the WebSocket)
-                self.outbox.put(exc.to_message(), route=route)
-
-    async def _dispatch(self, message: object, route: Route) -> None:
-        loop = self._loop
-        assert loop is not None and self._pc is not None
-        match message:
-            case TextMessage(text=text):
-                await loop.send_text(text)
-            case InterruptMessage():
-                await loop.interrupt()
-            case EndMessage():
-                self.end("end")
-            case PingMessage(id=ping_id):
-                self.outbox.put(PongMessage(id=ping_id), route=route)
-            case IceMessage(candidate=candidate):
-                data = None if candidate is None else candidate.model_dump()
-                try:
-                    await add_candidate(self._pc, data)
-                except ValueError as exc:
-                    raise ProtocolError("bad_candidate", str(exc)) from None
-            case OfferMessage() | ResumeMessage():
-                raise ProtocolError(
-                    "unexpected_message",
-                    f"{message.type!r} is only allowed before the session starts; "
-                    "this connection already has a session (reconnect to start another)",
-                )
-
-    def _on_datachannel(self, channel: RTCDataChannel) -> None:
-        if channel.label != "events" or self.outbox.channel is not None:
-            return  # only the client's first `events` channel carries the protocol
-        self.outbox.channel = channel
-
-        @channel.on("message")
-        def on_message(raw: object) -> None:
-            if not isinstance(raw, str | bytes):
-                return
-            try:
-                self._inbox_send.send_nowait((raw, "channel"))
-            except anyio.WouldBlock:
-                logger.warning("session %s: data channel flood; message dropped", self.session_id)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-
     def _on_connection_state(self) -> None:
         pc = self._pc
         if pc is not None and pc.connectionState in ("failed", "closed"):
@@ -418,13 +346,3 @@ class Session:
 def _check_audio(pc: RTCPeerConnection) -> None:
     if not any(t.kind == "audio" and t.mid is not None for t in pc.getTransceivers()):
         raise ValueError("the offer has no audio section (m=audio): the session is spoken")
-
-
-def _offer_problem(exc: ValueError) -> str:
-    return f"the offer cannot be used: {exc}"
-
-
-def _stage_of(handler: object) -> str | None:
-    """The current stage of a playbook handler (`PlaybookOrchestrator.engine`), else None."""
-    stage = getattr(getattr(getattr(handler, "engine", None), "current_stage", None), "id", None)
-    return stage if isinstance(stage, str) else None
