@@ -27,6 +27,7 @@ from llmrtc.cli._serve_engines import (
 )
 
 if TYPE_CHECKING:
+    from llmrtc.agent import TurnHandler
     from llmrtc.catalog import Toolkit
     from llmrtc.playbook import Playbook
     from llmrtc.rtc.server import RTCServer
@@ -162,7 +163,6 @@ def _server(
     toolkits: list[Toolkit],
     hooks: Any,
 ) -> RTCServer:
-    from llmrtc.cli.bot import build_handler
     from llmrtc.rtc.config import ServerConfig
     from llmrtc.rtc.server import RTCServer
     from llmrtc.rtc.store import SQLiteSessionStore
@@ -178,12 +178,33 @@ def _server(
     )
     store = SQLiteSessionStore(args.worker_store) if args.worker_store else None
     return RTCServer(
-        lambda: build_handler(llm, registry, playbook, toolkits=toolkits),
+        lambda: _handler(llm, registry, playbook, toolkits, hooks),
         speech=speech,
         config=config,
         hooks=hooks,
         store=store,
     )
+
+
+def _handler(
+    llm: Any,
+    registry: ToolRegistry | None,
+    playbook: Playbook | None,
+    toolkits: list[Toolkit],
+    hooks: Any,
+) -> TurnHandler:
+    """One session's handler: `build_handler`'s, with the `--otel` hooks on its turns, model
+    requests and tools too (the server's hooks see only the voice loop and the session)."""
+    from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
+    from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT, build_handler
+
+    if hooks is None:
+        return build_handler(llm, registry, playbook, toolkits=toolkits)
+    tools = registry if registry is not None else ToolRegistry()
+    if playbook is not None:
+        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits, hooks=hooks)
+    executor = ToolExecutor(tools, hooks=hooks)
+    return TurnRunner(llm, executor, system_prompt=DEFAULT_SYSTEM_PROMPT, hooks=hooks)
 
 
 async def _run_until_signal(server: RTCServer, args: argparse.Namespace, *, worker: bool) -> int:
