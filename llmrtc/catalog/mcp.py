@@ -21,8 +21,9 @@ gives that call an error result, and the next use of the backend connects again.
 from __future__ import annotations
 
 import builtins
+import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -194,7 +195,8 @@ class MCPBackend:
     def on_tools_changed(self, callback: Callable[[], Any]) -> Callable[[], None]:
         """Call `callback()` when the server's tools change (`tools/list_changed`) or the
         backend reconnected; returns a function that stops the calls. A callback that
-        returns an awaitable is awaited; one that raises is logged."""
+        returns an awaitable has it awaited in a task of the backend (it may call the
+        server, e.g. `list()`); one that raises is logged."""
         self._listeners.append(callback)
 
         def remove() -> None:
@@ -210,15 +212,24 @@ class MCPBackend:
         self.on_tools_changed(catalog.invalidate)
         return catalog
 
-    async def _changed(self) -> None:
+    def _changed(self) -> None:
+        """Tell every listener; awaitables they return run in the backend's task group
+        (never inline: the SDK's message handler must not wait for a request of its own)."""
         self._tools = {}
         for callback in builtins.list(self._listeners):
             try:
                 outcome = callback()
-                if hasattr(outcome, "__await__"):
-                    await outcome
             except Exception:
                 logger.exception("MCP server %r: a tools-changed callback failed", self._name)
+                continue
+            if inspect.isawaitable(outcome) and self._group is not None:
+                self._group.start_soon(self._await_listener, outcome)
+
+    async def _await_listener(self, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except Exception:
+            logger.exception("MCP server %r: a tools-changed callback failed", self._name)
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -256,7 +267,9 @@ class MCPBackend:
             return
         if self._connection is not None:
             self._connection.stop.set()
-        await group.__aexit__(exc_type, exc, tb)
+        # Not handed the block's exception: anyio would wrap it in an ExceptionGroup, and the
+        # caller's `except PlaybookError` would miss it. The connection task ends on `stop`.
+        await group.__aexit__(None, None, None)
 
     @property
     def connected(self) -> bool:
@@ -289,7 +302,7 @@ class MCPBackend:
             self._connection = connection
         if reconnect:
             logger.info("MCP server %r: reconnected", self._name)
-            await self._changed()
+            self._changed()
         return connection
 
     def _connect_failure(self, exc: BaseException) -> str:
@@ -305,7 +318,7 @@ class MCPBackend:
 
         if isinstance(message, ToolListChangedNotification):
             logger.info("MCP server %r: its tools changed", self._name)
-            await self._changed()
+            self._changed()
 
     async def _serve(self, *, task_status: TaskStatus[Connection]) -> None:
         target = target_of(self.command, self.env, self.cwd, self.url)

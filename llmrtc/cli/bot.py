@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,50 +97,43 @@ async def open_mcp_tools(
     cwd = Path(base_dir) if base_dir is not None else Path.cwd()
     tools = registry if registry is not None else ToolRegistry()
     registered: dict[str, list[str]] = {}
+    locks: dict[str, anyio.Lock] = {}
+    open_ = True
 
     async def sync(backend: MCPBackend) -> None:
-        listed = await backend.list()
-        for name in registered.pop(backend.name, []):
-            tools.unregister(name)
-        tools.register_all(listed)
-        registered[backend.name] = [tool.name for tool in listed]
+        # One listing at a time per server; none once the block has ended.
+        async with locks.setdefault(backend.name, anyio.Lock()):
+            listed = await backend.list()
+            if not open_:
+                return
+            for name in registered.pop(backend.name, []):
+                tools.unregister(name)
+            tools.register_all(listed)
+            registered[backend.name] = [tool.name for tool in listed]
 
-    async def follow(backend: MCPBackend) -> None:
-        changed = anyio.Event()
-
-        def mark() -> None:
-            changed.set()
-
-        backend.on_tools_changed(mark)
-        while True:
-            await changed.wait()
-            changed = anyio.Event()
-            try:
-                await sync(backend)
-            except Exception:
-                logger.warning(
-                    "MCP server %r: its tools could not be listed again; the old list stays",
-                    backend.name,
-                    exc_info=True,
-                )
+    async def resync(backend: MCPBackend) -> None:
+        try:
+            await sync(backend)
+        except Exception:
+            logger.warning(
+                "MCP server %r: its tools could not be listed again; the old list stays",
+                backend.name,
+                exc_info=True,
+            )
 
     async with AsyncExitStack() as stack:
         backends = [await stack.enter_async_context(_backend(config, cwd)) for config in configs]
         try:
             for backend in backends:
                 await sync(backend)
+                backend.on_tools_changed(partial(resync, backend))
             if playbook is not None:
                 findings = validate_playbook(playbook, tools, toolkits=toolkits)
                 if any(f.severity == "error" for f in findings):
                     raise PlaybookError(findings, playbook.source_path)
-            async with anyio.create_task_group() as group:
-                for backend in backends:
-                    group.start_soon(follow, backend)
-                try:
-                    yield tools
-                finally:
-                    group.cancel_scope.cancel()
+            yield tools
         finally:
+            open_ = False
             for names in registered.values():
                 for name in names:
                     tools.unregister(name)

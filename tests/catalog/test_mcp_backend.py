@@ -220,3 +220,12 @@ def test_bad_options_are_refused_when_the_backend_is_described(
 def test_server_names_must_make_a_namespace(name: str) -> None:
     with pytest.raises(ValueError, match="it becomes the tools' namespace"):
         MCPBackend(name, command=["x"])
+
+
+async def test_an_error_in_the_block_comes_out_as_itself_and_the_server_stops() -> None:
+    backend = stdio_backend()
+    with pytest.raises(KeyError, match="mine"):
+        async with backend:
+            assert backend.connected
+            raise KeyError("mine")
+    assert not backend.connected
