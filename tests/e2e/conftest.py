@@ -84,7 +84,7 @@ def fake_mic_wav(tmp_path: Path, browser_available: None) -> Callable[[str], Pat
     LEAD_SILENCE before and TRAIL_SILENCE after; `fake_mic_wav("")` is silence only."""
 
     def make(text: str) -> Path:
-        rate = 22050
+        rate = 22050  # espeak-ng's own rate: Chromium resamples the file itself
         pcm = b""
         if text:
             pcm, rate = _espeak_pcm(text)
@@ -183,19 +183,22 @@ def speech(portal: Any) -> Iterator[Any]:
 @pytest.fixture
 def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
     """`serve(script, max_sessions=4)`: a real `RTCServer` on 127.0.0.1 (a free port) whose
-    sessions each run the weather playbook with a new `ScriptedLLM(script)`. Stopped when the
+    sessions each run the weather playbook with a new `ScriptedLLM(script)` (or all with the
+    one model given as `llm=`, to follow a conversation across a resume). Stopped when the
     test ends."""
     from llmrtc.playbook import PlaybookOrchestrator, load_playbook, load_playbook_tools
-    from llmrtc.rtc import RTCServer, ServerConfig
+    from llmrtc.rtc.config import ServerConfig
+    from llmrtc.rtc.server import RTCServer
     from llmrtc.testing import ScriptedLLM
 
     playbook = load_playbook(PLAYBOOK)
     tools = load_playbook_tools(playbook)
     with ExitStack() as stack:
 
-        def start(script: Sequence[Any], *, max_sessions: int = 4) -> Any:
+        def start(script: Sequence[Any] = (), *, llm: Any = None, max_sessions: int = 4) -> Any:
             def agent() -> PlaybookOrchestrator:
-                return PlaybookOrchestrator(playbook, ScriptedLLM(list(script)), tools)
+                model = llm if llm is not None else ScriptedLLM(list(script))
+                return PlaybookOrchestrator(playbook, model, tools)
 
             # A short grace: when the test ends its browser is gone and no session will end itself.
             config = ServerConfig(

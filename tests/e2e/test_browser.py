@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from llmrtc.testing import ScriptedLLM
 from llmrtc.tools import ToolCall
 
 pytestmark = [pytest.mark.browser, pytest.mark.voice_model]
@@ -140,12 +141,18 @@ def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
     assert page.element("hangup").is_enabled() and not page.element("connect").is_enabled()
     page.wait("the data channel to open", lambda: page.state()["dataChannelOpen"], timeout=30)
 
+    assert page.text("stage") == "chat"  # the playbook's initial stage, from `session`
+
     # The spoken question: transcribed by the server, shown as the user's line.
-    page.wait(
-        "the transcript of the question",
-        lambda: {"weather", "tokyo"} <= words(page.text("transcript")),
+    heard = page.wait(
+        "the final transcript of the question",
+        lambda: [
+            e["text"] for e in page.state()["events"] if e["type"] == "transcript" and e["final"]
+        ][-1:],
         timeout=120,
-    )
+    )[0]
+    assert {"weather", "tokyo"} <= words(heard), heard
+    assert page.text("transcript") == heard
     # The tool call, first running, then ok with its duration.
     tools = page.wait(
         "the tool call to finish ok",
@@ -229,7 +236,8 @@ def test_typed_text_is_answered_and_a_lost_connection_resumes_the_same_session(
     chromium: Callable[[Path], Any],
     fake_mic_wav: Callable[[str], Path],
 ) -> None:
-    server = serve(CHAT_SCRIPT)
+    llm = ScriptedLLM(CHAT_SCRIPT)  # one model for the session and its resumed handler
+    server = serve(llm=llm)
     page = Page(chromium(fake_mic_wav("")), server.url)
     page.connect()
     page.type_text("Hi there")
@@ -250,6 +258,8 @@ def test_typed_text_is_answered_and_a_lost_connection_resumes_the_same_session(
     assert "Reconnected" in page.text("assistant")
     page.type_text("Are you still there?")
     page.wait("the answer after resuming", lambda: "Still here" in page.text("assistant"))
+    # The resumed session's model saw the conversation from before the drop.
+    assert "Hi there" in repr(llm.requests[1].messages)
     assert page.element("error").is_displayed() is False, page.text("error")
 
 
