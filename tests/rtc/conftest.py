@@ -38,7 +38,9 @@ TIMEOUT = 20.0
 """Generous bound for anything to arrive (loopback connects in ~50 ms)."""
 
 
-def fake_speech(tts: FakeTTS | None = None, transcripts: Iterable[str] = ()) -> Speech:
+def fake_speech(
+    tts: FakeTTS | None = None, transcripts: Iterable[str | BaseException] = ()
+) -> Speech:
     """Fake engines: `FakeSTT` hears what `tts` says (after any scripted transcripts)."""
     tts = tts or FakeTTS()
     return Speech(vad=FakeVAD(), stt=FakeSTT(list(transcripts), tts=tts), tts=tts)

@@ -1,0 +1,160 @@
+"""Each tool call's `tool_call_started` / `tool_call_finished` exactly once, started first, the
+moment the executor reports it, whichever of the two sources (executor hooks, the agent's own
+events) comes first; call ids reused across batches; calls refused before running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
+from llmrtc.agent import TurnRunner
+from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
+from llmrtc.rtc._tool_events import ToolEventRelay
+from llmrtc.telemetry.hooks import ToolEndEvent, ToolStartEvent
+from llmrtc.testing import ScriptedLLM
+from llmrtc.tools.calls import ToolCallResult
+
+pytestmark = pytest.mark.anyio
+
+
+def wire(sent: list[Any]) -> list[tuple[str, str, str | None]]:
+    return [(m.type, m.call_id, getattr(m, "status", None)) for m in sent]
+
+
+def start(call_id: str, name: str = "lookup") -> ToolStartEvent:
+    return ToolStartEvent(execution_id=f"x-{call_id}", call_id=call_id, tool_name=name)
+
+
+def end(call_id: str, status: str = "ok", *, started: bool = True) -> ToolEndEvent:
+    return ToolEndEvent(
+        execution_id=f"x-{call_id}",
+        call_id=call_id,
+        tool_name="lookup",
+        status=status,
+        started=started,
+        duration_s=0.01234,
+    )
+
+
+def agent_started(call_id: str) -> ToolCallStarted:
+    return ToolCallStarted(ToolCall(call_id, "lookup", {}))
+
+
+def agent_finished(call_id: str, status: str = "ok") -> ToolCallFinished:
+    return ToolCallFinished(
+        ToolCallResult(call_id=call_id, tool_name="lookup", status=status)  # type: ignore[arg-type]
+    )
+
+
+def test_hooks_first_then_the_agents_events_send_each_message_once() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    assert relay.relay(agent_started("a"))  # the agent announces the call
+    relay.on_tool_start(start("a"))
+    relay.on_tool_end(end("a"))
+    assert relay.relay(agent_finished("a"))  # after the batch: already sent
+    assert not relay.relay(object())
+    assert wire(sent) == [("tool_call_started", "a", None), ("tool_call_finished", "a", "ok")]
+    assert sent[1].duration_ms == 12.3
+
+
+def test_a_refused_call_gets_its_started_right_before_its_finished() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    relay.on_tool_end(end("b", "not_found", started=False))
+    relay.relay(agent_started("b"))
+    relay.relay(agent_finished("b", "not_found"))
+    assert wire(sent) == [
+        ("tool_call_started", "b", None),
+        ("tool_call_finished", "b", "not_found"),
+    ]
+
+
+def test_a_call_id_reused_in_the_next_batch_is_reported_again() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    for status in ("ok", "error"):
+        relay.on_tool_start(start("call_1"))
+        relay.on_tool_end(end("call_1", status))
+        # the agent's events for this batch come late, after the hooks
+        relay.relay(agent_started("call_1"))
+        relay.relay(agent_finished("call_1", status))
+    relay.on_tool_end(end("call_1", "invalid_arguments", started=False))  # refused, 3rd batch
+    relay.relay(agent_started("call_1"))
+    relay.relay(agent_finished("call_1", "invalid_arguments"))
+    assert wire(sent) == [
+        ("tool_call_started", "call_1", None),
+        ("tool_call_finished", "call_1", "ok"),
+        ("tool_call_started", "call_1", None),
+        ("tool_call_finished", "call_1", "error"),
+        ("tool_call_started", "call_1", None),
+        ("tool_call_finished", "call_1", "invalid_arguments"),
+    ]
+
+
+def test_without_hooks_the_agents_events_still_report_every_call() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    relay.relay(agent_started("c"))
+    relay.relay(agent_finished("c", "timeout"))
+    assert wire(sent) == [("tool_call_started", "c", None), ("tool_call_finished", "c", "timeout")]
+
+
+@tool
+async def lookup(city: str) -> dict[str, Any]:
+    """Look something up.
+
+    Args:
+        city: The city.
+    """
+    if city == "Nowhere":
+        raise RuntimeError("no such place")
+    return {"city": city}
+
+
+async def test_a_real_turn_reports_each_call_once_across_batches_with_reused_ids() -> None:
+    pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+    from llmrtc.rtc import RTCServer
+    from llmrtc.testing import FakeTTS, RTCTestClient
+
+    from .conftest import config, fake_speech
+
+    llm = ScriptedLLM(
+        [
+            [ToolCall("call_1", "lookup", {"city": "Tokyo"}), ToolCall("call_2", "nope", {})],
+            [ToolCall("call_1", "lookup", {"city": "Nowhere"})],
+            "Done.",
+        ]
+    )
+
+    def make() -> TurnRunner:
+        return TurnRunner(llm, ToolExecutor(ToolRegistry([lookup])), system_prompt="Be brief.")
+
+    async with (
+        RTCServer(make, speech=fake_speech(), config=config()) as server,
+        RTCTestClient(server.url, tts=FakeTTS()) as client,
+    ):
+        await client.send_text("Go")
+        await client.wait_for("turn_completed")
+        tools = [
+            (e["type"], e["call_id"], e.get("status"))
+            for e in client.events
+            if e["type"].startswith("tool_call_")
+        ]
+    assert sorted(tools[:4]) == sorted(
+        [
+            ("tool_call_started", "call_1", None),
+            ("tool_call_finished", "call_1", "ok"),
+            ("tool_call_started", "call_2", None),
+            ("tool_call_finished", "call_2", "not_found"),
+        ]
+    )
+    for call in ("call_1", "call_2"):  # started before finished, per call
+        kinds = [kind for kind, call_id, _ in tools[:4] if call_id == call]
+        assert kinds == ["tool_call_started", "tool_call_finished"]
+    assert tools[4:] == [
+        ("tool_call_started", "call_1", None),
+        ("tool_call_finished", "call_1", "error"),
+    ]
