@@ -86,8 +86,6 @@ class Microphone:
         self._ticks = 0
         self._waiters: list[tuple[int, anyio.Event]] = []
         self._silence = AudioFrame.silence(FRAME_DURATION, MIC_RATE)
-        self.frames_out = 0
-        """Frames handed to the sender so far, silence included."""
 
     def __aiter__(self) -> AsyncIterator[AudioFrame]:
         return self
@@ -100,7 +98,6 @@ class Microphone:
             self._clock, self._ticks = now, 0
         await anyio.sleep_until(self._deadline())
         self._ticks += 1
-        self.frames_out += 1
         if not self._queue:
             return self._silence
         frame = self._queue.popleft()
@@ -127,12 +124,6 @@ class Microphone:
         event = anyio.Event()
         self._waiters.append((mark, event))
         await event.wait()
-
-    def clear(self) -> None:
-        """Drop every queued frame (their waiters are released)."""
-        self._sent += len(self._queue)
-        self._queue.clear()
-        self._wake()
 
     def _wake(self) -> None:
         done = [(mark, event) for mark, event in self._waiters if self._sent >= mark]

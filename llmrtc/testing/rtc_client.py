@@ -260,16 +260,20 @@ class RTCTestClient:
         self._finished = True
         await self._close()
 
-    async def ping(self) -> float:
+    async def ping(self, timeout: float | None = None) -> float:
         """The round trip of a `ping` over the data channel, in seconds.
 
+        Args:
+            timeout: Seconds to wait for the `pong`; default the client's `timeout`.
+
         Raises:
-            TimeoutError: no `pong` within the client's `timeout`.
+            TimeoutError: no `pong` in time.
             RTCError: the connection closed first.
         """
         self._check_open("ping")
         assert self._channel is not None
-        return await self._pings.measure(self._channel.send, self.timeout)
+        limit = self.timeout if timeout is None else timeout
+        return await self._pings.measure(self._channel.send, limit)
 
     async def _send_ws(self, message: dict[str, Any]) -> None:
         if self._ws is None:

@@ -327,3 +327,20 @@ def test_importing_llmrtc_testing_does_not_import_aiortc() -> None:
         "assert 'aiortc' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_sent_audio_becomes_48_khz_mono_20_ms_frames(tmp_path: Path) -> None:
+    from llmrtc.testing._rtc_audio import mic_frames
+
+    stereo_24k = AudioFrame(bytes(4 * 24000 // 10), 24000, channels=2)  # 0.1 s
+    frames = mic_frames([stereo_24k, AudioFrame(bytes(2 * 480), 48000)])  # + 10 ms
+    assert {(f.sample_rate, f.channels, f.samples) for f in frames} == {(48000, 1, 960)}
+    assert len(frames) == 6  # 110 ms, the last frame padded
+    wav = tmp_path / "a.wav"
+    write_wav(wav, AudioFrame(bytes(2 * 16000), 16000))  # 1 s
+    assert len(mic_frames(wav)) == len(mic_frames(str(wav))) == 50
+    assert mic_frames([]) == []
+    with pytest.raises(TypeError, match="got an iterable holding bytes"):
+        mic_frames([b"pcm"])  # type: ignore[list-item]
+    with pytest.raises(FileNotFoundError):
+        mic_frames(tmp_path / "missing.wav")
