@@ -84,6 +84,9 @@ class LatentTool(Tool):
         """The JSON Schema `_output` must match."""
         self._output_check: ArgumentSchema = compile_validator(output_schema)
 
+    def __repr__(self) -> str:
+        return f"<LatentTool {self.definition.name!r}>"
+
     def output_errors(self, arguments: Mapping[str, Any]) -> list[str]:
         """What is wrong with the `_output` of `arguments` (empty when it is right), worded
         for the model: what is missing or wrong, and what is allowed."""

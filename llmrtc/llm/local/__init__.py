@@ -18,6 +18,7 @@ from llmrtc.llm.local.metadata import chat_template_for_tools, gguf_string_metad
 from llmrtc.llm.local.profile import (
     LLAMA_CPP_PROFILE,
     LOCAL_RETRY,
+    LOCAL_TOOL_CALL_FORMAT,
     PLAIN_ANSWER_HINT,
     TOOL_HINT,
     local_provider,
@@ -39,6 +40,7 @@ __all__ = [
     "LLAMA_CPP_PROFILE",
     "LOCAL_MODELS",
     "LOCAL_RETRY",
+    "LOCAL_TOOL_CALL_FORMAT",
     "PLAIN_ANSWER_HINT",
     "TOOL_HINT",
     "LocalModelError",

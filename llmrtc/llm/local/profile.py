@@ -22,11 +22,12 @@ from llmrtc.tools.definition import ToolDefinition
 
 if TYPE_CHECKING:
     from llmrtc.llm.local.server import LocalModelServer
-    from llmrtc.llm.openai_provider import OpenAIProvider
+    from llmrtc.llm.openai_provider import OpenAIProvider, ToolCallFormat
 
 __all__ = [
     "LLAMA_CPP_PROFILE",
     "LOCAL_RETRY",
+    "LOCAL_TOOL_CALL_FORMAT",
     "PLAIN_ANSWER_HINT",
     "TOOL_HINT",
     "local_provider",
@@ -92,10 +93,16 @@ LOCAL_RETRY: Final = RetryPolicy(max_retries=1, base_delay=0.05, retry_status_er
 latency), but a reused keep-alive connection the server just closed is worth one quick retry."""
 
 
-def local_provider(server: LocalModelServer) -> OpenAIProvider:
-    """An `OpenAIProvider` for a running `LocalModelServer`: `text` tool calls in Qwen's own
-    wording (the server never parses a call, so it cannot fail on one), temperature 0 unless
-    a request sets one, and `LLAMA_CPP_PROFILE`'s quirks."""
+LOCAL_TOOL_CALL_FORMAT: Final[ToolCallFormat] = "text"
+"""The offline default's tool-call format, by measurement (`benchmarks/composed.py`)."""
+
+
+def local_provider(
+    server: LocalModelServer, *, tool_call_format: ToolCallFormat | None = None
+) -> OpenAIProvider:
+    """An `OpenAIProvider` for a running `LocalModelServer`: `LOCAL_TOOL_CALL_FORMAT` tool
+    calls unless `tool_call_format` says otherwise, temperature 0 unless a request sets one,
+    and `LLAMA_CPP_PROFILE`'s quirks."""
     from llmrtc.llm.openai_provider import OpenAIProvider
 
     if server.base_url is None:
@@ -104,7 +111,7 @@ def local_provider(server: LocalModelServer) -> OpenAIProvider:
         server.model,
         base_url=server.base_url,
         api_key=server.api_key,
-        tool_call_format="text",
+        tool_call_format=tool_call_format or LOCAL_TOOL_CALL_FORMAT,
         settings=ModelSettings(temperature=0.0),
         retry=LOCAL_RETRY,
         compat=LLAMA_CPP_PROFILE,
