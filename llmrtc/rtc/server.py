@@ -32,7 +32,6 @@ from llmrtc.rtc.config import ServerConfig
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     MAX_FRAME_BYTES,
-    ProtocolError,
     ResumeMessage,
     error_message,
     to_wire,
@@ -97,13 +96,21 @@ class RTCServer:
                 `InMemorySessionStore`; share a `SQLiteSessionStore` between workers).
 
         Raises:
-            TypeError: `agent_factory` is not callable, or `store` is not a `SessionStore`.
+            TypeError: `agent_factory` is not callable, `speech` lacks a VAD, STT or TTS, or
+                `store` is not a `SessionStore`.
         """
         if not callable(agent_factory):
             raise TypeError(
                 f"RTCServer needs agent_factory: a callable returning a TurnHandler, got "
                 f"{type(agent_factory).__name__}"
             )
+        if speech is not None:
+            missing = [name for name in ("vad", "stt", "tts") if not hasattr(speech, name)]
+            if missing:
+                raise TypeError(
+                    f"RTCServer(speech=...) needs .vad, .stt and .tts (a `Speech`, e.g. from "
+                    f"open_default_speech()); {type(speech).__name__} lacks {', '.join(missing)}"
+                )
         if store is not None and not isinstance(store, SessionStore):
             raise TypeError(
                 f"RTCServer(store=...) must be a SessionStore (save, load, claim, delete), got "
@@ -322,11 +329,6 @@ class RTCServer:
             resumed=claimed is not None,
         )
 
-        async def refused(error: ProtocolError) -> None:
-            if claimed is not None:
-                await self.store.save(claimed, ttl=self.config.resume_ttl)
-            await refuse(websocket, error.code, error.message)
-
         self._sessions.add(session)
         started = time.monotonic()
         try:
@@ -335,7 +337,10 @@ class RTCServer:
                 "on_session_start",
                 SessionStartEvent(session_id=session_id, transport="webrtc"),
             )
-            await session.run(offer, on_refused=refused)
+            await session.run(offer)
+            if not session.started and claimed is not None:
+                # refused or failed before the answer: the client may try again
+                await self.store.save(claimed, ttl=self.config.resume_ttl)
         finally:
             self._sessions.discard(session)
             with anyio.CancelScope(shield=True):
@@ -345,7 +350,7 @@ class RTCServer:
                     SessionEndEvent(
                         session_id=session_id,
                         duration_s=time.monotonic() - started,
-                        reason=session.end_reason or "bad_offer",
+                        reason=session.end_reason,
                     ),
                 )
 

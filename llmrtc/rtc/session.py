@@ -45,14 +45,13 @@ from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     AnswerMessage,
     ErrorCode,
-    ProtocolError,
     SessionMessage,
     error_message,
     to_wire,
 )
 from llmrtc.rtc.store import SessionStore, hash_token
 from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
-from llmrtc.telemetry.hooks import Hooks
+from llmrtc.telemetry.hooks import ErrorEvent, Hooks, emit, hooks_for
 from llmrtc.voice.events import Transcript, UserSpeechEnded, UserSpeechStarted
 from llmrtc.voice.loop import VoiceLoop
 
@@ -124,6 +123,10 @@ class Session:
         self._ended = anyio.Event()
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
+        self.started = False
+        """Whether the session was answered (False: refused or failed before the answer)."""
+        self._error_hooks = hooks_for([hooks], "on_error")
+        """Set when `run` has returned (everything closed, the state saved)."""
         self.end_reason: str | None = None
         """Why the session ended (a key of the module docstring's table, or an error code)."""
         self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
@@ -157,43 +160,37 @@ class Session:
 
     # Running -------------------------------------------------------------------------------
 
-    async def run(
-        self,
-        offer: RTCSessionDescription,
-        *,
-        on_refused: Callable[[ProtocolError], Awaitable[None]],
-    ) -> bool:
+    async def run(self, offer: RTCSessionDescription) -> None:
         """Answer `offer` and serve the session until it ends; then close everything and save
-        the state (unless the client hung up).
+        the state (unless the client hung up). Never raises: a failure is logged, reported
+        to `on_error` hooks, and ends this session with `internal`.
 
         Args:
-            offer: The client's offer (its SDP already checked for form).
-            on_refused: Called when aiortc refuses the offer (`bad_offer`), before anything
-                was sent; the session then never started.
-
-        Returns:
-            True when the session ran (the answer was sent), False when the offer was refused.
+            offer: The client's offer (its SDP already checked for form). aiortc refusing it
+                (or it having no audio) is a `bad_offer` refusal: the session never starts
+                (`started` stays False) and nothing is saved.
         """
-        loop = VoiceLoop(
-            self.handler,
-            stt=self._speech.stt,
-            tts=self._speech.tts,
-            vad=self._speech.vad,
-            config=self._config.voice,
-            hooks=self._hooks,
-            session_id=self.session_id,
-        )
-        pc = self._pc = create_peer(loopback=self._config.ice_loopback)
-        client = ClientInput(
-            loop=loop,
-            pc=pc,
-            outbox=self.outbox,
-            end=self.end,
-            touch=self._touch,
-            session_id=self.session_id,
-        )
-        started = False
+        pc: RTCPeerConnection | None = None
+        client: ClientInput | None = None
         try:
+            loop = VoiceLoop(
+                self.handler,
+                stt=self._speech.stt,
+                tts=self._speech.tts,
+                vad=self._speech.vad,
+                config=self._config.voice,
+                hooks=self._hooks,
+                session_id=self.session_id,
+            )
+            pc = self._pc = create_peer(loopback=self._config.ice_loopback)
+            client = ClientInput(
+                loop=loop,
+                pc=pc,
+                outbox=self.outbox,
+                end=self.end,
+                touch=self._touch,
+                session_id=self.session_id,
+            )
             # The loop's tasks are started inside this block, so every tool batch of every
             # turn reports each call's start and end to the relay as it happens.
             with observe_tools(self._relay):
@@ -208,24 +205,28 @@ class Session:
                         _check_audio(pc)
                     except ValueError as exc:
                         problem = f"the offer cannot be used: {exc}"
-                        await on_refused(ProtocolError("bad_offer", problem))
-                        return False
+                        self.end("bad_offer", code="bad_offer", message=problem)
+                        await self._close_websocket()
+                        return
+                    self.started = True
                     await self._send_opening(answer.sdp)
-                    started = True
                     await self._serve(loop, events, pc, client)
-        except Exception:
+        except ConnectionClosed:  # gone while the answer was being sent
+            self.end("vanished")
+        except Exception as exc:
             logger.exception("session %s failed; it is closed", self.session_id)
+            await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
             self.end("internal")
-            if started:
-                await self._close_websocket()
+            await self._close_websocket()
         finally:
             with anyio.CancelScope(shield=True):
-                await pc.close()
-                client.close()
-                if started:
+                if pc is not None:
+                    await pc.close()
+                if client is not None:
+                    client.close()
+                if self.started:
                     await self._save()
                 self.finished.set()
-        return started
 
     async def _send_opening(self, sdp: str) -> None:
         # Straight on the WebSocket, before the outbox runs: `session` then `answer` come
@@ -346,3 +347,7 @@ class Session:
 def _check_audio(pc: RTCPeerConnection) -> None:
     if not any(t.kind == "audio" and t.mid is not None for t in pc.getTransceivers()):
         raise ValueError("the offer has no audio section (m=audio): the session is spoken")
+
+
+def _error_event(error: BaseException, session_id: str) -> ErrorEvent:
+    return ErrorEvent(error=error, where="rtc.session", session_id=session_id)

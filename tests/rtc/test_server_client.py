@@ -15,7 +15,7 @@ pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "l
 from llmrtc import ToolExecutor, ToolRegistry
 from llmrtc.agent import TurnRunner
 from llmrtc.rtc import RTCError, RTCServer, ServerConfig
-from llmrtc.testing import FakeTTS, RTCTestClient, ScriptedLLM, ScriptedResponse
+from llmrtc.testing import FakeTTS, FakeVAD, RTCTestClient, ScriptedLLM, ScriptedResponse
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.stt import STTError
 
@@ -175,5 +175,7 @@ def test_loopback_ice_follows_the_host_or_the_flag() -> None:
 def test_the_server_refuses_a_factory_or_store_that_cannot_work() -> None:
     with pytest.raises(TypeError, match="agent_factory"):
         RTCServer("not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="FakeVAD lacks vad, stt, tts"):
+        RTCServer(lambda: None, speech=FakeVAD())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="SessionStore"):
         RTCServer(lambda: None, store=object())  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from .conftest import (
     peer_connections,
     raw_client,
     settle_tasks,
+    until,
 )
 
 pytestmark = pytest.mark.anyio
@@ -283,6 +284,40 @@ async def test_a_failing_agent_factory_is_contained_to_its_connection() -> None:
     names = hooks.names()
     assert "on_error" in names and names.count("on_session_start") == 1
     assert names.count("on_session_end") == 1
+
+
+class BrokenStage(TurnRunner):
+    """A handler whose code fails once the session is under way (its stage lookup)."""
+
+    @property
+    def engine(self) -> Any:
+        raise RuntimeError("handler bug: /secret/path")
+
+
+async def test_a_session_failing_mid_way_is_contained_and_reported() -> None:
+    llm = ScriptedLLM(["Fine."])
+    made: list[str] = []
+
+    def make() -> TurnRunner:
+        made.append("x")
+        kind = BrokenStage if len(made) == 1 else TurnRunner
+        return kind(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+    hooks = RecordingHooks()
+    async with RTCServer(make, speech=fake_speech(), config=config(), hooks=hooks) as server:
+        async with raw_client(server.url) as broken, raw_client(server.url) as fine:
+            await broken.offer()
+            error = await broken.wait_for("error")
+            assert error["code"] == "internal" and "secret" not in error["message"]
+            assert await broken.wait_closed() == 1011
+            await fine.connect()
+            await fine.send({"type": "text", "text": "Hello"})
+            assert (await fine.wait_for("turn_completed"))["text"] == "Fine."
+        await until(lambda: server.active_sessions == 0)
+    errors = [
+        event for name, event in zip(hooks.names(), hooks.events, strict=True) if name == "on_error"
+    ]
+    assert [event.where for event in errors] == ["rtc.session"]
 
 
 # Admission, idle, shutdown ---------------------------------------------------------------------
