@@ -1,0 +1,75 @@
+"""`llmrtc serve playbooks/weather.yaml --port 0` on the real default path: no API key, the
+offline model and the offline speech engines, as the README's first command runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import anyio
+import pytest
+
+pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
+
+from llmrtc.testing import RTCTestClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.local_model, pytest.mark.voice_model]
+
+ROOT = Path(__file__).resolve().parents[2]
+LISTENING = "llmrtc serve: listening on "
+START_TIMEOUT = 900.0  # the first run joins and verifies ~1.2 GB of model parts
+
+
+def _get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return int(response.status)
+
+
+async def test_serve_weather_on_the_offline_stack_prints_the_url_and_answers() -> None:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_SPEECH", "LLMRTC_MODEL")
+    }
+    command = [sys.executable, "-m", "llmrtc.cli", "serve", "playbooks/weather.yaml", "--port", "0"]
+    process = await anyio.open_process(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=ROOT
+    )
+    stderr = bytearray()
+    try:
+        async with anyio.create_task_group() as group:
+
+            async def drain() -> None:
+                assert process.stderr is not None
+                async for chunk in process.stderr:
+                    stderr.extend(chunk)
+
+            group.start_soon(drain)
+            assert process.stdout is not None
+            line = b""
+            with anyio.fail_after(START_TIMEOUT):
+                while not line.endswith(b"\n"):
+                    chunk = await process.stdout.receive(1)
+                    line += chunk
+            text = line.decode().strip()
+            assert text.startswith(LISTENING) and text.endswith("(open it in Chromium)"), text
+            url = text[len(LISTENING) :].split(" ")[0]
+            assert await anyio.to_thread.run_sync(_get, url) == 200
+            async with RTCTestClient(url, timeout=60) as client:
+                await client.send_text("What is the weather in Tokyo?")
+                # The model answers (a busy 2-core machine may take its time over the rest).
+                await client.wait_for("assistant_text", timeout=300)
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(120):
+                assert await process.wait() == 0
+            group.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")
