@@ -30,6 +30,7 @@ IDS = [
     "mcp_tt:slow@2.1.0",
     "mcp_tt:refuse@2.1.0",
     "mcp_tt:crash@2.1.0",
+    "mcp_tt:exit_soon@2.1.0",
     "mcp_tt:grow@2.1.0",
 ]
 
@@ -142,6 +143,18 @@ async def test_a_server_crash_mid_call_is_an_error_result_and_the_next_call_reco
         assert after.status == "ok" and after.result == {"result": 9}
         assert backend.connected and invalidated == [True]  # a new session: list again
         assert len(await catalog.list()) == len(IDS)
+
+
+async def test_a_server_that_dies_between_calls_is_restarted_for_the_next_one() -> None:
+    async with stdio_backend() as backend:
+        executor = ToolExecutor(ToolRegistry(await backend.list()), timeout=60.0)
+        bye = await executor.execute_single(ToolCall("c1", "mcp_tt.exit_soon", {}))
+        assert bye.status == "ok"
+        with anyio.fail_after(30):
+            while backend.connected:  # the session's listen stream ends with the process
+                await anyio.sleep(0.05)
+        after = await executor.execute_single(ToolCall("c2", "mcp_tt.add", {"a": 1, "b": 2}))
+        assert after.status == "ok" and after.result == {"result": 3}
 
 
 async def test_tools_list_changed_invalidates_the_catalog() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -60,6 +61,13 @@ def crash() -> str:
     """Kill the server process in the middle of the call."""
     _mark("crashed")
     os._exit(3)
+
+
+@server.tool()
+def exit_soon() -> str:
+    """Answer, then end the server process 0.3 s later (a server dying between calls)."""
+    threading.Timer(0.3, os._exit, args=(4,)).start()
+    return "bye"
 
 
 @server.tool()
