@@ -179,3 +179,28 @@ def test_the_server_refuses_a_factory_or_store_that_cannot_work() -> None:
         RTCServer(lambda: None, speech=FakeVAD())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="SessionStore"):
         RTCServer(lambda: None, store=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.voice_model
+async def test_without_speech_the_server_opens_the_default_engines_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_SPEECH"):
+        monkeypatch.delenv(name, raising=False)
+    from llmrtc.voice import speech as default_speech
+
+    llm = ScriptedLLM(["Hi there."])
+    async with (
+        RTCServer(runners(llm), config=config()) as server,
+        RTCTestClient(server.url, tts=FakeTTS()) as client,
+    ):
+        assert default_speech._shared is not None  # opened by the server, shared
+        await client.send_text("Hello")
+        ended = await client.wait_for("agent_speech_ended", timeout=60)
+        assert ended == {
+            "type": "agent_speech_ended",
+            "interrupted": False,
+            "heard_text": "Hi there.",
+        }
+        assert client.received_audio
+    assert default_speech._shared is None  # the server's exit closed them
