@@ -12,7 +12,8 @@ worker. The supervisor:
   supervisor, which forwards it once) with a pipe as stdin (when the supervisor dies the pipe
   closes and the workers shut down);
 - prints the one `listening on` line once every worker printed its own, forwards SIGTERM and
-  SIGINT, and exits 0 when every worker exited 0. A worker that dies stops the others (exit 1).
+  SIGINT, and exits 0 when every worker exited 0 (130 after a second Ctrl-C). A worker that
+  dies stops the others (exit 1).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llmrtc.cli._serve_run import LISTENING
 
 __all__ = ["supervise", "worker_command"]
 
+_INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 _STOP_TIMEOUT = 10.0  # seconds past the grace before a worker that did not exit is killed
 
 
@@ -122,6 +124,8 @@ async def supervise(args: argparse.Namespace) -> int:
         with anyio.CancelScope(shield=True):
             await _stop(workers, args.shutdown_grace)
         shutil.rmtree(store_dir, ignore_errors=True)
+    if workers.interrupts > 1:
+        return _INTERRUPTED  # stopped at once, as a single process would report it
     if workers.failed or any(p.returncode != 0 for p in workers.processes):
         return 1
     print("llmrtc serve: stopped", file=sys.stderr, flush=True)

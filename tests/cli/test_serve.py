@@ -425,3 +425,77 @@ async def test_two_workers_answer_on_one_port_and_resume_each_others_sessions(
     for pid in workers:  # no worker outlives the server
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid), 0)
+
+
+async def test_a_worker_that_dies_stops_the_server_with_status_1(tmp_path: Path) -> None:
+    async with serve(WEATHER, "--port", "0", "--workers", "2", "--fake-engines") as run:
+        children = Path(f"/proc/{run.process.pid}/task/{run.process.pid}/children")
+        workers = [int(pid) for pid in children.read_text().split()]
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)  # a worker this test's server started
+        assert await run.wait() == 1
+        assert f"error: worker {workers[0]} exited" in run.stderr
+    with pytest.raises(ProcessLookupError):
+        os.kill(workers[1], 0)  # the other one was stopped, not left behind
+
+
+async def test_workers_that_cannot_start_fail_the_command() -> None:
+    env = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    args = [WEATHER, "--port", "0", "--workers", "2", "--llm", "openai"]
+    async with serve(*args, env=env, wait=False) as run:
+        assert await run.wait() == 1
+        assert "--llm openai needs OPENAI_API_KEY" in run.stderr
+        assert run.stdout == []
+
+
+async def test_sigint_reaches_the_workers_once_and_twice_stops_them_now(tmp_path: Path) -> None:
+    script = weather_script(tmp_path)
+    args = [WEATHER, "--port", "0", "--workers", "2", "--shutdown-grace", "60"]
+    async with serve(*args, "--fake-engines", script) as run:
+        assert run.url is not None
+        async with RTCTestClient(run.url, tts=FakeTTS()) as client:
+            await weather_turn(client)
+            run.signal(signal.SIGINT)
+            await run.wait_stderr("Ctrl-C again to stop now")  # the busy worker waits
+            run.signal(signal.SIGINT)
+            assert await run.wait(timeout=15) == 130  # not the 60 s grace
+            await client.drop()
+
+
+# Arguments -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--port", "70000"),
+        ("--workers", "0"),
+        ("--max-sessions", "none"),
+        ("--idle-timeout", "-1"),
+        ("--resume-ttl", "inf"),
+        ("--shutdown-grace", "0"),
+        ("--llm", "gpt"),
+        ("--otel", "jaeger"),
+        ("--log-level", "loud"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmrtc.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", WEATHER, option, value])
+    assert exited.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_help_lists_the_options_but_not_the_hidden_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    from llmrtc.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    shown = capsys.readouterr().out
+    for option in ("--host", "--port", "--workers", "--max-sessions", "--llm", "--otel"):
+        assert option in shown
+    assert "--fake-engines" not in shown and "--worker-store" not in shown
