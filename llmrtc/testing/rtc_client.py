@@ -88,7 +88,7 @@ class RTCTestClient:
         resume: `(session_id, resume_token)` of an earlier session to take back.
         tts: The voice `say` speaks with; default `EspeakTTS` (`en-us`, 150 words per minute,
             which Whisper transcribes well). A `FakeTTS` suits a server using `FakeSTT`.
-        timeout: Seconds allowed for connecting, and the default of `wait_for`.
+        timeout: Seconds allowed for connecting, and the default of `wait_for` and `ping`.
 
     Raises:
         ValueError: `url` is not an http(s) URL, or `resume` is not two non-empty strings.
@@ -199,9 +199,8 @@ class RTCTestClient:
         await opened.wait()
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
-        # aiortc is asyncio-only; these tasks belong to the client, which cancels and awaits
-        # them in `_close` (from whichever task closes it: a task group could only be left
-        # by the task that entered it).
+        # Owned by the client, cancelled and awaited in `_close`, whichever task closes it
+        # (a task group could only be left by the task that entered it; aiortc is asyncio).
         self._tasks.append(asyncio.get_running_loop().create_task(work))
 
     # Sending ------------------------------------------------------------------------------------
@@ -355,9 +354,10 @@ class RTCTestClient:
                     await add_candidate(self._pc, event["candidate"])
         except ConnectionClosed:
             pass
-        except ProtocolError:
-            logger.error("RTCTestClient: malformed message on the WebSocket")
-            return  # the log holds the failure; waiters raise it
+        except (ProtocolError, ValueError) as exc:  # malformed, or a candidate aiortc refused
+            logger.error("RTCTestClient: bad message on the WebSocket: %s", exc)
+            self._log.fail(exc)  # waiters and leaving the block raise it
+            return
         self._ws_closed.set()
         await anyio.sleep(_LATE_EVENTS)
         self._log.close(f"the server closed the WebSocket (close code {ws.close_code})")

@@ -286,7 +286,8 @@ async def test_refusals_raise_rtc_error_with_the_servers_code() -> None:
 
 async def test_wait_for_checks_its_query_and_fails_fast_once_the_server_closed() -> None:
     async with mini_server() as server:
-        async with RTCTestClient(server.url) as client:
+        # a `localhost` URL is a loopback one too: loopback ICE with no extra argument
+        async with RTCTestClient(server.url.replace("127.0.0.1", "localhost")) as client:
             with pytest.raises(ValueError, match="no server message has type 'transcrpt'"):
                 await client.wait_for("transcrpt")
             with pytest.raises(ValueError, match="has no field 'txt'; its fields: final, text"):
