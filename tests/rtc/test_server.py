@@ -1,6 +1,7 @@
-"""RTCServer against real aiortc peers on 127.0.0.1 (fake speech, scripted model): the page, the
-opening, a typed turn with tools (each call's events as it ends), audio both ways through
-Opus, barge-in, and a disconnect mid-tool that leaves nothing behind."""
+"""RTCServer against real aiortc peers on 127.0.0.1 (fake speech, scripted model): the page and
+the health check on the same port, the opening, a typed turn with tools (each call's events
+as it ends), speech in and out through Opus, events on the WebSocket without a data channel,
+and `stop_admitting` + `wait_idle`."""
 
 from __future__ import annotations
 
@@ -18,18 +19,9 @@ from llmrtc.rtc import RTCServer
 from llmrtc.testing import FakeTTS, ScriptedLLM
 from llmrtc.voice.audio import resample
 
-from .conftest import (
-    config,
-    fake_speech,
-    raw_client,
-)
+from .conftest import TIMEOUT, config, fake_speech, raw_client
 
 pytestmark = pytest.mark.anyio
-
-RELEASED = anyio.Event()
-"""Tests set a fresh one to hold the slow tool (see `slow_lookup`)."""
-STARTED: list[str] = []
-FINISHED: list[str] = []
 
 
 @tool
@@ -49,11 +41,7 @@ async def slow_lookup(city: str) -> dict[str, Any]:
     Args:
         city: The city.
     """
-    STARTED.append(city)
-    try:
-        await anyio.sleep(3600)
-    finally:
-        FINISHED.append(city)
+    await anyio.sleep(3600)
     return {"city": city}
 
 
@@ -99,8 +87,6 @@ async def test_a_typed_turn_with_tools_reports_each_call_as_it_ends() -> None:
         ],
         "Sunny in Tokyo.",
     ]
-    global RELEASED
-    STARTED.clear()
     speech = fake_speech()
     async with (
         RTCServer(runner_factory(script), speech=speech, config=config()) as server,
@@ -108,18 +94,17 @@ async def test_a_typed_turn_with_tools_reports_each_call_as_it_ends() -> None:
     ):
         session = await client.connect()
         assert session["protocol"] == 1 and session["resumed"] is False
-        assert [kind for _, kind in [(w, m["type"]) for w, m in client.messages][:2]] == [
-            "session",
-            "answer",
+        assert [(where, m["type"]) for where, m in client.messages[:2]] == [
+            ("websocket", "session"),
+            ("websocket", "answer"),
         ]
         await client.send({"type": "text", "text": "Weather in Tokyo and Oslo?"})
         # c1 ends while c2 still runs: its finished event is out before the batch ends
         finished = await client.wait_for("tool_call_finished", call_id="c1")
         assert finished["status"] == "ok" and finished["name"] == "lookup_weather"
         await client.wait_for("tool_call_started", call_id="c2")
-        assert not client.of_type(
-            "tool_call_finished",
-        ) or all(m["call_id"] != "c2" for m in client.of_type("tool_call_finished"))
+        assert [m["call_id"] for m in client.of_type("tool_call_finished")] == ["c1"]
+        assert not client.of_type("turn_completed")  # the batch is still running
         await client.send({"type": "interrupt"})
         done = await client.wait_for("turn_completed")
         assert done["stop_reason"] == "aborted"
@@ -163,3 +148,51 @@ async def test_speech_in_and_out_through_opus() -> None:
     ).astype("<i2")
     decoded = await speech.stt.transcribe(resample(samples.tobytes(), 48000, 16000))
     assert decoded == "It is sunny today."
+
+
+async def test_without_a_data_channel_every_event_goes_on_the_websocket() -> None:
+    llm = ScriptedLLM(["Over the WebSocket."])
+
+    def make() -> TurnRunner:
+        return TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+    async with (
+        RTCServer(make, speech=fake_speech(), config=config()) as server,
+        raw_client(server.url) as client,
+    ):
+        await client.offer(channel=False)
+        await client.wait_for("answer")
+        await client.send({"type": "text", "text": "Hello"})
+        done = await client.wait_for("turn_completed")
+        assert done["text"] == "Over the WebSocket."
+        assert {where for where, _ in client.messages} == {"websocket"}
+        kinds = [m["type"] for m in client.events]
+        assert kinds[:2] == ["session", "answer"] and kinds.count("turn_completed") == 1
+
+
+async def test_wait_idle_returns_once_the_last_session_ends_after_stop_admitting() -> None:
+    llm = ScriptedLLM([])
+
+    def make() -> TurnRunner:
+        return TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+    async with RTCServer(make, speech=fake_speech(), config=config()) as server:
+        await server.wait_idle()  # none live: at once
+        async with raw_client(server.url) as client:
+            await client.connect()
+            server.stop_admitting()
+            assert not server.admitting and server.active_sessions == 1
+            async with anyio.create_task_group() as group:
+                idle = anyio.Event()
+
+                async def wait() -> None:
+                    await server.wait_idle()
+                    idle.set()
+
+                group.start_soon(wait)
+                await anyio.sleep(0.2)
+                assert not idle.is_set()
+                await client.send({"type": "end"})
+                with anyio.fail_after(TIMEOUT):
+                    await idle.wait()
+            assert server.active_sessions == 0
