@@ -22,13 +22,15 @@ if TYPE_CHECKING:
     from aiortc import RTCDataChannel
     from websockets.asyncio.server import ServerConnection
 
-__all__ = ["OUTBOX_LIMIT", "Outbox", "Route"]
+__all__ = ["CHANNEL_BUFFER_LIMIT", "OUTBOX_LIMIT", "Outbox", "Route"]
 
 logger = logging.getLogger(__name__)
 
 OUTBOX_LIMIT = 4096
 """Messages queued at most: a client that reads nothing while this many pile up is gone (its
 session ends as if it had vanished) rather than the server's memory growing without bound."""
+CHANNEL_BUFFER_LIMIT = 8 * 1024 * 1024
+"""Bytes queued on the data channel at most before its client counts as gone (overflow)."""
 Route = Literal["events", "websocket", "channel"]
 """`events`: the data channel once open, else the WebSocket; `websocket` / `channel`: only
 that transport (a reply on the channel a request came on), dropped if it is not up."""
@@ -90,7 +92,14 @@ class Outbox:
     async def _deliver(self, text: str, route: Route) -> None:
         channel = self.channel
         if route != "websocket" and channel is not None and channel.readyState == "open":
+            if channel.bufferedAmount > CHANNEL_BUFFER_LIMIT and not self._overflowed:
+                # aiortc queues without bound: a client that stopped reading is gone.
+                self._overflowed = True
+                logger.warning("a session's data channel is backed up; the session ends")
+                self._on_overflow()
             try:
+                # Over the peer's max-message-size (64-256 KiB) aiortc raises ValueError: the
+                # message then goes on the WebSocket, still exactly once.
                 channel.send(text)
             except Exception:  # closed between the check and the send: fall back below
                 logger.debug("data channel send failed; using the WebSocket", exc_info=True)
