@@ -4,6 +4,7 @@ its URL and options."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -19,7 +20,15 @@ from llmrtc.rtc.errors import RTCError
 from llmrtc.rtc.ice import is_loopback_host
 from llmrtc.rtc.messages import ServerMessage
 
-__all__ = ["EventLog", "Match", "Pings", "check_options", "close_code", "websocket_url"]
+__all__ = [
+    "EventLog",
+    "Match",
+    "Pings",
+    "check_options",
+    "close_code",
+    "require_asyncio",
+    "websocket_url",
+]
 
 Match = Callable[[dict[str, Any]], bool]
 """A predicate on an event dict, for `wait_for(where=...)`."""
@@ -207,3 +216,14 @@ def check_options(resume: object, timeout: object) -> None:
         )
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def require_asyncio() -> None:
+    """Refuse to run outside asyncio (aiortc needs it) with a message that says so."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "RTCTestClient runs on asyncio only (aiortc does): use anyio's asyncio backend "
+            "(the default of its pytest plugin), not trio"
+        ) from None

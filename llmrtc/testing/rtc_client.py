@@ -7,8 +7,7 @@ the way a browser talks to it (WebSocket signalling, an offer with a microphone 
         finished = await client.wait_for("tool_call_finished", name="get_weather")
         await client.wait_for("turn_completed")
 
-It runs on asyncio only (aiortc does), e.g. under pytest's anyio plugin with the asyncio
-backend.
+It runs on asyncio only (aiortc does): anyio's pytest plugin runs it by default.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from llmrtc.testing._rtc_events import (
     Pings,
     check_options,
     close_code,
+    require_asyncio,
     websocket_url,
 )
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
@@ -63,8 +63,7 @@ _MAX_SERVER_MESSAGE = 16 * 1024 * 1024
 _CLOSE_GRACE = 2.0
 """Seconds `end` waits for the server to close the WebSocket."""
 _LATE_EVENTS = 0.5
-"""Seconds events may still arrive on the data channel after the WebSocket closed (the server
-sends its last events there just before closing)."""
+"""Seconds the server's last data-channel events may arrive after its WebSocket closed."""
 
 
 class RTCTestClient:
@@ -133,6 +132,7 @@ class RTCTestClient:
     # Connecting ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> RTCTestClient:
+        require_asyncio()
         try:
             with anyio.fail_after(self.timeout):
                 await self._connect()

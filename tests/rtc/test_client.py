@@ -320,6 +320,13 @@ def test_bad_arguments_are_refused_on_construction() -> None:
         RTCTestClient("http://127.0.0.1:1/", timeout=0)
 
 
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_is_refused_with_a_clear_message() -> None:
+    with pytest.raises(RuntimeError, match="asyncio only"):
+        async with RTCTestClient("http://127.0.0.1:9/"):
+            pass
+
+
 def test_importing_llmrtc_testing_does_not_import_aiortc() -> None:
     code = (
         "import sys, llmrtc.testing\n"
