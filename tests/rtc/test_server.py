@@ -74,6 +74,11 @@ async def test_one_port_serves_the_page_health_and_404() -> None:
         assert status == 200 and kind.startswith("text/html") and b"<html" in body.lower()
         status, _, body = await anyio.to_thread.run_sync(get, server.url + "healthz")
         assert (status, body) == (200, b"ok\n")
+        for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+            status, got, body = await anyio.to_thread.run_sync(get, server.url + name)
+            assert status == 200 and got.startswith(kind) and body, name
+        status, _, _ = await anyio.to_thread.run_sync(get, server.url + "ws")
+        assert status == 426  # the WebSocket path wants an upgrade
         for path in ("nope.js", "../pyproject.toml", "%2e%2e/server.py", ".hidden", "ws/x"):
             status, _, _ = await anyio.to_thread.run_sync(get, server.url + path)
             assert status == 404, path
