@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,23 +64,38 @@ async def serve_connection(
     """Open a session with `target` (`on_message`: the SDK's message handler), report it,
     and keep it until its `stop` is set or it fails (a failure before it is reported is
     raised to the task that started it)."""
-    from mcp import Client
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
 
     connection = Connection()
     started = False
+    stderr = _StderrLog(server) if isinstance(target, StdioServerParameters) else None
+    transport = target if stderr is None else stdio_client(target, errlog=stderr.writer)
     try:
-        # cache=None: a listing must be fresh after tools/list_changed or a reconnect.
-        async with Client(target, message_handler=on_message, cache=None) as client:
-            connection.client = client
-            async with anyio.create_task_group() as group:
-                await _listen(client, group, connection, server)
-                task_status.started(connection)
-                started = True
-                await connection.stop.wait()
-                group.cancel_scope.cancel()
+        async with anyio.create_task_group() as outer:
+            if stderr is not None:
+                outer.start_soon(stderr.follow)
+            try:
+                # cache=None: a listing must be fresh after tools/list_changed or a reconnect.
+                async with Client(transport, message_handler=on_message, cache=None) as client:
+                    if stderr is not None:
+                        stderr.spawned()
+                    connection.client = client
+                    async with anyio.create_task_group() as group:
+                        await _listen(client, group, connection, server)
+                        task_status.started(connection)
+                        started = True
+                        await connection.stop.wait()
+                        group.cancel_scope.cancel()
+            finally:
+                if stderr is not None:
+                    stderr.spawned()  # also when the spawn failed: no writer is left open
+                    # The server is gone: its stderr ends at once, unless a process it
+                    # started holds the pipe open; give up on that after a moment.
+                    outer.cancel_scope.deadline = anyio.current_time() + 2.0
     except Exception as exc:
         if not started:
-            raise
+            raise _unwrapped(exc) from None
         logger.warning(
             "MCP server %r: the connection ended (%s); the next use reconnects",
             server,
@@ -89,6 +105,44 @@ async def serve_connection(
     finally:
         connection.stop.set()
         connection.closed.set()
+
+
+def _unwrapped(exc: Exception) -> Exception:
+    """The one error inside task-group wrappers (the spawn's own `FileNotFoundError`)."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class _StderrLog:
+    """A stdio server's stderr, line by line into the `llmrtc.catalog.mcp` log (at INFO)
+    instead of the terminal, where it would garble `llmrtc chat`."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        read_fd, write_fd = os.pipe()
+        self.reader = os.fdopen(read_fd, "rb")
+        self.writer = os.fdopen(write_fd, "w")
+
+    def spawned(self) -> None:
+        """Close this process's copy of the write end: the child holds its own, so the
+        reader sees the end of the file when the child is gone."""
+        if not self.writer.closed:
+            self.writer.close()
+
+    async def follow(self) -> None:
+        try:
+            while True:
+                line = await anyio.to_thread.run_sync(self.reader.readline, abandon_on_cancel=True)
+                if not line:
+                    break
+                text = line.decode("utf-8", "replace").rstrip()
+                if text:
+                    logger.info("MCP server %r: %s", self.server, text)
+        finally:
+            self.spawned()
+            with contextlib.suppress(OSError):
+                self.reader.close()
 
 
 async def _listen(client: Any, group: TaskGroup, connection: Connection, server: str) -> None:

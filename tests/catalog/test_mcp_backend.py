@@ -242,3 +242,17 @@ async def test_an_error_in_the_block_comes_out_as_itself_and_the_server_stops() 
             assert backend.connected
             raise KeyError("mine")
     assert not backend.connected
+
+
+async def test_a_stdio_servers_stderr_goes_to_the_log_not_the_terminal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="llmrtc.catalog.mcp")
+    async with stdio_backend() as backend:
+        executor = ToolExecutor(ToolRegistry(await backend.list()))
+        await executor.execute_single(ToolCall("c1", "mcp_tt.refuse", {"reason": "no"}))
+        with anyio.fail_after(30):
+            while not any("refuse" in r.getMessage() for r in caplog.records):
+                await anyio.sleep(0.05)
+    line = next(r.getMessage() for r in caplog.records if "refuse" in r.getMessage())
+    assert line.startswith("MCP server 'tt': ")
