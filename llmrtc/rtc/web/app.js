@@ -12,7 +12,6 @@
   // Automatic resume after a lost connection: a few tries, well inside the server's
   // resume_ttl (120 s by default), then the page gives up and says so.
   const RESUME_DELAYS_MS = [300, 1000, 2000, 4000, 8000];
-  const OPUS_BITRATE = 96000; // bits/s the microphone is sent at (see withOpusBitrate)
   const STATS_INTERVAL_MS = 500;
   const PING_INTERVAL_MS = 5000;
   const MAX_KEPT_EVENTS = 1000;
@@ -56,7 +55,7 @@
   const counters = {
     state: "idle", sessionId: null, resumed: false, resumes: 0, dataChannelOpen: false,
     audioPackets: 0, audioEnergy: 0, eventsReceived: 0, eventsByType: {}, events: [],
-    rttMs: null, micEnabled: false,
+    rttMs: null, micEnabled: false, micBitrate: null,
   };
 
   let call = null; // the live connection: {ws, pc, dc, ...}; null when not connected
@@ -163,7 +162,7 @@
     async answer(m) {
       if (!call) return;
       try {
-        await call.pc.setRemoteDescription({ type: "answer", sdp: withOpusBitrate(m.sdp) });
+        await call.pc.setRemoteDescription({ type: "answer", sdp: m.sdp });
       } catch (error) {
         console.error("llmrtc: the server's answer was refused", error);
         hangUp({ notify: true });
@@ -261,20 +260,6 @@
       }
     },
   };
-
-  // Ask the browser's Opus encoder for OPUS_BITRATE: at its default (32 kb/s for a mono
-  // microphone) speech recognition on the server heard "weather" as "weapon"; at 64 kb/s and
-  // up it heard it right (measured with Whisper base and espeak-ng speech).
-  function withOpusBitrate(sdp) {
-    const match = /a=rtpmap:(\d+) opus\/48000/i.exec(sdp);
-    if (!match) return sdp;
-    const fmtp = new RegExp(`^(a=fmtp:${match[1]} )(.*)$`, "m");
-    if (fmtp.test(sdp)) {
-      return sdp.replace(fmtp, (line, head, params) =>
-        /maxaveragebitrate=/.test(params) ? line : `${head}${params};maxaveragebitrate=${OPUS_BITRATE}`);
-    }
-    return sdp.replace(match[0], `${match[0]}\r\na=fmtp:${match[1]} maxaveragebitrate=${OPUS_BITRATE}`);
-  }
 
   function reply() {
     if (!currentReply) {
@@ -450,6 +435,9 @@
         counters.audioEnergy += energy - (current.energy || 0);
         current.packets = packets;
         current.energy = energy;
+      }
+      if (report.type === "outbound-rtp" && report.kind === "audio") {
+        counters.micBitrate = report.targetBitrate || null; // the encoder's target, bits/s
       }
     });
   }
