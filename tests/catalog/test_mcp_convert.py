@@ -1,0 +1,113 @@
+"""How MCP servers' names, versions, schemas and results become llmrtc's (no server needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from llmrtc.catalog._mcp_convert import (
+    MAX_ERROR_TEXT,
+    content_text,
+    error_text,
+    mcp_definition,
+    namespace_for,
+    result_value,
+    semver_of,
+    tool_names,
+)
+from llmrtc.tools.ids import parse_tool_id
+
+
+@pytest.mark.parametrize(
+    ("version", "semver"),
+    [
+        ("2.1", "2.1.0"),
+        ("1.4.2", "1.4.2"),
+        ("v1.4.2-beta+7", "1.4.2"),
+        ("2024.10.07", "2024.10.7"),
+        ("3", "3.0.0"),
+        ("1.2.3.4", "1.2.3"),
+        ("", "1.0.0"),
+        (None, "1.0.0"),
+        ("dev", "1.0.0"),
+    ],
+)
+def test_a_servers_version_becomes_semver(version: str | None, semver: str) -> None:
+    assert semver_of(version) == semver
+    parse_tool_id(f"x@{semver}")  # a valid tool-id version
+
+
+def test_mcp_names_become_unique_valid_names_whose_wire_form_fits() -> None:
+    namespace = namespace_for("files")
+    names = tool_names(
+        namespace,
+        ["read", "fs/read", "fs.read", "fs read", "...", "x" * 128, "x" * 128 + "y"],
+    )
+    assert names["read"] == "read"
+    assert names["fs/read"] == "fs_read"
+    assert names["fs.read"] == "fs_read_2" and names["fs read"] == "fs_read_3"
+    assert names["..."] == "tool"
+    long_a, long_b = names["x" * 128], names["x" * 128 + "y"]
+    assert long_a != long_b
+    for name in names.values():
+        assert len(f"{namespace}__{name}") <= 64
+
+
+def test_a_definition_keeps_the_schema_and_reads_the_annotations() -> None:
+    mcp_tool = NS(
+        name="delete_file",
+        title="Delete a file",
+        description="Delete a file.",
+        input_schema={
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+        annotations=NS(title=None, read_only_hint=False, destructive_hint=True),
+    )
+    definition = mcp_definition(
+        mcp_tool, namespace="mcp_fs", name="delete_file", version="1.2.0", server="fs"
+    )
+    assert definition is not None
+    assert definition.tool_id == "mcp_fs:delete_file@1.2.0"
+    assert definition.parameters == {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    }
+    assert definition.aliases == ("Delete a file",)
+    assert definition.side_effects == ("may delete or overwrite data",)
+    assert set(definition.tags) == {"mcp", "fs"}
+
+
+def test_a_tool_with_an_unusable_schema_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    broken = NS(name="odd", description="", input_schema={"type": "array"}, annotations=None)
+    assert (
+        mcp_definition(broken, namespace="mcp_x", name="odd", version="1.0.0", server="x") is None
+    )
+    assert "tool 'odd' is left out" in caplog.text
+
+
+def test_results_prefer_structured_content_else_join_the_blocks() -> None:
+    text = NS(type="text", text="line one")
+    image = NS(type="image", mime_type="image/png")
+    resource = NS(type="resource", resource=NS(uri="file:///a.txt", text="file text"))
+    blob = NS(type="resource", resource=NS(uri="file:///b.bin"))
+    link = NS(type="resource_link", uri="file:///c")
+    assert result_value(NS(structured_content={"n": 1}, content=[text])) == {"n": 1}
+    assert result_value(NS(structured_content=None, content=[text, image])) == (
+        "line one\n[image image/png]"
+    )
+    assert content_text([resource, blob, link]) == (
+        "file text\n[resource file:///b.bin]\n[resource file:///c]"
+    )
+
+
+def test_error_text_is_the_servers_own_words_cut_to_length() -> None:
+    long = NS(content=[NS(type="text", text="e" * 5000)])
+    assert len(error_text(long, "s", "t")) == MAX_ERROR_TEXT
+    empty = NS(content=[])
+    assert error_text(empty, "s", "t") == (
+        "the tool 't' of MCP server 's' reported an error without details"
+    )
