@@ -10,12 +10,13 @@ from pathlib import Path
 
 import anyio
 
+from llmrtc.rtc.errors import RTCError
 from llmrtc.voice.audio import Resampler, split_frames
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 from llmrtc.voice.tts import TTS
 from llmrtc.voice.wav import read_wav
 
-__all__ = ["MIC_RATE", "Microphone", "AudioInput", "mic_frames", "synthesize"]
+__all__ = ["MIC_RATE", "AudioInput", "Microphone", "default_tts", "mic_frames", "synthesize"]
 
 MIC_RATE = 48000
 """The rate the microphone sends at (Opus's own: the encoder takes it as it is)."""
@@ -53,6 +54,14 @@ def mic_frames(audio: AudioInput) -> list[AudioFrame]:
     return split_frames(bytes(pcm), MIC_RATE) if pcm else []
 
 
+def default_tts() -> TTS:
+    """`say`'s voice when the test gives none: espeak-ng, en-us at 150 words per minute (what
+    Whisper transcribes well)."""
+    from llmrtc.voice.providers.espeak import EspeakTTS
+
+    return EspeakTTS(voice="en-us", words_per_minute=150)
+
+
 async def synthesize(tts: TTS, text: str) -> AudioFrame:
     """All of `text`'s speech from `tts`, as one frame at the TTS's rate."""
     pcm = bytearray()
@@ -85,6 +94,7 @@ class Microphone:
         self._clock: float | None = None
         self._ticks = 0
         self._waiters: list[tuple[int, anyio.Event]] = []
+        self._closed = False
         self._silence = AudioFrame.silence(FRAME_DURATION, MIC_RATE)
 
     def __aiter__(self) -> AsyncIterator[AudioFrame]:
@@ -118,12 +128,24 @@ class Microphone:
         return self._queued
 
     async def sent(self, mark: int) -> None:
-        """Wait until the frames up to `mark` (from `queue`) went to the sender."""
-        if self._sent >= mark:
-            return
-        event = anyio.Event()
-        self._waiters.append((mark, event))
-        await event.wait()
+        """Wait until the frames up to `mark` (from `queue`) went to the sender.
+
+        Raises:
+            RTCError: the microphone was closed first (the client closed).
+        """
+        if self._sent < mark and not self._closed:
+            event = anyio.Event()
+            self._waiters.append((mark, event))
+            await event.wait()
+        if self._sent < mark:
+            raise RTCError("connection_closed", "the client closed before its audio was sent")
+
+    def close(self) -> None:
+        """Nothing more will be sent: release every `sent` waiter (they raise)."""
+        self._closed = True
+        for _, event in self._waiters:
+            event.set()
+        self._waiters.clear()
 
     def _wake(self) -> None:
         done = [(mark, event) for mark, event in self._waiters if self._sent >= mark]

@@ -29,17 +29,22 @@ from websockets.exceptions import ConnectionClosed
 from llmrtc.rtc.errors import RTCError
 from llmrtc.rtc.peer import (
     PeerConnectionError,
-    accept_answer,
     add_candidate,
     create_offer,
     create_peer,
-    description_from_dict,
     remote_audio_track,
     wait_connected,
 )
 from llmrtc.rtc.protocol import ProtocolError, parse_server_message
 from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
-from llmrtc.testing._rtc_audio import MIC_RATE, AudioInput, Microphone, mic_frames, synthesize
+from llmrtc.testing._rtc_audio import (
+    MIC_RATE,
+    AudioInput,
+    Microphone,
+    default_tts,
+    mic_frames,
+    synthesize,
+)
 from llmrtc.testing._rtc_events import (
     EventLog,
     Match,
@@ -49,6 +54,7 @@ from llmrtc.testing._rtc_events import (
     require_asyncio,
     websocket_url,
 )
+from llmrtc.testing._rtc_signalling import await_answer
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 from llmrtc.voice.tts import TTS
 
@@ -168,26 +174,7 @@ class RTCTestClient:
         # `error` is still there to read below.
         with contextlib.suppress(RTCError):
             await self._send_ws({"type": "offer", "sdp": offer.sdp})
-        early_candidates: list[Any] = []
-        while True:
-            try:
-                raw = await ws.recv()
-            except ConnectionClosed as exc:
-                raise RTCError(
-                    "connection_failed",
-                    f"the server closed the WebSocket before answering ({close_code(exc)})",
-                ) from exc
-            event = self._record(raw)
-            kind = event["type"]
-            if kind == "error":
-                raise RTCError(event["code"], event["message"])
-            if kind == "ice":
-                early_candidates.append(event["candidate"])
-            elif kind == "answer":
-                await accept_answer(pc, description_from_dict(event, expect="answer"))
-                break
-        for candidate in early_candidates:
-            await add_candidate(pc, candidate)
+        await await_answer(ws, pc, self._record)
         self._start(self._read_websocket(ws))
         track = remote_audio_track(pc)
         if track is not None:
@@ -209,9 +196,7 @@ class RTCTestClient:
         """Speak `text` into the microphone (synthesised with the client's TTS), followed by
         about a second of silence; returns once all of it was sent."""
         if self._tts is None:
-            from llmrtc.voice.providers.espeak import EspeakTTS
-
-            self._tts = EspeakTTS(voice="en-us", words_per_minute=150)
+            self._tts = default_tts()
         speech = mic_frames(await synthesize(self._tts, text))
         silence = [AudioFrame.silence(FRAME_DURATION, MIC_RATE)]
         await self._play(speech + silence * round(_TRAILING_SILENCE / FRAME_DURATION))
@@ -397,3 +382,4 @@ class RTCTestClient:
             await asyncio.gather(*tasks, return_exceptions=True)
             self._log.close("the client closed the connection")
             self._pings.close()
+            self._mic.close()

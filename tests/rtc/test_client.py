@@ -303,6 +303,28 @@ async def test_wait_for_checks_its_query_and_fails_fast_once_the_server_closed()
         assert server.texts == ["Hi", "<end>"]  # `end` went once
 
 
+async def test_dropping_mid_send_releases_the_sender_and_later_sends_fail() -> None:
+    errors: list[str] = []
+    async with mini_server() as server, RTCTestClient(server.url) as client:
+
+        async def long_send() -> None:
+            try:
+                await client.send_audio(AudioFrame(bytes(2 * 48000 * 5), 48000))  # 5 s
+            except RTCError as exc:
+                errors.append(exc.code)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(long_send)
+            await anyio.sleep(0.3)
+            await client.drop()
+        with pytest.raises(RTCError, match="connection_closed"):
+            await client.send_audio(AudioFrame(bytes(1920), 48000))
+        with pytest.raises(RTCError, match="connection_closed"):
+            await client.ping()
+    assert errors == ["connection_closed"]
+    assert "<end>" not in server.texts  # dropped, not ended
+
+
 async def test_a_malformed_server_message_fails_loudly() -> None:
     async with mini_server(raw_after_answer='{"type": "transcript", "txt": "x"}') as server:
         with pytest.raises(ProtocolError, match="invalid 'transcript' message"):
