@@ -126,7 +126,6 @@ class Session:
         self.started = False
         """Whether the session was answered (False: refused or failed before the answer)."""
         self._error_hooks = hooks_for([hooks], "on_error")
-        """Set when `run` has returned (everything closed, the state saved)."""
         self.end_reason: str | None = None
         """Why the session ended (a key of the module docstring's table, or an error code)."""
         self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
@@ -270,8 +269,9 @@ class Session:
     async def _guard(self, task: Callable[..., Awaitable[None]], *args: Any) -> None:
         try:
             await task(*args)
-        except Exception:
+        except Exception as exc:
             logger.exception("session %s: %s failed", self.session_id, task.__name__)
+            await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
             self.end("internal")
 
     async def _close_websocket(self) -> None:
@@ -315,7 +315,7 @@ class Session:
     async def _forward_events(self, events: Any) -> None:
         async for event in events:
             if isinstance(event, UserSpeechStarted | UserSpeechEnded | Transcript):
-                self._last_activity = time.monotonic()
+                self._touch()  # the user spoke: not idle
             if self._relay.relay(event):
                 continue
             message = wire_event(event)
