@@ -58,10 +58,12 @@ async def serve_connection(
     target: Any,
     server: str,
     on_message: Any,
+    mode: str = "auto",
     *,
     task_status: TaskStatus[Connection],
 ) -> None:
-    """Open a session with `target` (`on_message`: the SDK's message handler), report it,
+    """Open a session with `target` (`on_message`: the SDK's message handler; `mode`: the
+    SDK's protocol negotiation, `"auto"` or `"legacy"`), report it,
     and keep it until its `stop` is set or it fails (a failure before it is reported is
     raised to the task that started it)."""
     from mcp import Client, StdioServerParameters
@@ -77,7 +79,9 @@ async def serve_connection(
                 outer.start_soon(stderr.follow)
             try:
                 # cache=None: a listing must be fresh after tools/list_changed or a reconnect.
-                async with Client(transport, message_handler=on_message, cache=None) as client:
+                async with Client(
+                    transport, message_handler=on_message, cache=None, mode=mode
+                ) as client:
                     if stderr is not None:
                         stderr.spawned()
                     connection.client = client

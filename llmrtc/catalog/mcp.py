@@ -26,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 
@@ -84,6 +84,7 @@ class MCPBackend:
         cwd: str | Path | None = None,
         url: str | None = None,
         connect_timeout: float = 30.0,
+        protocol: Literal["auto", "legacy"] = "auto",
     ) -> None:
         """Describe the server; nothing starts before `async with`.
 
@@ -96,6 +97,10 @@ class MCPBackend:
             cwd: The working directory of a stdio server.
             url: The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`).
             connect_timeout: Seconds to start the server, connect and list its tools.
+            protocol: `"auto"` asks the server for the 2026-07-28 protocol (`server/discover`)
+                and falls back to the initialize handshake of older servers; `"legacy"`
+                uses the handshake at once (for a server that mishandles the probe). Both
+                follow `tools/list_changed`.
 
         Raises:
             ValueError: naming the bad argument and what is allowed.
@@ -124,6 +129,8 @@ class MCPBackend:
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise ValueError(f"MCP server {name!r}: env must map strings to strings")
+        if protocol not in ("auto", "legacy"):
+            raise ValueError(f"protocol must be 'auto' or 'legacy', got {protocol!r}")
         if isinstance(connect_timeout, bool) or not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be seconds > 0, got {connect_timeout!r}")
         self._name = name
@@ -132,6 +139,7 @@ class MCPBackend:
         self.cwd = str(cwd) if cwd is not None else None
         self.url = url
         self.connect_timeout = float(connect_timeout)
+        self.protocol = protocol
         self._group: TaskGroup | None = None
         self._connection: Connection | None = None
         self._lock = anyio.Lock()
@@ -322,7 +330,9 @@ class MCPBackend:
 
     async def _serve(self, *, task_status: TaskStatus[Connection]) -> None:
         target = target_of(self.command, self.env, self.cwd, self.url)
-        await serve_connection(target, self._name, self._on_message, task_status=task_status)
+        await serve_connection(
+            target, self._name, self._on_message, self.protocol, task_status=task_status
+        )
 
     def _lost(self, connection: Connection, exc: BaseException) -> None:
         """Mark `connection` broken after a failure that says so; the next use reconnects."""

@@ -35,9 +35,9 @@ IDS = [
 ]
 
 
-def stdio_backend(marks: Path | None = None) -> MCPBackend:
+def stdio_backend(marks: Path | None = None, protocol: Any = "auto") -> MCPBackend:
     env = {"MCP_TEST_MARKS": str(marks)} if marks is not None else None
-    return MCPBackend("tt", command=stdio_command(), env=env)
+    return MCPBackend("tt", command=stdio_command(), env=env, protocol=protocol)
 
 
 async def wait_for(path: Path, seconds: float = 30.0) -> None:
@@ -98,11 +98,13 @@ async def test_a_turn_calls_an_mcp_tool_and_answers_with_its_result() -> None:
     llm.assert_consumed()
 
 
-@pytest.mark.parametrize("how", ["abort", "timeout"])
+@pytest.mark.parametrize(
+    ("how", "protocol"), [("abort", "auto"), ("timeout", "auto"), ("abort", "legacy")]
+)
 async def test_an_aborted_or_timed_out_call_is_cancelled_on_the_server(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: str, protocol: str
 ) -> None:
-    async with stdio_backend(tmp_path) as backend:
+    async with stdio_backend(tmp_path, protocol) as backend:
         executor = ToolExecutor(
             ToolRegistry(await backend.list()), timeout=2.0 if how == "timeout" else 60.0
         )
@@ -157,8 +159,14 @@ async def test_a_server_that_dies_between_calls_is_restarted_for_the_next_one() 
         assert after.status == "ok" and after.result == {"result": 3}
 
 
-async def test_tools_list_changed_invalidates_the_catalog() -> None:
-    async with stdio_backend() as backend:
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_tools_list_changed_invalidates_the_catalog(protocol: str) -> None:
+    """`auto` speaks 2026-07-28 with this server (a `subscriptions/listen` stream carries the
+    change); `legacy` the initialize handshake (the server sends the notification unasked)."""
+    async with stdio_backend(protocol=protocol) as backend:
+        assert backend.connected
+        session = backend._connection.client.session  # type: ignore[union-attr]
+        assert (session.protocol_version >= "2026") == (protocol == "auto")
         catalog = backend.add_to(ToolCatalog(embedder=None))
         assert await catalog.get("mcp_tt.fresh") is None
         executor = ToolExecutor(ToolRegistry(await catalog.list()))
@@ -220,6 +228,7 @@ async def test_using_a_backend_outside_its_block_says_how() -> None:
         ({"url": "http://x/mcp", "env": {"A": "1"}}, "env and cwd apply to a command"),
         ({"command": ["a"], "env": {"A": 1}}, "env must map strings to strings"),
         ({"command": ["a"], "connect_timeout": 0}, "connect_timeout must be seconds > 0"),
+        ({"command": ["a"], "protocol": "2025"}, "protocol must be 'auto' or 'legacy'"),
     ],
 )
 def test_bad_options_are_refused_when_the_backend_is_described(
