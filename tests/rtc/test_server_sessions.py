@@ -406,3 +406,19 @@ async def test_shutdown_refuses_new_sessions_and_closes_live_ones_after_the_grac
         if server.admitting or server.active_sessions:
             await server.__aexit__(None, None, None)
     assert await store.load(session["session_id"]) is not None
+
+
+async def test_a_media_connection_lost_under_a_live_websocket_ends_resumably() -> None:
+    store = InMemorySessionStore()
+    async with (
+        RTCServer(
+            runners(ScriptedLLM([])), speech=fake_speech(), config=config(), store=store
+        ) as server,
+        raw_client(server.url) as client,
+    ):
+        session = await client.connect()
+        assert client.pc is not None
+        await client.pc.close()  # the media goes; the WebSocket stays open
+        assert await client.wait_closed(timeout=60) == 1001
+        await until(lambda: server.active_sessions == 0)
+        assert await store.load(session["session_id"]) is not None
