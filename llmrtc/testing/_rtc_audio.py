@@ -83,7 +83,8 @@ class Microphone:
     queued frames first, silence when the queue is empty (a live microphone never stops).
 
     It is read by aiortc's RTP sender task (through `OutboundAudio`), so it keeps no task of
-    its own and needs no closing: when the peer connection closes, nothing reads it any more.
+    its own: when the peer connection closes, nothing reads it any more (`close` only releases
+    whoever waits in `sent`).
     """
 
     def __init__(self) -> None:

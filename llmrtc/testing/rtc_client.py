@@ -194,7 +194,12 @@ class RTCTestClient:
 
     async def say(self, text: str) -> None:
         """Speak `text` into the microphone (synthesised with the client's TTS), followed by
-        about a second of silence; returns once all of it was sent."""
+        about a second of silence; returns once all of it was sent.
+
+        Raises:
+            TTSError, ValueError: the TTS failed or produced no audio.
+            RTCError: the connection is closed (`connection_closed`).
+        """
         if self._tts is None:
             self._tts = default_tts()
         speech = mic_frames(await synthesize(self._tts, text))
@@ -207,6 +212,7 @@ class RTCTestClient:
 
         Raises:
             FileNotFoundError, ValueError: a WAV path that is missing or not 16-bit PCM.
+            RTCError: the connection is closed (`connection_closed`).
         """
         await self._play(mic_frames(audio))
 
