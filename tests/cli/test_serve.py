@@ -182,6 +182,18 @@ async def test_serve_prints_one_url_line_serves_the_page_and_a_session(tmp_path:
         assert "Traceback" not in run.stderr
 
 
+async def test_host_is_where_it_listens(tmp_path: Path) -> None:
+    script = weather_script(tmp_path)
+    async with serve(
+        WEATHER, "--host", "localhost", "--port", "0", "--fake-engines", script
+    ) as run:
+        assert run.url is not None and run.url.startswith("http://localhost:")
+        async with RTCTestClient(run.url, tts=FakeTTS()) as client:
+            await weather_turn(client)
+        run.signal(signal.SIGTERM)
+        assert await run.wait() == 0
+
+
 async def test_sigterm_refuses_new_sessions_and_lets_a_live_one_end(tmp_path: Path) -> None:
     script = weather_script(tmp_path, turns=2)
     async with serve(

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.local_model, pytest.mark.voice_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = "llmrtc serve: listening on "
+DEAD_API = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
 START_TIMEOUT = 900.0  # the first run joins and verifies ~1.2 GB of model parts
 
 
@@ -35,7 +36,21 @@ async def test_serve_weather_on_the_offline_stack_prints_the_url_and_answers() -
         for key, value in os.environ.items()
         if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_SPEECH", "LLMRTC_MODEL")
     }
-    command = [sys.executable, "-m", "llmrtc.cli", "serve", "playbooks/weather.yaml", "--port", "0"]
+    await _serve_and_answer([], environment)
+
+
+async def test_llm_offline_wins_over_an_api_in_the_environment() -> None:
+    # An API that cannot answer: were it used (for the model or, through LLMRTC_SPEECH left
+    # unset, for speech), no answer would come.
+    environment = {**os.environ, "OPENAI_API_KEY": "sk-unused", "OPENAI_BASE_URL": DEAD_API}
+    environment.pop("LLMRTC_SPEECH", None)
+    environment.pop("LLMRTC_MODEL", None)
+    await _serve_and_answer(["--llm", "offline"], environment)
+
+
+async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> None:
+    command = [sys.executable, "-m", "llmrtc.cli", "serve", "playbooks/weather.yaml"]
+    command += ["--port", "0", *options]
     process = await anyio.open_process(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=ROOT
     )
