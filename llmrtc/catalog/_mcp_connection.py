@@ -35,6 +35,13 @@ class Connection:
         self.closed = anyio.Event()
         """Set once the session and a stdio server's process are gone."""
 
+    def alive(self) -> bool:
+        """False when the SDK already knows the transport closed (a server that died
+        between calls, on a session without a listen stream to notice it). Reads the SDK's
+        JSON-RPC dispatcher state; True when that is not readable (an SDK that changed)."""
+        dispatcher = getattr(getattr(self.client, "session", None), "_dispatcher", None)
+        return not getattr(dispatcher, "_closed", False)
+
 
 def target_of(
     command: Sequence[str] | None,

@@ -289,7 +289,9 @@ class MCPBackend:
         """The open connection, or a new one (one caller connects; the others wait)."""
         connection = self._connection
         if connection is not None and not connection.stop.is_set():
-            return connection
+            if connection.alive():
+                return connection
+            connection.stop.set()  # died while idle: reconnect before sending this call
         async with self._lock:
             connection = self._connection
             if connection is not None and not connection.stop.is_set():
