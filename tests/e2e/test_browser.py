@@ -197,7 +197,6 @@ def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
     data = screenshot.read_bytes()
     assert png_size(data) == (1200, 800)
     if target := os.environ.get("LLMRTC_SCREENSHOT"):
-        page.driver.save_screenshot(str(screenshot))  # the whole conversation, for the docs
         shutil.copyfile(screenshot, target)
 
     # Hanging up ends the session for good: nothing left to resume, the server frees it.
