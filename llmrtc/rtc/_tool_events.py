@@ -62,6 +62,7 @@ class ToolEventRelay(Hooks):
         self._finished(
             event.call_id, counts, counts.hook_finished, event.status, event.duration_s * 1000
         )
+        self._forget_if_done(event.call_id, counts)
 
     # The agent's events (the finished ones after the batch) ---------------------------------
 
@@ -81,8 +82,17 @@ class ToolEventRelay(Hooks):
             self._finished(
                 result.call_id, counts, counts.agent_finished, result.status, result.duration_ms
             )
+            self._forget_if_done(result.call_id, counts)
             return True
         return False
+
+    def _forget_if_done(self, call_id: str, counts: _Counts) -> None:
+        # Both sources reported every execution of this id: nothing more can come for it (a
+        # later batch reusing the id starts again from zero), so a long session keeps no
+        # record per call. Without hooks (a handler that runs no `ToolExecutor`), entries
+        # stay: one small record per call id.
+        if counts.sent_finished == counts.hook_finished == counts.agent_finished:
+            del self._calls[call_id]
 
     # Sending --------------------------------------------------------------------------------
 

@@ -84,6 +84,7 @@ def test_a_call_id_reused_in_the_next_batch_is_reported_again() -> None:
     relay.on_tool_end(end("call_1", "invalid_arguments", started=False))  # refused, 3rd batch
     relay.relay(agent_started("call_1"))
     relay.relay(agent_finished("call_1", "invalid_arguments"))
+    assert not relay._calls  # both sources caught up: nothing kept per call
     assert wire(sent) == [
         ("tool_call_started", "call_1", None),
         ("tool_call_finished", "call_1", "ok"),
