@@ -154,7 +154,7 @@ def chromium(tmp_path: Path, browser_available: None) -> Iterator[Callable[[Path
 
 
 @pytest.fixture(scope="module")
-def portal() -> Iterator[Any]:
+def portal(browser_available: None) -> Iterator[Any]:
     """A background asyncio event loop (anyio blocking portal) for the server and speech."""
     from anyio.from_thread import start_blocking_portal
 

@@ -471,7 +471,8 @@
       return giveUp("connection_lost", "Disconnected");
     }
     if (code) {
-      if (code !== "idle_timeout") forgetSession();
+      // The saved session stays: the server keeps an idle or shut-down session resumable, and
+      // Connect starts afresh by itself if the server no longer has it (resume_refused).
       return giveUp(null, code === "idle_timeout" ? "Closed (idle)" : "Not connected");
     }
     const saved = savedSession();
