@@ -85,10 +85,15 @@ class PromptVariant:
     is_default: bool = False
     """Used when no variant matches (else the first variant is)."""
     system_prompt: str | None = None
+    """Replaces the tool's system prompt (a template too)."""
     user_template: str | None = None
+    """Replaces the tool's user template."""
     output_example: Any = _UNSET
+    """Replaces the tool's output example (JSON output only; None shows none)."""
     max_tokens: int | None = None
+    """Replaces the preference's output limit (`resolve_max_tokens` still overrides it)."""
     temperature: float | None = None
+    """Replaces the preference's temperature."""
 
     def __post_init__(self) -> None:
         matches = (self.provider_match,) if isinstance(self.provider_match, str) else None
@@ -242,8 +247,9 @@ def define_llm_tool(
         output_example: For `"json"`: an example result shown in the system prompt.
         variants: Prompt wording per model (`PromptVariant`), chosen per model tried.
         model_preference: The models and sampling defaults (`ModelPreference`).
-        prepare_input: `prepare_input(values) -> values`: reshape the arguments (defaults
-            filled) before rendering; its keys are the template's variables.
+        prepare_input: `prepare_input(values) -> values` (sync or async): reshape the
+            arguments (defaults filled) before rendering; its keys are the template's
+            variables.
         resolve_max_tokens: `resolve_max_tokens(values, MaxTokensContext) -> int | None`: the
             output limit per request (e.g. from the input's length); None keeps the variant's
             or preference's.
@@ -293,7 +299,7 @@ def define_llm_tool(
         except ValueError as exc:
             raise ValueError(f"tool {id!r}: output_schema: {_schema_error(exc)}") from None
     variants = tuple(variants)
-    _check_variants(id, variants)
+    _check_variants(id, variants, json_output=output_format == "json")
     if prepare_input is None:
         declared = set(definition.parameters.get("properties", {}))  # type: ignore[union-attr]
         texts = [user_template, system_prompt]
@@ -322,7 +328,9 @@ def define_llm_tool(
     return LLMTool(definition, spec)
 
 
-def _check_variants(tool_id: str, variants: tuple[PromptVariant, ...]) -> None:
+def _check_variants(
+    tool_id: str, variants: tuple[PromptVariant, ...], *, json_output: bool
+) -> None:
     ids = [variant.id for variant in variants]
     if len(set(ids)) != len(ids):
         raise ValueError(f"tool {tool_id!r}: two prompt variants share an id ({ids})")
@@ -331,3 +339,8 @@ def _check_variants(tool_id: str, variants: tuple[PromptVariant, ...]) -> None:
     for variant in variants:
         if not isinstance(variant, PromptVariant):
             raise ValueError(f"tool {tool_id!r}: variants must be PromptVariant, got {variant!r}")
+        if not json_output and variant.output_example is not _UNSET:
+            raise ValueError(
+                f"tool {tool_id!r}: variant {variant.id!r} sets output_example, which only JSON "
+                "output uses; set output_format='json'"
+            )

@@ -62,7 +62,8 @@ summarize: LLMTool = define_llm_tool(
         "preamble such as 'Here is a summary'."
     ),
     user_template=(
-        "Summarise the text below in at most {{max_words}} words.{{focus_line}}\n\nText:\n{{text}}"
+        "Summarise the text below in at most {{max_words}} words: keep only its main "
+        "points.{{focus_line}}\n\nText:\n{{text}}"
     ),
     prepare_input=_summary_input,
     resolve_max_tokens=_summary_tokens,
@@ -112,10 +113,14 @@ classify: LLMTool = define_llm_tool(
         "required": ["text", "labels"],
     },
     system_prompt=(
-        "You classify texts. Choose exactly one label from the list given: the one that fits "
-        "the text best. confidence is how sure you are, from 0 to 1."
+        "You classify texts. Read the text, decide what it is mainly about, and answer with "
+        "the one label from the list that names it. confidence is how sure you are, from 0 "
+        "to 1."
     ),
-    user_template=("Labels: {{label_list}}{{notes}}\n\nText:\n{{text}}"),
+    # The labels after the text: small models weigh what they read last.
+    user_template=(
+        "Text:\n{{text}}\n\nLabels: {{label_list}}{{notes}}\nWhich one label fits this text best?"
+    ),
     output_format="json",
     output_schema={
         "type": "object",

@@ -384,6 +384,25 @@ def test_definition_errors_are_raised_when_the_tool_is_defined() -> None:
         )
     with pytest.raises(ValueError, match="max_tokens"):
         ModelPreference(max_tokens=0)
+    with pytest.raises(ValueError, match="variant 'v' sets output_example"):
+        summarize_tool(variants=[PromptVariant("v", output_example={"a": 1})])
+
+
+async def test_an_async_prepare_input_and_a_variant_example() -> None:
+    async def prepare(values: dict[str, Any]) -> dict[str, Any]:
+        return {**values, "text": values["text"].upper()}
+
+    llm = ScriptedLLM(['{"label": "neutral"}'])
+    tool = sentiment_tool(
+        prepare_input=prepare,
+        variants=[PromptVariant("a", provider_match="a/", output_example={"label": "neutral"})],
+    )
+    async with ModelPool({"a": lambda: llm}) as pool:
+        result = await run(tool, pool, {"text": "fine"})
+    assert result.result == {"label": "neutral"}
+    system, user = llm.requests[0].messages
+    assert user.content == "Text: FINE"
+    assert '{"label": "neutral"}' in system.content and "0.9" not in system.content
 
 
 def test_model_usage_type_is_the_contract_one() -> None:
