@@ -5,6 +5,7 @@ servers sharing a port (`reuse_port`), and the config's checks."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -204,3 +205,30 @@ async def test_without_speech_the_server_opens_the_default_engines_while_it_runs
         }
         assert client.received_audio
     assert default_speech._shared is None  # the server's exit closed them
+
+
+async def test_a_session_left_on_one_server_resumes_on_another_sharing_the_store(
+    tmp_path: Path,
+) -> None:
+    from llmrtc.rtc import SQLiteSessionStore
+
+    store = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    llm = ScriptedLLM(["First answer.", "Second answer."])
+    try:
+        async with (
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store) as one,
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store) as two,
+        ):
+            async with RTCTestClient(one.url, tts=FakeTTS()) as client:
+                await client.send_text("Hello")
+                await client.wait_for("turn_completed")
+                credentials = (client.session_id, client.resume_token)
+                await client.drop()
+            await until(lambda: one.active_sessions == 0)
+            async with RTCTestClient(two.url, resume=credentials, tts=FakeTTS()) as again:  # type: ignore[arg-type]
+                assert again.resumed
+                await again.send_text("And again?")
+                assert (await again.wait_for("turn_completed"))["text"] == "Second answer."
+    finally:
+        store.close()
+    assert len(llm.requests[-1].messages) == 4  # system, first turn (user, answer), the new one
