@@ -7,6 +7,8 @@ over the tools `open_mcp_tools` adds from the playbook's MCP servers.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -121,8 +123,12 @@ async def open_mcp_tools(
                 exc_info=True,
             )
 
+    envs = _expanded_env(configs, playbook.source_path if playbook is not None else None)
     async with AsyncExitStack() as stack:
-        backends = [await stack.enter_async_context(_backend(config, cwd)) for config in configs]
+        backends = [
+            await stack.enter_async_context(_backend(config, env, cwd))
+            for config, env in zip(configs, envs, strict=True)
+        ]
         try:
             for backend in backends:
                 await sync(backend)
@@ -139,18 +145,51 @@ async def open_mcp_tools(
                     tools.unregister(name)
 
 
-def _backend(config: MCPServerConfig, cwd: Path) -> MCPBackend:
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expanded_env(
+    configs: Sequence[MCPServerConfig], source: str | None
+) -> list[dict[str, str] | None]:
+    """Each server's `env` with `${NAME}` replaced by this process's variable (how a
+    playbook passes a token without writing it down; a stdio server gets only a safe default
+    environment otherwise).
+
+    Raises:
+        PlaybookError: naming the server, the key and the variable that is not set.
+    """
+    from llmrtc.playbook import PlaybookError
+    from llmrtc.playbook.validation import Finding
+
+    out: list[dict[str, str] | None] = []
+    findings: list[Finding] = []
+    for index, config in enumerate(configs):
+        env: dict[str, str] = {}
+        for key, value in config.env.items():
+            missing = [n for n in _VARIABLE.findall(value) if n not in os.environ]
+            for name in missing:
+                findings.append(
+                    Finding(
+                        "error",
+                        f"MCP server {config.name!r}: env {key} uses ${{{name}}}, which is not "
+                        "set in llmrtc's environment; set it or write the value itself",
+                        f"mcp_servers[{index}].env.{key}",
+                    )
+                )
+            env[key] = _VARIABLE.sub(lambda m: os.environ.get(m.group(1), ""), value)
+        out.append(env or None)
+    if findings:
+        raise PlaybookError(findings, source)
+    return out
+
+
+def _backend(config: MCPServerConfig, env: dict[str, str] | None, cwd: Path) -> MCPBackend:
     from llmrtc.catalog.mcp import MCPBackend
 
     if config.url is not None:
         return MCPBackend(config.name, url=config.url)
     assert config.command is not None
-    return MCPBackend(
-        config.name,
-        command=[config.command, *config.args],
-        env=config.env or None,
-        cwd=cwd,
-    )
+    return MCPBackend(config.name, command=[config.command, *config.args], env=env, cwd=cwd)
 
 
 async def run_with_mcp_tools(

@@ -174,7 +174,9 @@ class MCPServerConfig(_Model):
     args: list[str] = Field(default_factory=list)
     """The program's arguments (a relative path is relative to the playbook's folder)."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment variables for the program, over a safe default set (`PATH`, `HOME`, ...)."""
+    """Environment variables for the program, over a safe default set (`PATH`, `HOME`, ...;
+    nothing else of llmrtc's environment is passed on). `${NAME}` in a value is replaced by
+    llmrtc's own variable `NAME` (`GITHUB_TOKEN: ${GITHUB_TOKEN}`)."""
     url: str | None = None
     """The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`)."""
 

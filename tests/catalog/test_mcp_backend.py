@@ -30,6 +30,7 @@ IDS = [
     "mcp_tt:slow@2.1.0",
     "mcp_tt:refuse@2.1.0",
     "mcp_tt:crash@2.1.0",
+    "mcp_tt:env_var@2.1.0",
     "mcp_tt:exit_soon@2.1.0",
     "mcp_tt:grow@2.1.0",
 ]

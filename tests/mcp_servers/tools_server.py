@@ -64,6 +64,12 @@ def crash() -> str:
 
 
 @server.tool()
+def env_var(name: str) -> str:
+    """The value of one of this process's environment variables ('' when unset)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
 def exit_soon() -> str:
     """Answer, then end the server process 0.3 s later (a server dying between calls)."""
     threading.Timer(0.3, os._exit, args=(4,)).start()

@@ -103,12 +103,12 @@ def note(text: str) -> str:
     return f"noted {text}"
 
 
-def connected_playbook(tmp_path: Path, stage_tools: str) -> Path:
+def connected_playbook(tmp_path: Path, stage_tools: str, env: str = "{}") -> Path:
     """A playbook next to a copy of the test server, started with a relative path: stdio
     servers run in the playbook's folder."""
     pytest.importorskip("mcp")
     shutil.copy(SERVERS / "tools_server.py", tmp_path / "calc_server.py")
-    servers = f"- {{name: calc, command: '{sys.executable}', args: [calc_server.py]}}\n"
+    servers = f"- {{name: calc, command: '{sys.executable}', args: [calc_server.py], env: {env}}}\n"
     return write(tmp_path, playbook_text(stage_tools, servers))
 
 
@@ -196,3 +196,44 @@ async def test_the_command_runs_with_the_mcp_tools(tmp_path: Path) -> None:
 
     assert await run_with_mcp_tools(run, "args", None, playbook, "extra") == 7
     assert seen == ["args", ["mcp_calc.add", "mcp_calc.crash"], "extra"]
+
+
+async def test_env_values_take_variables_of_llmrtcs_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrtc import ToolExecutor
+    from llmrtc.cli.bot import open_mcp_tools
+
+    monkeypatch.setenv("MCP_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("MCP_TEST_NOT_PASSED", "x")
+    env = "{TOKEN: '${MCP_TEST_SECRET}-1', PLAIN: 'as is $HOME'}"
+    playbook = load_playbook(connected_playbook(tmp_path, "[mcp_calc.env_var]", env))
+    async with open_mcp_tools(None, playbook) as tools:
+        assert tools is not None
+        executor = ToolExecutor(tools)
+
+        async def value(name: str) -> object:
+            result = await executor.execute_single(
+                ToolCall(name, "mcp_calc.env_var", {"name": name})
+            )
+            return result.result
+
+        assert await value("TOKEN") == {"result": "s3cret-1"}
+        assert await value("PLAIN") == {"result": "as is $HOME"}
+        assert await value("MCP_TEST_NOT_PASSED") == {"result": ""}  # only the safe defaults
+
+
+async def test_an_env_variable_that_is_not_set_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrtc.cli.bot import open_mcp_tools
+
+    monkeypatch.delenv("MCP_TEST_MISSING", raising=False)
+    env = "{TOKEN: '${MCP_TEST_MISSING}'}"
+    playbook = load_playbook(connected_playbook(tmp_path, "[]", env))
+    with pytest.raises(PlaybookError) as raised:
+        async with open_mcp_tools(None, playbook):
+            pass
+    assert "mcp_servers[0].env.TOKEN: MCP server 'calc': env TOKEN uses ${MCP_TEST_MISSING}" in (
+        str(raised.value)
+    )
