@@ -15,6 +15,7 @@ send `error {code, message}` and close with `CLOSE_CODES[code]`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import AsyncExitStack, suppress
@@ -184,6 +185,14 @@ class RTCServer:
     async def __aenter__(self) -> RTCServer:
         if self._stack is not None:
             raise RuntimeError("this RTCServer is already running")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "RTCServer runs on asyncio only (aiortc and websockets' server do): run it "
+                "with asyncio.run, anyio.run(..., backend='asyncio') or anyio's asyncio "
+                "pytest backend, not trio"
+            ) from None
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:

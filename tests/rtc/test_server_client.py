@@ -232,3 +232,11 @@ async def test_a_session_left_on_one_server_resumes_on_another_sharing_the_store
     finally:
         store.close()
     assert len(llm.requests[-1].messages) == 4  # system, first turn (user, answer), the new one
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_on_trio_the_server_says_it_needs_asyncio() -> None:
+    pytest.importorskip("trio")
+    with pytest.raises(RuntimeError, match="asyncio only"):
+        async with RTCServer(runners(ScriptedLLM([])), speech=fake_speech(), config=config()):
+            pass
