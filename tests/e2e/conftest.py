@@ -182,20 +182,27 @@ def speech(portal: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
-    """`serve(script, max_sessions=4)`: a real `RTCServer` on 127.0.0.1 (a free port) whose
-    sessions each run the weather playbook with a new `ScriptedLLM(script)` (or all with the
-    one model given as `llm=`, to follow a conversation across a resume). Stopped when the
-    test ends."""
+    """`serve(script, max_sessions=4, playbook_path=PLAYBOOK)`: a real `RTCServer` on
+    127.0.0.1 (a free port) whose sessions each run the playbook (the weather one by default)
+    with a new `ScriptedLLM(script)` (or all with the one model given as `llm=`, to follow a
+    conversation across a resume). Stopped when the test ends."""
     from llmrtc.playbook import PlaybookOrchestrator, load_playbook, load_playbook_tools
     from llmrtc.rtc.config import ServerConfig
     from llmrtc.rtc.server import RTCServer
     from llmrtc.testing import ScriptedLLM
 
-    playbook = load_playbook(PLAYBOOK)
-    tools = load_playbook_tools(playbook)
     with ExitStack() as stack:
 
-        def start(script: Sequence[Any] = (), *, llm: Any = None, max_sessions: int = 4) -> Any:
+        def start(
+            script: Sequence[Any] = (),
+            *,
+            llm: Any = None,
+            max_sessions: int = 4,
+            playbook_path: Path = PLAYBOOK,
+        ) -> Any:
+            playbook = load_playbook(playbook_path)
+            tools = load_playbook_tools(playbook)
+
             def agent() -> PlaybookOrchestrator:
                 model = llm if llm is not None else ScriptedLLM(list(script))
                 return PlaybookOrchestrator(playbook, model, tools)
