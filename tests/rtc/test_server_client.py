@@ -60,8 +60,13 @@ async def test_the_user_speaking_over_the_agent_cuts_its_reply() -> None:
 
 async def test_interrupt_cuts_a_reply_and_the_next_turn_goes_on() -> None:
     llm = ScriptedLLM([ScriptedResponse(text=LONG_REPLY, chunk_delay=0.05), "Next."])
+
+    async def make() -> TurnRunner:  # an async factory's result is awaited
+        await anyio.sleep(0)
+        return TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
     async with (
-        RTCServer(runners(llm), speech=fake_speech(), config=config()) as server,
+        RTCServer(make, speech=fake_speech(), config=config()) as server,
         RTCTestClient(server.url, tts=FakeTTS()) as client,
     ):
         await client.send_text("Tell me about Tokyo")
