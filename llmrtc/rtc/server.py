@@ -10,7 +10,11 @@ Each WebSocket connection is one would-be session. Before its `offer` it may sen
 (`bad_offer`), admitted against `max_sessions` in one step with no await between the check and
 the count (`server_full`, `shutting_down`), a resume is claimed from the store
 (`resume_refused`), and the `Session` runs in the connection's task until it ends. Refusals
-send `error {code, message}` and close with `CLOSE_CODES[code]`.
+send `error {code, message}` and close with `CLOSE_CODES[code]`. A resume of a session whose old
+connection still looks alive, with that session's current token, closes the old one first.
+
+Asyncio only (aiortc and websockets' server are). One event loop keeps about 10 full-duplex
+sessions on time (ARCHITECTURE.md): `reuse_port` lets several processes share the port.
 """
 
 from __future__ import annotations
