@@ -163,14 +163,17 @@ async def test_a_playbook_session_resumes_with_its_history_and_stage_on_a_new_pe
 
 async def test_resume_with_a_wrong_or_expired_token_is_refused_and_spoils_nothing() -> None:
     llm = ScriptedLLM(["Hi there.", "Still here."])
+    now = [0.0]
+    store = InMemorySessionStore(clock=lambda: now[0])  # expiry without waiting for it
     async with RTCServer(
-        runners(llm), speech=fake_speech(), config=config(resume_ttl=1.0)
+        runners(llm), speech=fake_speech(), config=config(resume_ttl=60.0), store=store
     ) as server:
         async with raw_client(server.url) as first:
             session = await first.connect()
             await first.send({"type": "text", "text": "Hello"})
             await first.wait_for("turn_completed")
         session_id, token = session["session_id"], session["resume_token"]
+        await until(lambda: server.active_sessions == 0)  # saved by then
         async with raw_client(server.url) as thief:
             await thief.send({"type": "resume", "session_id": session_id, "token": "x" * 43})
             await thief.offer()
@@ -182,7 +185,9 @@ async def test_resume_with_a_wrong_or_expired_token_is_refused_and_spoils_nothin
             await owner.send({"type": "text", "text": "Are you there?"})
             assert (await owner.wait_for("turn_completed"))["text"] == "Still here."
         new_token = owner.of_type("session")[-1]["resume_token"]
-        await anyio.sleep(1.5)  # past resume_ttl
+        await until(lambda: server.active_sessions == 0)
+        assert await store.load(session_id) is not None
+        now[0] += 60.5  # past resume_ttl
         async with raw_client(server.url) as late:
             await late.send({"type": "resume", "session_id": session_id, "token": new_token})
             await late.offer()
@@ -363,7 +368,7 @@ async def test_an_idle_session_is_closed_and_stays_resumable() -> None:
     async with RTCServer(
         runners(ScriptedLLM([])),
         speech=fake_speech(),
-        config=config(idle_timeout=1.0),
+        config=config(idle_timeout=2.0),
         store=store,
     ) as server:
         async with raw_client(server.url) as client:
