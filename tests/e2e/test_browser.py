@@ -434,6 +434,10 @@ def test_the_tool_timeline_shows_running_error_timeout_and_aborted_calls(
         ),
     )
     assert "RUNNING" in page.text("tool-calls").upper()
+    page.wait(  # its time so far, counting up
+        "the running call's elapsed time",
+        lambda: any(t["duration"].endswith("so far") for t in page.tool_items()),
+    )
     page.element("interrupt").click()
     page.wait(
         "the long call to be aborted",

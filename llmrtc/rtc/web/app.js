@@ -13,6 +13,7 @@
   // resume_ttl (120 s by default), then the page gives up and says so.
   const RESUME_DELAYS_MS = [300, 1000, 2000, 4000, 8000];
   const STATS_INTERVAL_MS = 500;
+  const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
   const PING_INTERVAL_MS = 5000;
   const MAX_KEPT_EVENTS = 1000;
   // The browser's audio processing is for rooms with speakers; the server runs its own VAD and
@@ -62,9 +63,11 @@
   let mic = null; // the microphone stream, kept across resumes (no second permission prompt)
   let resumeTry = 0;
   let resumeTimer = null;
+  let attempts = 0; // bumped by every connect and hang-up: a connect that lost the race stops
   let currentReply = null; // the <li> of the agent's reply in progress
   let partialLine = null; // the <li> of a transcript that is not final yet
-  const toolItems = new Map(); // call_id -> {item, started}
+  const toolItems = new Map(); // call_id -> {item, started}: the calls still running
+  let toolClock = null;
 
   // --- small UI helpers -----------------------------------------------------------------
 
@@ -209,6 +212,7 @@
       item.querySelector(".tool-status").textContent = m.status;
       item.querySelector(".tool-duration").textContent = formatMs(Number(m.duration_ms) || 0);
       toolItems.delete(m.call_id);
+      if (!toolItems.size) clearInterval(toolClock);
     },
     stage_changed(m) {
       ui.stage.textContent = m.to_stage;
@@ -294,7 +298,17 @@
     ui.tools.scrollTop = ui.tools.scrollHeight;
     const entry = { item, started: performance.now() };
     toolItems.set(callId, entry);
+    if (toolItems.size === 1) toolClock = setInterval(tickTools, TOOL_CLOCK_MS);
     return entry;
+  }
+
+  // Running calls show how long they have run so far; `tool_call_finished` puts the server's
+  // own measure in its place.
+  function tickTools() {
+    const now = performance.now();
+    for (const { item, started } of toolItems.values()) {
+      item.querySelector(".tool-duration").textContent = `${formatMs(now - started)} so far`;
+    }
   }
 
   // --- connecting -------------------------------------------------------------------------
@@ -329,15 +343,17 @@
   async function connect({ resume = null, automatic = false } = {}) {
     if (call) return;
     clearTimeout(resumeTimer);
+    const attempt = ++attempts;
     if (!automatic) clearError();
     setStatus(automatic ? "reconnecting" : "connecting", automatic ? "Reconnecting…" : "Connecting…");
     const stream = await openMic();
+    if (attempt !== attempts) return; // hung up while the browser asked for the microphone
     const ws = new WebSocket(`${location.origin.replace(/^http/, "ws")}/ws`);
     const pc = new RTCPeerConnection({ iceServers: [] });
     // The channel must exist before the offer: an SDP answer cannot add one.
     const dc = pc.createDataChannel("events");
     const current = {
-      ws, pc, dc, resume, automatic, admitted: false, finalError: null, ended: false,
+      ws, pc, dc, resume, automatic, admitted: false, finalError: null,
       offerSent: false, pendingIce: [], pings: new Map(), timers: [],
     };
     call = current;
@@ -452,6 +468,14 @@
     current.pc.close();
     if (current.ws.readyState <= WebSocket.OPEN) current.ws.close(1000);
     counters.dataChannelOpen = false;
+    // The server stops a vanished or ended session's tools; their results never reach us.
+    for (const { item } of toolItems.values()) {
+      item.dataset.status = "aborted";
+      item.querySelector(".tool-status").textContent = "aborted";
+      item.querySelector(".tool-duration").textContent = "stopped: the connection closed";
+    }
+    toolItems.clear();
+    clearInterval(toolClock);
     ui.userActivity.hidden = true;
     ui.agentActivity.hidden = true;
     currentReply = null;
@@ -505,6 +529,7 @@
 
   function hangUp({ notify = true } = {}) {
     clearTimeout(resumeTimer);
+    attempts += 1;
     const current = call;
     call = null;
     if (current) {
