@@ -145,8 +145,6 @@ class MCPBackend:
         self._lock = anyio.Lock()
         self._listeners: list[Callable[[], Any]] = []
         self._tools: dict[str, Tool] = {}
-        self._mcp_names: dict[str, str] = {}
-        self._version: str | None = None
 
     # -- the ToolBackend protocol -------------------------------------------------------------
 
@@ -173,7 +171,6 @@ class MCPBackend:
         version = semver_of(getattr(connection.client.server_info, "version", None))
         names = tool_names(self.namespace, (t.name for t in listed))
         tools: dict[str, Tool] = {}
-        mcp_names: dict[str, str] = {}
         for mcp_tool in listed:
             definition = mcp_definition(
                 mcp_tool,
@@ -184,13 +181,16 @@ class MCPBackend:
             )
             if definition is not None:
                 tools[definition.tool_id] = Tool(definition, self._handler(mcp_tool.name))
-                mcp_names[definition.name] = mcp_tool.name
-        self._tools, self._mcp_names, self._version = tools, mcp_names, version
+        self._tools = tools
         return list(tools.values())
 
     async def get(self, tool_id: str) -> Tool | None:
         """The tool with exactly this id from the last listing (listing first if none was
-        made), or None."""
+        made, or the tools changed since), or None.
+
+        Raises:
+            MCPConnectionError: as `list()`.
+        """
         if not self._tools:
             await self.list()
         try:
@@ -371,23 +371,22 @@ class MCPBackend:
         Raises:
             ToolError: the server reported the tool failed (`isError`), with its text.
             MCPConnectionError: the server could not be reached or died during the call (the
-                next call reconnects). Its text is for logs: the executor gives the model a
-                generic message.
+                next call reconnects).
+            mcp.MCPError: the server answered with a JSON-RPC error (an unknown tool, say).
+            Only a `ToolError`'s text reaches a model through the executor; the others are
+            internal errors (a generic message; the exception goes to hooks and the log).
         """
         from mcp import MCPError
 
         connection = await self._connected()
         try:
             result = await connection.client.call_tool(mcp_name, dict(arguments))
-        except MCPError as exc:
-            self._lost(connection, exc)
-            raise MCPConnectionError(
-                f"MCP server {self._name!r}: tool {mcp_name!r} failed: {exc}"
-            ) from exc
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            if not is_connection_loss(exc):
+                raise  # a JSON-RPC error of the server's: the executor reports it, unshown
             connection.stop.set()
             raise MCPConnectionError(
-                f"MCP server {self._name!r}: the connection closed during {mcp_name!r}"
+                f"MCP server {self._name!r}: the connection was lost during {mcp_name!r}"
             ) from exc
         if result.is_error:
             raise ToolError(error_text(result, self._name, mcp_name))
