@@ -108,6 +108,9 @@ class PromptRunner:
                 except Exception as exc:
                     failure = exc
             if failure is not None:
+                if ctx.abort_signal.aborted:  # a request cut by the abort: not the model's fault
+                    await anyio.lowlevel.checkpoint()
+                    raise ToolError(f"{self.definition.name} was aborted") from failure
                 output_error = isinstance(failure, _OutputError)
                 why = str(failure) if output_error else _describe(failure)
                 failures.append(f"{model_id}: {why}")
