@@ -184,6 +184,7 @@ def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
     assert state["eventsByType"]["tool_call_finished"] == 1
     assert state["micEnabled"] is True
     assert state["micBitrate"] > 0  # the microphone's Opus stream, from getStats()
+    assert state["iceSent"] >= 1  # trickled after the offer (the last one is the null end)
 
     # A typed goodbye: shown as typed, answered, and the playbook moves to its last stage.
     page.type_text("Thanks, that's all. Goodbye!")

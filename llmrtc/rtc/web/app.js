@@ -52,11 +52,18 @@
     userActivity: $("user-activity"), agentActivity: $("agent-activity"),
   };
 
-  // What tests (and curious people in the console) can read.
+  // What tests (and curious people in the console) can read as `window.llmrtc`:
+  // state (idle|connecting|connected|reconnecting|ended|error), sessionId, resumed (the last
+  // `session` said so), resumes (automatic resume attempts), dataChannelOpen, audioPackets and
+  // audioEnergy (the agent's audio: inbound-rtp packetsReceived and totalAudioEnergy, summed
+  // over connections), eventsReceived / eventsByType / events (every server message, newest
+  // MAX_KEPT_EVENTS), rttMs (data-channel ping), micEnabled, micBitrate (the microphone's
+  // Opus target), iceSent (candidates trickled), connectMs (Connect to media connected).
+  // Controls: connect(), hangUp(), sendText(text), simulateDrop() (a network failure).
   const counters = {
     state: "idle", sessionId: null, resumed: false, resumes: 0, dataChannelOpen: false,
     audioPackets: 0, audioEnergy: 0, eventsReceived: 0, eventsByType: {}, events: [],
-    rttMs: null, micEnabled: false, micBitrate: null,
+    rttMs: null, micEnabled: false, micBitrate: null, iceSent: 0, connectMs: null,
   };
 
   let call = null; // the live connection: {ws, pc, dc, ...}; null when not connected
@@ -353,7 +360,7 @@
     // The channel must exist before the offer: an SDP answer cannot add one.
     const dc = pc.createDataChannel("events");
     const current = {
-      ws, pc, dc, resume, automatic, admitted: false, finalError: null,
+      ws, pc, dc, resume, automatic, admitted: false, finalError: null, begun: performance.now(),
       offerSent: false, pendingIce: [], pings: new Map(), timers: [],
     };
     call = current;
@@ -369,12 +376,14 @@
     };
     pc.onicecandidate = (event) => {
       const message = { type: "ice", candidate: event.candidate ? event.candidate.toJSON() : null };
+      counters.iceSent += 1;
       if (current.offerSent) sendOn(current, message);
       else current.pendingIce.push(message); // candidates go after the offer, never before
     };
     pc.onconnectionstatechange = () => {
       if (call !== current) return;
       if (pc.connectionState === "connected") {
+        counters.connectMs = performance.now() - current.begun; // Connect to media flowing
         setStatus("connected", current.resume ? "Connected (resumed)" : "Connected");
       } else if (pc.connectionState === "failed") {
         lost(current);
