@@ -147,6 +147,7 @@ def test_wire_form_is_compact_json_with_the_type_and_every_field() -> None:
         "resume_token": "t",
         "protocol": PROTOCOL_VERSION,
         "resumed": False,
+        "stage": None,
     }
 
 
