@@ -175,7 +175,7 @@ class LLMTool(Tool):
         super().__init__(definition, PromptRunner(definition, spec).run)
 
 
-def _schema_error(exc: ValueError) -> str:
+def _schema_error(exc: Exception) -> str:
     # compile_validator words its errors for tool parameters.
     return str(exc).replace("parameters is not", "not", 1).replace("parameters has", "it has", 1)
 
