@@ -15,7 +15,7 @@ import sys
 import threading
 import urllib.request
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -132,10 +132,10 @@ async def serve(
                 process.kill()
             await process.wait()
     finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()  # its pipes and transport too, while the loop still runs
 
 
 async def _first(*waits: Any) -> None:
@@ -391,6 +391,21 @@ async def pid_turn(client: RTCTestClient, pids: Path, seen: int) -> str:
     return lines[-1]
 
 
+async def resume(stack: AsyncExitStack, url: str, session: tuple[str, str]) -> RTCTestClient:
+    """Resume `session`, retrying a refusal for a few seconds: a worker saves a vanished
+    session once it has noticed the drop and stopped its turn, and a resume that reaches the
+    other worker before that finds nothing yet (a reconnecting client retries likewise)."""
+    for _ in range(25):
+        try:
+            client = RTCTestClient(url, tts=FakeTTS(), resume=session)
+            return await stack.enter_async_context(client)
+        except RTCError as error:
+            if error.code != "resume_refused":
+                raise
+            await anyio.sleep(0.2)
+    raise AssertionError(f"session {session[0]} was never resumable")
+
+
 async def test_two_workers_answer_on_one_port_and_resume_each_others_sessions(
     tmp_path: Path,
 ) -> None:
@@ -423,9 +438,8 @@ async def test_two_workers_answer_on_one_port_and_resume_each_others_sessions(
         resumed_on: list[str] = []
         while len(resumed_on) < 12 and all(pid == first for pid in resumed_on):
             assert session[0] is not None and session[1] is not None
-            async with RTCTestClient(
-                run.url, tts=FakeTTS(), resume=(session[0], session[1])
-            ) as again:
+            async with AsyncExitStack() as stack:
+                again = await resume(stack, run.url, (session[0], session[1]))
                 assert again.resumed
                 resumed_on.append(await pid_turn(again, pids, count))
                 count += 1

@@ -83,8 +83,8 @@ async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> 
                 assert await process.wait() == 0
             group.cancel_scope.cancel()
     finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()  # its pipes and transport too, while the loop still runs
     assert b"Traceback" not in stderr, stderr.decode(errors="replace")
