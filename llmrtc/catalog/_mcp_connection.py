@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -19,7 +20,14 @@ import anyio
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup, TaskStatus
 
-__all__ = ["Connection", "import_sdk", "is_connection_loss", "serve_connection", "target_of"]
+__all__ = [
+    "Connection",
+    "HTTPTarget",
+    "import_sdk",
+    "is_connection_loss",
+    "serve_connection",
+    "target_of",
+]
 
 logger = logging.getLogger("llmrtc.catalog.mcp")
 
@@ -43,17 +51,27 @@ class Connection:
         return not getattr(dispatcher, "_closed", False)
 
 
+@dataclass(frozen=True)
+class HTTPTarget:
+    """A streamable HTTP endpoint and the headers every request carries."""
+
+    url: str
+    headers: Mapping[str, str]
+
+
 def target_of(
     command: Sequence[str] | None,
     env: Mapping[str, str] | None,
     cwd: str | None,
     url: str | None,
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
-    """What `mcp.Client` connects to: a URL string or `StdioServerParameters`."""
+    """What `mcp.Client` connects to: a URL string, an `HTTPTarget` (a URL with headers) or
+    `StdioServerParameters`."""
     from mcp import StdioServerParameters
 
     if url is not None:
-        return url
+        return HTTPTarget(url, dict(headers)) if headers else url
     assert command is not None
     program, *args = command
     return StdioServerParameters(
@@ -81,7 +99,9 @@ async def serve_connection(
     stderr = _StderrLog(server) if isinstance(target, StdioServerParameters) else None
     transport = target if stderr is None else stdio_client(target, errlog=stderr.writer)
     try:
-        async with anyio.create_task_group() as outer:
+        async with contextlib.AsyncExitStack() as resources, anyio.create_task_group() as outer:
+            if isinstance(target, HTTPTarget):
+                transport = await _http_transport(target, resources)
             if stderr is not None:
                 outer.start_soon(stderr.follow)
             try:
@@ -116,6 +136,18 @@ async def serve_connection(
     finally:
         connection.stop.set()
         connection.closed.set()
+
+
+async def _http_transport(target: HTTPTarget, resources: contextlib.AsyncExitStack) -> Any:
+    """The SDK's streamable HTTP transport on an HTTP client that sends `target.headers`
+    (the SDK's own timeouts: 30 s, and 300 s to read a held-open stream)."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = await resources.enter_async_context(
+        httpx2.AsyncClient(headers=dict(target.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+    )
+    return streamable_http_client(target.url, http_client=http)
 
 
 def _unwrapped(exc: Exception) -> Exception:
@@ -183,6 +215,23 @@ async def _listen(client: Any, group: TaskGroup, connection: Connection, server:
             connection.stop.set()  # the stream ends with the connection (or the close)
 
     group.start_soon(drain)
+
+
+_LIST_PAGES = 100
+"""At most this many `tools/list` pages are read (a server that pages forever is cut off)."""
+
+
+async def list_all_tools(client: Any) -> list[Any]:
+    """Every MCP `Tool` the server lists, page after page."""
+    listed: list[Any] = []
+    cursor = None
+    for _ in range(_LIST_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return listed
 
 
 def is_connection_loss(exc: BaseException) -> bool:

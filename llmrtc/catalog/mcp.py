@@ -34,6 +34,7 @@ from llmrtc.catalog._mcp_connection import (
     Connection,
     import_sdk,
     is_connection_loss,
+    list_all_tools,
     serve_connection,
     target_of,
 )
@@ -59,9 +60,6 @@ __all__ = ["MCPBackend", "MCPConnectionError"]
 
 logger = logging.getLogger("llmrtc.catalog.mcp")
 
-_LIST_PAGES = 100
-"""At most this many `tools/list` pages are read (a server that pages forever is cut off)."""
-
 
 class MCPConnectionError(ConnectionError):
     """The MCP server could not be started or reached, or lost the connection."""
@@ -83,6 +81,7 @@ class MCPBackend:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         url: str | None = None,
+        headers: Mapping[str, str] | None = None,
         connect_timeout: float = 30.0,
         protocol: Literal["auto", "legacy"] = "auto",
     ) -> None:
@@ -96,6 +95,7 @@ class MCPBackend:
                 (`PATH`, `HOME`, ...; the parent's other variables are not passed on).
             cwd: The working directory of a stdio server.
             url: The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`).
+            headers: HTTP headers every request to `url` carries (`Authorization`, ...).
             connect_timeout: Seconds to start the server, connect and list its tools.
             protocol: `"auto"` asks the server for the 2026-07-28 protocol (`server/discover`)
                 and falls back to the initialize handshake of older servers; `"legacy"`
@@ -125,6 +125,13 @@ class MCPBackend:
             raise ValueError(f"MCP server {name!r}: url must start with http:// or https://")
         elif env is not None or cwd is not None:
             raise ValueError(f"MCP server {name!r}: env and cwd apply to a command, not a url")
+        if headers is not None and (
+            command is not None
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ValueError(
+                f"MCP server {name!r}: headers (strings to strings) apply to a url only"
+            )
         if env is not None and not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
@@ -138,6 +145,7 @@ class MCPBackend:
         self.env = dict(env) if env is not None else None
         self.cwd = str(cwd) if cwd is not None else None
         self.url = url
+        self.headers = dict(headers) if headers is not None else None
         self.connect_timeout = float(connect_timeout)
         self.protocol = protocol
         self._group: TaskGroup | None = None
@@ -162,7 +170,7 @@ class MCPBackend:
         """
         connection = await self._connected()
         try:
-            listed = await self._list_mcp_tools(connection.client)
+            listed = await list_all_tools(connection.client)
         except Exception as exc:
             self._lost(connection, exc)
             raise MCPConnectionError(
@@ -331,7 +339,7 @@ class MCPBackend:
             self._changed()
 
     async def _serve(self, *, task_status: TaskStatus[Connection]) -> None:
-        target = target_of(self.command, self.env, self.cwd, self.url)
+        target = target_of(self.command, self.env, self.cwd, self.url, self.headers)
         await serve_connection(
             target, self._name, self._on_message, self.protocol, task_status=task_status
         )
@@ -342,17 +350,6 @@ class MCPBackend:
             connection.stop.set()
 
     # -- calls --------------------------------------------------------------------------------
-
-    async def _list_mcp_tools(self, client: Any) -> builtins.list[Any]:
-        listed: builtins.list[Any] = []
-        cursor = None
-        for _ in range(_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            listed.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return listed
 
     def _handler(self, mcp_name: str) -> Callable[[Any, ToolContext], Any]:
         async def call_mcp_tool(args: Any, ctx: ToolContext) -> Any:

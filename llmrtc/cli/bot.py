@@ -123,7 +123,7 @@ async def open_mcp_tools(
                 exc_info=True,
             )
 
-    envs = _expanded_env(configs, playbook.source_path if playbook is not None else None)
+    envs = _expanded(configs, playbook.source_path if playbook is not None else None)
     async with AsyncExitStack() as stack:
         backends = [
             await stack.enter_async_context(_backend(config, env, cwd))
@@ -148,12 +148,12 @@ async def open_mcp_tools(
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expanded_env(
+def _expanded(
     configs: Sequence[MCPServerConfig], source: str | None
 ) -> list[dict[str, str] | None]:
-    """Each server's `env` with `${NAME}` replaced by this process's variable (how a
-    playbook passes a token without writing it down; a stdio server gets only a safe default
-    environment otherwise).
+    """Each server's `env` (stdio) or `headers` (url) with `${NAME}` replaced by this
+    process's variable (how a playbook passes a token without writing it down; a stdio
+    server gets only a safe default environment otherwise).
 
     Raises:
         PlaybookError: naming the server, the key and the variable that is not set.
@@ -164,32 +164,33 @@ def _expanded_env(
     out: list[dict[str, str] | None] = []
     findings: list[Finding] = []
     for index, config in enumerate(configs):
-        env: dict[str, str] = {}
-        for key, value in config.env.items():
-            missing = [n for n in _VARIABLE.findall(value) if n not in os.environ]
-            for name in missing:
-                findings.append(
-                    Finding(
-                        "error",
-                        f"MCP server {config.name!r}: env {key} uses ${{{name}}}, which is not "
-                        "set in llmrtc's environment; set it or write the value itself",
-                        f"mcp_servers[{index}].env.{key}",
+        field = "headers" if config.url is not None else "env"
+        values: dict[str, str] = {}
+        for key, value in getattr(config, field).items():
+            for name in _VARIABLE.findall(value):
+                if name not in os.environ:
+                    findings.append(
+                        Finding(
+                            "error",
+                            f"MCP server {config.name!r}: {field} {key} uses ${{{name}}}, which "
+                            "is not set in llmrtc's environment; set it or write the value itself",
+                            f"mcp_servers[{index}].{field}.{key}",
+                        )
                     )
-                )
-            env[key] = _VARIABLE.sub(lambda m: os.environ.get(m.group(1), ""), value)
-        out.append(env or None)
+            values[key] = _VARIABLE.sub(lambda m: os.environ.get(m.group(1), ""), value)
+        out.append(values or None)
     if findings:
         raise PlaybookError(findings, source)
     return out
 
 
-def _backend(config: MCPServerConfig, env: dict[str, str] | None, cwd: Path) -> MCPBackend:
+def _backend(config: MCPServerConfig, values: dict[str, str] | None, cwd: Path) -> MCPBackend:
     from llmrtc.catalog.mcp import MCPBackend
 
     if config.url is not None:
-        return MCPBackend(config.name, url=config.url)
+        return MCPBackend(config.name, url=config.url, headers=values)
     assert config.command is not None
-    return MCPBackend(config.name, command=[config.command, *config.args], env=env, cwd=cwd)
+    return MCPBackend(config.name, command=[config.command, *config.args], env=values, cwd=cwd)
 
 
 async def run_with_mcp_tools(

@@ -164,8 +164,9 @@ _MCP_SERVER_NAME = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"
 
 class MCPServerConfig(_Model):
     """An MCP server whose tools the playbook uses (`mcp_servers:`): a stdio `command` (with
-    `args` and `env`), or a streamable HTTP `url`. Its tools are named `mcp_<name>.<tool>`
-    (catalog id `mcp_<name>:<tool>@<server version>`); stages list them like any tool."""
+    `args` and `env`), or a streamable HTTP `url` (with `headers`). Its tools are named
+    `mcp_<name>.<tool>` (catalog id `mcp_<name>:<tool>@<server version>`); stages list them
+    like any tool."""
 
     name: str
     """Letters, digits, '-' and single inner '_': the tools' namespace is `mcp_<name>`."""
@@ -179,6 +180,9 @@ class MCPServerConfig(_Model):
     llmrtc's own variable `NAME` (`GITHUB_TOKEN: ${GITHUB_TOKEN}`)."""
     url: str | None = None
     """The streamable HTTP endpoint (`http://127.0.0.1:8000/mcp`)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers for a `url` server (`Authorization: Bearer ${API_TOKEN}`; `${NAME}` as
+    in `env`)."""
 
     @field_validator("name")
     @classmethod
@@ -208,6 +212,11 @@ class MCPServerConfig(_Model):
         if self.url is not None and (self.args or self.env):
             raise ValueError(
                 f"MCP server {self.name!r}: args and env apply to a command, not to a url"
+            )
+        if self.command is not None and self.headers:
+            raise ValueError(
+                f"MCP server {self.name!r}: headers apply to a url, not to a command (a stdio "
+                "server takes env)"
             )
         return self
 

@@ -31,6 +31,7 @@ IDS = [
     "mcp_tt:refuse@2.1.0",
     "mcp_tt:crash@2.1.0",
     "mcp_tt:env_var@2.1.0",
+    "mcp_tt:header@2.1.0",
     "mcp_tt:exit_soon@2.1.0",
     "mcp_tt:grow@2.1.0",
 ]
@@ -198,6 +199,20 @@ async def test_an_http_server_serves_calls_and_sees_cancellation(tmp_path: Path)
             await wait_for(tmp_path / "cancelled")
 
 
+async def test_an_http_server_gets_the_headers_given() -> None:
+    with http_server() as url:
+        headers = {"Authorization": "Bearer t0ken", "X-Tenant": "acme"}
+        async with MCPBackend("web", url=url, headers=headers) as backend:
+            executor = ToolExecutor(ToolRegistry(await backend.list()))
+            auth, tenant = await executor.execute(
+                [
+                    ToolCall("1", "mcp_web.header", {"name": "Authorization"}),
+                    ToolCall("2", "mcp_web.header", {"name": "X-Tenant"}),
+                ]
+            )
+    assert auth.result == {"result": "Bearer t0ken"} and tenant.result == {"result": "acme"}
+
+
 async def test_a_server_that_cannot_start_says_which_and_why() -> None:
     backend = MCPBackend("ghost", command=["/nonexistent/mcp-server"], connect_timeout=20)
     with pytest.raises(MCPConnectionError, match=r"MCP server 'ghost' \(command \["):
@@ -231,6 +246,8 @@ async def test_using_a_backend_outside_its_block_says_how() -> None:
         ({"command": ["a"], "env": {"A": 1}}, "env must map strings to strings"),
         ({"command": ["a"], "connect_timeout": 0}, "connect_timeout must be seconds > 0"),
         ({"command": ["a"], "protocol": "2025"}, "protocol must be 'auto' or 'legacy'"),
+        ({"command": ["a"], "headers": {"A": "1"}}, "headers .* apply to a url only"),
+        ({"url": "http://x/mcp", "headers": {"A": 1}}, "headers .* apply to a url only"),
     ],
 )
 def test_bad_options_are_refused_when_the_backend_is_described(

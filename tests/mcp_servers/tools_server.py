@@ -70,6 +70,12 @@ def env_var(name: str) -> str:
 
 
 @server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of one header of the HTTP request carrying this call ('' when absent)."""
+    return (ctx.headers or {}).get(name.lower(), "")
+
+
+@server.tool()
 def exit_soon() -> str:
     """Answer, then end the server process 0.3 s later (a server dying between calls)."""
     threading.Timer(0.3, os._exit, args=(4,)).start()

@@ -63,6 +63,11 @@ mcp_servers:
             "two MCP servers are named 'calc'",
         ),
         ("- {name: calc, command: python, cwd: /tmp}\n", "mcp_servers[0].cwd (line 8)", "extra"),
+        (
+            "- {name: calc, command: python, headers: {A: b}}\n",
+            "mcp_servers[0] (line 8)",
+            "headers apply to a url, not to a command",
+        ),
     ],
 )
 def test_bad_mcp_servers_say_where_and_what_is_allowed(
@@ -237,3 +242,26 @@ async def test_an_env_variable_that_is_not_set_is_named(
     assert "mcp_servers[0].env.TOKEN: MCP server 'calc': env TOKEN uses ${MCP_TEST_MISSING}" in (
         str(raised.value)
     )
+
+
+async def test_headers_of_a_url_server_take_variables_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("mcp")
+    sys.path.insert(0, str(SERVERS))
+    from mcp_helpers import http_server
+
+    from llmrtc import ToolExecutor
+    from llmrtc.cli.bot import open_mcp_tools
+    from llmrtc.playbook.models import MCPServerConfig
+
+    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
+    with http_server() as url:
+        config = MCPServerConfig(
+            name="web", url=url, headers={"Authorization": "Bearer ${MCP_TEST_TOKEN}"}
+        )
+        async with open_mcp_tools(None, servers=[config]) as tools:
+            assert tools is not None
+            call = ToolCall("c1", "mcp_web.header", {"name": "Authorization"})
+            result = await ToolExecutor(tools).execute_single(call)
+    assert result.result == {"result": "Bearer t0ken"}
