@@ -5,6 +5,9 @@ with exactly the flags ARCHITECTURE.md lists (its fake microphone plays a WAV ma
 espeak-ng). The server is a real `RTCServer` on 127.0.0.1 running in a background event loop
 (an anyio blocking portal), so the tests themselves are plain synchronous selenium code.
 
+Tests use `serve(script)` (the server), `open_page(server.url, said)` (a `Page`: the web
+client in a new browser, read through its `data-testid` elements and `window.llmrtc`).
+
 Missing chromium, chromium-driver or selenium skip these tests with a loud reason (and a
 banner at the end of the run); with `LLMRTC_REQUIRE_BROWSER=1` (CI) they fail instead.
 """
@@ -12,9 +15,11 @@ banner at the end of the run); with `LLMRTC_REQUIRE_BROWSER=1` (CI) they fail in
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
+import time
 import wave
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -216,3 +221,106 @@ def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
             return server
 
         yield start
+
+
+@pytest.fixture
+def open_page(
+    chromium: Callable[[Path], Any], fake_mic_wav: Callable[[str], Path]
+) -> Callable[..., Page]:
+    """`open_page(url, said="")`: the web client at `url` in a new headless Chromium whose
+    microphone says `said` (silence when empty)."""
+
+    def open_(url: str, said: str = "") -> Page:
+        return Page(chromium(fake_mic_wav(said)), url)
+
+    return open_
+
+
+class Page:
+    """The web client in one browser tab: its testid elements and `window.llmrtc`."""
+
+    def __init__(self, driver: Any, url: str) -> None:
+        self.driver = driver
+        self.url = url
+        driver.get(url)
+        self.handle = driver.current_window_handle
+
+    def new_tab(self) -> Page:
+        """The page again, in a new tab of the same browser (which then has the focus)."""
+        self.driver.switch_to.new_window("tab")
+        return Page(self.driver, self.url)
+
+    def focus(self) -> None:
+        """Make this tab the one the driver talks to."""
+        self.driver.switch_to.window(self.handle)
+
+    def element(self, testid: str) -> Any:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_element(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
+
+    def text(self, testid: str) -> str:
+        return str(self.element(testid).text)
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.driver.execute_script("return window.llmrtc;"))
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+        """Poll `check` until it returns something true; on timeout fail with the page's state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                result = check()
+            except Exception:  # an element mid-update (stale) or not there yet
+                result = None
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout} s waiting for {what}\n{self.describe()}")
+            time.sleep(0.2)
+
+    def describe(self) -> str:
+        texts = {
+            testid: self.text(testid)
+            for testid in ("status", "stage", "error", "transcript", "assistant", "tool-calls")
+        }
+        state = self.state()
+        events = [
+            {k: v for k, v in e.items() if k not in ("sdp", "resume_token")}
+            for e in state.get("events", [])
+        ]
+        try:
+            console = [entry["message"] for entry in self.driver.get_log("browser")]
+        except Exception:
+            console = []
+        counters = {k: v for k, v in state.items() if k != "events" and not callable(v)}
+        return (
+            f"page: {json.dumps(texts, indent=1)}\ncounters: {json.dumps(counters, default=str)}"
+            f"\nevents: {json.dumps(events)}\nconsole: {console}"
+        )
+
+    def connect(self) -> None:
+        self.element("connect").click()
+        self.wait(
+            "the status to say Connected",
+            lambda: self.element("status").get_attribute("data-state") == "connected",
+            timeout=30,
+        )
+
+    def type_text(self, text: str) -> None:
+        self.wait("the text box to be enabled", lambda: self.element("text-input").is_enabled())
+        self.element("text-input").send_keys(text)
+        self.element("send").click()
+
+    def tool_items(self) -> list[dict[str, str]]:
+        return list(
+            self.js(
+                """return [...document.querySelectorAll('[data-testid="tool-calls"] li')].map(
+                     (li) => ({name: li.querySelector('.tool-name').textContent,
+                               status: li.dataset.status,
+                               duration: li.querySelector('.tool-duration').textContent}));"""
+            )
+        )

@@ -11,12 +11,10 @@ turn test takes (1200x800).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,96 +26,17 @@ from llmrtc.tools import ToolCall
 
 pytestmark = [pytest.mark.browser, pytest.mark.voice_model]
 
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
 WEATHER_SCRIPT = [
     [ToolCall("call_1", "lookupWeather", '{"city": "Tokyo"}')],
     "It is sunny in Tokyo today, twenty one degrees.",
     "Goodbye, and enjoy the sunshine!",
 ]
 CHAT_SCRIPT = ["Hello! Ask me about the weather.", "Still here. What else?"]
-
-
-def words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-class Page:
-    """The web client in one browser tab: its testid elements and `window.llmrtc`."""
-
-    def __init__(self, driver: Any, url: str) -> None:
-        self.driver = driver
-        self.url = url
-        driver.get(url)
-
-    def element(self, testid: str) -> Any:
-        from selenium.webdriver.common.by import By
-
-        return self.driver.find_element(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
-
-    def text(self, testid: str) -> str:
-        return str(self.element(testid).text)
-
-    def state(self) -> dict[str, Any]:
-        return dict(self.driver.execute_script("return window.llmrtc;"))
-
-    def js(self, script: str, *args: Any) -> Any:
-        return self.driver.execute_script(script, *args)
-
-    def wait(self, what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-        """Poll `check` until it returns something true; on timeout fail with the page's state."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                result = check()
-            except Exception:  # an element mid-update (stale) or not there yet
-                result = None
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout} s waiting for {what}\n{self.describe()}")
-            time.sleep(0.2)
-
-    def describe(self) -> str:
-        texts = {
-            testid: self.text(testid)
-            for testid in ("status", "stage", "error", "transcript", "assistant", "tool-calls")
-        }
-        state = self.state()
-        events = [
-            {k: v for k, v in e.items() if k not in ("sdp", "resume_token")}
-            for e in state.get("events", [])
-        ]
-        try:
-            console = [entry["message"] for entry in self.driver.get_log("browser")]
-        except Exception:
-            console = []
-        counters = {k: v for k, v in state.items() if k != "events" and not callable(v)}
-        return (
-            f"page: {json.dumps(texts, indent=1)}\ncounters: {json.dumps(counters, default=str)}"
-            f"\nevents: {json.dumps(events)}\nconsole: {console}"
-        )
-
-    def connect(self) -> None:
-        self.element("connect").click()
-        self.wait(
-            "the status to say Connected",
-            lambda: self.element("status").get_attribute("data-state") == "connected",
-            timeout=30,
-        )
-
-    def type_text(self, text: str) -> None:
-        self.wait("the text box to be enabled", lambda: self.element("text-input").is_enabled())
-        self.element("text-input").send_keys(text)
-        self.element("send").click()
-
-    def tool_items(self) -> list[dict[str, str]]:
-        return list(
-            self.js(
-                """return [...document.querySelectorAll('[data-testid="tool-calls"] li')].map(
-                     (li) => ({name: li.querySelector('.tool-name').textContent,
-                               status: li.dataset.status,
-                               duration: li.querySelector('.tool-duration').textContent}));"""
-            )
-        )
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -128,12 +47,11 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
     serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
+    open_page: Callable[..., Any],
     tmp_path: Path,
 ) -> None:
     server = serve(WEATHER_SCRIPT)
-    page = Page(chromium(fake_mic_wav("What is the weather in Tokyo?")), server.url)
+    page = open_page(server.url, "What is the weather in Tokyo?")
     assert page.text("status") == "Not connected"
     assert not page.element("hangup").is_enabled()
 
@@ -209,15 +127,12 @@ def test_a_spoken_weather_turn_shows_transcript_tool_call_stage_and_plays_audio(
 
 def test_the_page_says_when_the_server_is_full(
     serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
+    open_page: Callable[..., Any],
 ) -> None:
     server = serve(CHAT_SCRIPT, max_sessions=1)
-    driver = chromium(fake_mic_wav(""))
-    first = Page(driver, server.url)
+    first = open_page(server.url)
     first.connect()
-    driver.switch_to.new_window("tab")
-    second = Page(driver, server.url)
+    second = first.new_tab()
     second.element("connect").click()
     second.wait(
         "the server_full error",
@@ -230,18 +145,17 @@ def test_the_page_says_when_the_server_is_full(
     assert second.element("connect").is_enabled()  # try again later
     assert not second.element("text-input").is_enabled()
     # The first tab's session is untouched.
-    driver.switch_to.window(driver.window_handles[0])
+    first.focus()
     assert first.element("status").get_attribute("data-state") == "connected"
 
 
 def test_typed_text_is_answered_and_a_lost_connection_resumes_the_same_session(
     serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
+    open_page: Callable[..., Any],
 ) -> None:
     llm = ScriptedLLM(CHAT_SCRIPT)  # one model for the session and its resumed handler
     server = serve(llm=llm)
-    page = Page(chromium(fake_mic_wav("")), server.url)
+    page = open_page(server.url)
     page.connect()
     page.type_text("Hi there")
     page.wait("the typed line", lambda: "Hi there" in page.text("transcript"))
@@ -273,8 +187,7 @@ def test_typed_text_is_answered_and_a_lost_connection_resumes_the_same_session(
 
 def test_interrupting_the_agent_shows_the_barge_in(
     serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
+    open_page: Callable[..., Any],
 ) -> None:
     story = (
         "Here is a long story about the weather. The morning starts with a cold wind from the "
@@ -282,7 +195,7 @@ def test_interrupting_the_agent_shows_the_barge_in(
         "back and the streets shine. At night the sky is clear and full of stars."
     )
     server = serve([story, "Sure, what else?"])
-    page = Page(chromium(fake_mic_wav("")), server.url)
+    page = open_page(server.url)
     page.connect()
     page.type_text("Tell me about the weather.")
     page.wait(
@@ -308,11 +221,10 @@ def test_interrupting_the_agent_shows_the_barge_in(
 
 def test_a_refused_microphone_is_explained_and_typing_still_works(
     serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
+    open_page: Callable[..., Any],
 ) -> None:
     server = serve(CHAT_SCRIPT)
-    page = Page(chromium(fake_mic_wav("")), server.url)
+    page = open_page(server.url)
     # What a browser does when the user (or a site setting) blocks the microphone.
     page.js(
         """navigator.mediaDevices.getUserMedia = () =>
@@ -332,118 +244,3 @@ def test_a_refused_microphone_is_explained_and_typing_still_works(
     assert page.state()["micEnabled"] is False
     page.type_text("Hi there")
     page.wait("the answer", lambda: "Ask me about the weather" in page.text("assistant"))
-
-
-STATUS_PLAYBOOK = """
-id: tool-statuses
-name: Tool statuses
-description: Tools that fail, time out and run long, for the tool-call timeline.
-version: "1"
-initial_stage: work
-tools_file: status_tools.py
-global_system_prompt: You test tools.
-stages:
-  - id: work
-    name: Work
-    description: Calls the tools.
-    system_prompt: Use the tools.
-    tools: [brokenLookup, slowLookup, longLookup]
-  - id: done
-    name: Done
-    description: The caller is done.
-    system_prompt: Say goodbye.
-    terminal: true
-transitions:
-  - id: caller-done
-    from_stage: work
-    condition: {type: keyword, keywords: [bye]}
-    action: {target_stage: done}
-"""
-
-STATUS_TOOLS = '''
-import anyio
-
-from llmrtc import tool
-
-
-@tool
-async def brokenLookup(city: str) -> str:
-    """Always fails.
-
-    Args:
-        city: City name.
-    """
-    raise RuntimeError("the weather service is down")
-
-
-@tool(timeout=0.5)
-async def slowLookup(city: str) -> str:
-    """Never answers in time.
-
-    Args:
-        city: City name.
-    """
-    await anyio.sleep(30)
-    return "late"
-
-
-@tool(timeout=120.0)
-async def longLookup(city: str) -> str:
-    """Runs until it is stopped.
-
-    Args:
-        city: City name.
-    """
-    await anyio.sleep(120)
-    return "late"
-'''
-
-
-def test_the_tool_timeline_shows_running_error_timeout_and_aborted_calls(
-    serve: Callable[..., Any],
-    chromium: Callable[[Path], Any],
-    fake_mic_wav: Callable[[str], Path],
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "statuses.yaml").write_text(STATUS_PLAYBOOK)
-    (tmp_path / "status_tools.py").write_text(STATUS_TOOLS)
-    oslo = '{"city": "Oslo"}'
-    script = [
-        [ToolCall("call_1", "brokenLookup", oslo), ToolCall("call_2", "slowLookup", oslo)],
-        "Sorry, the weather service is not answering.",
-        [ToolCall("call_3", "longLookup", oslo)],
-        "Spare answer.",
-    ]
-    server = serve(script, playbook_path=tmp_path / "statuses.yaml")
-    page = Page(chromium(fake_mic_wav("")), server.url)
-    page.connect()
-    assert page.text("stage") == "work"
-
-    page.type_text("What is the weather in Oslo?")
-    page.wait("the apology", lambda: "not answering" in page.text("assistant"))
-    statuses = {t["name"]: t["status"] for t in page.tool_items()}
-    assert statuses == {"brokenLookup": "error", "slowLookup": "timeout"}, statuses
-    slow = next(t for t in page.tool_items() if t["name"] == "slowLookup")
-    assert slow["duration"].endswith("ms") and float(slow["duration"].split()[0]) >= 400, slow
-
-    # A call still running shows as running; Interrupt stops it and it shows as aborted.
-    page.type_text("Try again please.")
-    page.wait(
-        "the long call to be running",
-        lambda: any(
-            t["name"] == "longLookup" and t["status"] == "running" for t in page.tool_items()
-        ),
-    )
-    assert "RUNNING" in page.text("tool-calls").upper()
-    page.wait(  # its time so far, counting up
-        "the running call's elapsed time",
-        lambda: any(t["duration"].endswith("so far") for t in page.tool_items()),
-    )
-    page.element("interrupt").click()
-    page.wait(
-        "the long call to be aborted",
-        lambda: any(
-            t["name"] == "longLookup" and t["status"] == "aborted" for t in page.tool_items()
-        ),
-    )
-    assert len(page.tool_items()) == 3

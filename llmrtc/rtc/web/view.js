@@ -1,0 +1,240 @@
+// What the page shows: status, stage, errors, the transcript, the agent's replies and the
+// tool-call timeline. No networking here: app.js feeds it the server's messages.
+
+const ERROR_TEXT = {
+  server_full: "The server is busy: every session is taken. Please try again in a minute.",
+  shutting_down: "The server is restarting and takes no new calls. Please try again shortly.",
+  resume_refused: "The earlier conversation could not be resumed (it expired or ended).",
+  bad_offer: "This browser's audio setup was refused by the server.",
+  unsupported_protocol: "This page is out of date for the server: reload it.",
+  idle_timeout: "The call was closed after a long silence. Connect to pick it up again.",
+  internal: "The server failed. Please connect again.",
+  model_error: "The language model failed on that turn; the agent apologised. Go on talking.",
+  mic_refused: "Microphone access was refused: the agent cannot hear you. Allow the " +
+    "microphone in the site settings and connect again, or type below.",
+  mic_missing: "No microphone was found: the agent cannot hear you. You can type below.",
+  connection_lost: "The connection was lost and could not be restored. Connect to try again.",
+  unreachable: "Could not reach the server. Check that it is running, then connect again.",
+};
+const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
+
+export function formatMs(ms) {
+  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`;
+}
+
+// The page's elements and what is on them; `onState(state)` hears every status change.
+export function createView(document, onState) {
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    status: $("status"), stage: $("stage"), error: $("error"), connect: $("connect"),
+    hangup: $("hangup"), transcript: $("transcript"), assistant: $("assistant"),
+    tools: $("tool-calls"), form: $("text-form"), input: $("text-input"), send: $("send"),
+    interrupt: $("interrupt"), audio: $("remote-audio"), micState: $("mic-state"),
+    userActivity: $("user-activity"), agentActivity: $("agent-activity"),
+  };
+  let currentReply = null; // the <li> of the agent's reply in progress
+  let partialLine = null; // the <li> of a transcript that is not final yet
+  const running = new Map(); // call_id -> {item, started}: the tool calls still running
+  let toolClock = null;
+
+  function addLine(list, text, className) {
+    const item = document.createElement("li");
+    if (className) item.className = className;
+    item.textContent = text;
+    list.append(item);
+    list.scrollTop = list.scrollHeight;
+    return item;
+  }
+
+  function part(className, text = "") {
+    const span = document.createElement("span");
+    span.className = className;
+    span.textContent = text;
+    return span;
+  }
+
+  function reply() {
+    if (!currentReply) {
+      currentReply = document.createElement("li");
+      currentReply.className = "reply streaming";
+      currentReply.append(part("meta"), part("text"));
+      ui.assistant.append(currentReply);
+    }
+    ui.assistant.scrollTop = ui.assistant.scrollHeight;
+    return currentReply;
+  }
+
+  // Running calls show how long they have run so far; `tool_call_finished` puts the server's
+  // own measure in its place.
+  function tickTools() {
+    const now = performance.now();
+    for (const { item, started } of running.values()) {
+      item.querySelector(".tool-duration").textContent = `${formatMs(now - started)} so far`;
+    }
+  }
+
+  function startTool(callId, name) {
+    const item = document.createElement("li");
+    item.className = "tool";
+    item.dataset.callId = callId;
+    item.dataset.status = "running";
+    item.append(part("tool-name", name), part("tool-status", "running"), part("tool-duration"));
+    ui.tools.append(item);
+    ui.tools.scrollTop = ui.tools.scrollHeight;
+    const entry = { item, started: performance.now() };
+    running.set(callId, entry);
+    if (running.size === 1) toolClock = setInterval(tickTools, TOOL_CLOCK_MS);
+    return entry;
+  }
+
+  function endTool(item, status, duration) {
+    item.dataset.status = status;
+    item.querySelector(".tool-status").textContent = status;
+    item.querySelector(".tool-duration").textContent = duration;
+  }
+
+  return {
+    ui,
+
+    setStatus(state, text) {
+      ui.status.dataset.state = state;
+      ui.status.textContent = text;
+      const live = state === "connecting" || state === "connected" || state === "reconnecting";
+      ui.connect.disabled = live;
+      ui.hangup.disabled = !live;
+      onState(state);
+    },
+
+    statusText() {
+      return ui.status.textContent;
+    },
+
+    setRoundTrip(ms) {
+      ui.status.title = `Round trip ${ms.toFixed(1)} ms`;
+    },
+
+    setReady(ready) {
+      ui.input.disabled = !ready;
+      ui.send.disabled = !ready;
+      ui.interrupt.disabled = !ready;
+    },
+
+    setMic(text) {
+      ui.micState.textContent = text;
+    },
+
+    showError(code, message) {
+      ui.error.dataset.code = code;
+      ui.error.textContent = ERROR_TEXT[code] || message || `Error: ${code}`;
+      ui.error.hidden = false;
+    },
+
+    clearError() {
+      ui.error.hidden = true;
+      ui.error.textContent = "";
+      delete ui.error.dataset.code;
+    },
+
+    note(text) {
+      addLine(ui.assistant, text, "note");
+    },
+
+    typed(text) {
+      addLine(ui.transcript, text, "typed");
+    },
+
+    transcript(text, final) {
+      if (!text) {
+        if (partialLine && final) partialLine.remove();
+        if (final) partialLine = null;
+        return;
+      }
+      if (!partialLine) partialLine = addLine(ui.transcript, "", "partial");
+      partialLine.textContent = text;
+      if (final) {
+        partialLine.className = "spoken";
+        partialLine = null;
+      }
+    },
+
+    userSpeaking(speaking) {
+      ui.userActivity.hidden = !speaking;
+    },
+
+    agentSpeaking(speaking) {
+      ui.agentActivity.hidden = !speaking;
+    },
+
+    assistantDelta(delta) {
+      reply().querySelector(".text").textContent += delta;
+    },
+
+    turnCompleted(text, stopReason) {
+      const item = currentReply;
+      currentReply = null;
+      if (!item) return;
+      if (!item.querySelector(".text").textContent && text) {
+        item.querySelector(".text").textContent = text;
+      }
+      item.classList.remove("streaming");
+      item.dataset.stopReason = stopReason;
+    },
+
+    agentSpeechEnded(interrupted, heardText) {
+      ui.agentActivity.hidden = true;
+      if (interrupted && currentReply) currentReply.dataset.heard = heardText;
+    },
+
+    bargeIn(heardText) {
+      ui.agentActivity.hidden = true;
+      const target = currentReply || ui.assistant.querySelector(".reply:last-of-type");
+      if (!target) {
+        addLine(ui.assistant, "You interrupted the agent.", "note");
+        return;
+      }
+      target.classList.add("interrupted");
+      const badge = part("badge barge-in", "interrupted");
+      badge.title = heardText ? `You heard: “${heardText}”` : "Cut before it spoke";
+      target.querySelector(".meta").append(badge);
+    },
+
+    stage(stage, from = null) {
+      ui.stage.textContent = stage;
+      if (from === null) return;
+      ui.stage.classList.remove("flash");
+      void ui.stage.offsetWidth; // restart the highlight animation
+      ui.stage.classList.add("flash");
+      addLine(ui.assistant, `Stage: ${from} → ${stage}`, "note");
+    },
+
+    toolStarted(callId, name) {
+      startTool(callId, name);
+    },
+
+    toolFinished(callId, name, status, durationMs) {
+      const { item } = running.get(callId) || startTool(callId, name);
+      endTool(item, status, formatMs(Number(durationMs) || 0));
+      running.delete(callId);
+      if (!running.size) clearInterval(toolClock);
+    },
+
+    // The connection closed: the server stops a vanished or ended session's tools, and their
+    // results never reach this page.
+    connectionClosed() {
+      for (const { item } of running.values()) {
+        endTool(item, "aborted", "stopped: the connection closed");
+      }
+      running.clear();
+      clearInterval(toolClock);
+      ui.userActivity.hidden = true;
+      ui.agentActivity.hidden = true;
+      currentReply = null;
+      partialLine = null;
+    },
+
+    playRemote(stream) {
+      ui.audio.srcObject = stream;
+      ui.audio.play().catch(() => {}); // autoplay may wait for a click; the element retries
+    },
+  };
+}
