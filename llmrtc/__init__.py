@@ -15,6 +15,7 @@ from llmrtc.abort import AbortController, AbortedError, AbortSignal
 from llmrtc.agent import (
     AgentEvent,
     ConversationHistory,
+    ResumableHandler,
     StageChanged,
     TextDelta,
     ToolCallFinished,
@@ -177,6 +178,7 @@ __all__ = [
     "TurnCompleted",
     "TurnEndEvent",
     "TurnError",
+    "ResumableHandler",
     "TurnHandler",
     "TurnRunner",
     "TurnSettings",
