@@ -187,7 +187,8 @@ def speech(portal: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
-    """`serve(script, max_sessions=4, playbook_path=PLAYBOOK)`: a real `RTCServer` on
+    """`serve(script, max_sessions=4, idle_timeout=300.0, playbook_path=PLAYBOOK)`: a real
+    `RTCServer` on
     127.0.0.1 (a free port) whose sessions each run the playbook (the weather one by default)
     with a new `ScriptedLLM(script)` (or all with the one model given as `llm=`, to follow a
     conversation across a resume). Stopped when the test ends."""
@@ -203,6 +204,7 @@ def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
             *,
             llm: Any = None,
             max_sessions: int = 4,
+            idle_timeout: float = 300.0,
             playbook_path: Path = PLAYBOOK,
         ) -> Any:
             playbook = load_playbook(playbook_path)
@@ -214,7 +216,11 @@ def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
 
             # A short grace: when the test ends its browser is gone and no session will end itself.
             config = ServerConfig(
-                host="127.0.0.1", port=0, max_sessions=max_sessions, shutdown_grace=2.0
+                host="127.0.0.1",
+                port=0,
+                max_sessions=max_sessions,
+                idle_timeout=idle_timeout,
+                shutdown_grace=2.0,
             )
             server = RTCServer(agent, speech=speech, config=config)
             stack.enter_context(portal.wrap_async_context_manager(server))

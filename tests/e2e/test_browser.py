@@ -244,3 +244,25 @@ def test_a_refused_microphone_is_explained_and_typing_still_works(
     assert page.state()["micEnabled"] is False
     page.type_text("Hi there")
     page.wait("the answer", lambda: "Ask me about the weather" in page.text("assistant"))
+
+
+def test_an_idle_session_is_closed_with_a_message_and_connect_takes_it_back(
+    serve: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve(CHAT_SCRIPT, idle_timeout=3.0)
+    page = open_page(server.url)
+    page.connect()
+    session_id = page.state()["sessionId"]
+    page.wait(
+        "the idle_timeout error",
+        lambda: page.element("error").get_attribute("data-code") == "idle_timeout",
+        timeout=30,
+    )
+    assert "long silence" in page.text("error")
+    page.wait("the closed status", lambda: page.text("status") == "Closed (idle)")
+    assert page.state()["micEnabled"] is False  # the microphone is let go
+    assert page.element("connect").is_enabled()
+    page.connect()  # the session is still resumable: Connect takes it back
+    assert page.state()["resumed"] is True
+    assert page.state()["sessionId"] == session_id

@@ -12,7 +12,6 @@ const STORAGE_KEY = "llmrtc.session"; // {session_id, resume_token}: a reload or
 // (120 s by default), then the page gives up and says so.
 const RESUME_DELAYS_MS = [300, 1000, 2000, 4000, 8000];
 const STATS_INTERVAL_MS = 500;
-const PING_INTERVAL_MS = 5000;
 const MAX_KEPT_EVENTS = 1000;
 // Off, as ARCHITECTURE.md's Chromium measurements ask: the browser's echo canceller, noise
 // suppressor and gain control are tuned for a person in a room and change the speech the
@@ -32,7 +31,7 @@ const FINAL_ERRORS = new Set([
 // `session` said so), resumes (automatic resume attempts), dataChannelOpen, audioPackets and
 // audioEnergy (the agent's audio: inbound-rtp packetsReceived and totalAudioEnergy, summed
 // over connections), eventsReceived / eventsByType / events (every server message, newest
-// MAX_KEPT_EVENTS), rttMs (data-channel ping), micEnabled, micBitrate (the microphone's Opus
+// MAX_KEPT_EVENTS), rttMs (data-channel ping when it opens), micEnabled, micBitrate (the microphone's Opus
 // target), iceSent (candidates trickled), connectMs (Connect to media connected).
 // Controls: connect(), hangUp(), sendText(text), simulateDrop() (a network failure).
 const counters = {
@@ -211,8 +210,9 @@ async function connect({ resume = null, automatic = false } = {}) {
   dc.onopen = () => {
     if (call !== current) return;
     counters.dataChannelOpen = true;
+    // One round-trip measure, not a heartbeat: the server counts every client message as
+    // activity, and a periodic ping would keep a forgotten tab's session from idling out.
     ping(current);
-    current.timers.push(setInterval(() => ping(current), PING_INTERVAL_MS));
   };
   dc.onclose = () => {
     if (call === current) counters.dataChannelOpen = false;
