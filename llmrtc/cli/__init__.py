@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -245,6 +246,7 @@ def _load_bot(
 def _chat_session(args: argparse.Namespace) -> int:
     import anyio
 
+    from llmrtc.cli.bot import run_with_mcp_tools
     from llmrtc.cli.chat import run_chat
     from llmrtc.playbook import PlaybookError
 
@@ -253,7 +255,13 @@ def _chat_session(args: argparse.Namespace) -> int:
         return bot
     playbook, registry, toolkits = bot
     try:
-        return anyio.run(run_chat, args, registry, playbook, toolkits)
+        return anyio.run(
+            partial(run_with_mcp_tools, run_chat, toolkits=toolkits),
+            args,
+            registry,
+            playbook,
+            toolkits,
+        )
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
         print()
         return 130
@@ -269,6 +277,7 @@ def _cmd_voice(args: argparse.Namespace) -> int:
 def _voice_turn(args: argparse.Namespace) -> int:
     import anyio
 
+    from llmrtc.cli.bot import run_with_mcp_tools
     from llmrtc.cli.voice import run_voice
     from llmrtc.playbook import PlaybookError
     from llmrtc.voice.wav import read_wav
@@ -290,7 +299,14 @@ def _voice_turn(args: argparse.Namespace) -> int:
         except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
             return _error(str(exc))
     try:
-        return anyio.run(run_voice, args, registry, playbook, audio, toolkits)
+        return anyio.run(
+            partial(run_with_mcp_tools, run_voice, toolkits=toolkits),
+            args,
+            registry,
+            playbook,
+            audio,
+            toolkits,
+        )
     except KeyboardInterrupt:
         print()
         return 130

@@ -141,6 +141,12 @@ async def _serve(
                     speech = await stack.enter_async_context(
                         open_speech(fake=fake, progress=progress)
                     )
+                from llmrtc.cli.bot import open_mcp_tools
+
+                # The playbook's `mcp_servers:`: connected once, shared by every session.
+                registry = await stack.enter_async_context(
+                    open_mcp_tools(registry, playbook, toolkits=toolkits)
+                )
             except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
                 # A missing package or model, a bad LLMRTC_SPEECH, no API key for --llm
                 # openai: the message says what to do.

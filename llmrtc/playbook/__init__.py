@@ -22,6 +22,7 @@ from llmrtc.playbook.models import (
     LLMConfig,
     LLMDecisionCondition,
     MaxTurnsCondition,
+    MCPServerConfig,
     Playbook,
     Stage,
     TimeoutCondition,
@@ -33,6 +34,7 @@ from llmrtc.playbook.orchestrator import PlaybookOrchestrator, StageChanged
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
 
 __all__ = [
+    "MCPServerConfig",
     "Condition",
     "CustomCondition",
     "Finding",

@@ -34,6 +34,9 @@ ARTICLE = (
     "rerouted over the Harbor bridge, and a new bridge is planned to open in 2027 at a cost of "
     "48 million dollars. Cyclists and pedestrians may keep using the old bridge until then."
 )
+LATE = (
+    "Where is my parcel? It was due last Monday and the tracking page has not changed for a week."
+)
 EMAIL = (
     "Hello, my order 55120 arrived yesterday but the blender is broken: the jar is cracked. "
     "I paid 89.99 euros. Please send a replacement to Marta Keller, 12 Linden Road, Bern. "
@@ -56,13 +59,14 @@ async def test_summarize_classify_and_extract_on_the_offline_model(
     pool = ModelPool({"local": open_default_provider}, default_model="local/qwen2.5-coder-1.5b")
     async with pool:
         await pool.provider("local")  # load the model before the calls' time limits start
-        executor = ToolExecutor(ToolRegistry(list(UTIL_TOOLS)), models=pool, timeout=120)
+        # Generous: on two shared cores a call took up to 280 s under load (3-5 s when idle).
+        executor = ToolExecutor(ToolRegistry(list(UTIL_TOOLS)), models=pool, timeout=600)
         calls = [
             ToolCall("s", "util__summarize", {"text": ARTICLE, "max_words": 30}),
             ToolCall(
                 "c",
                 "util__classify",
-                {"text": EMAIL, "labels": ["damaged item", "late delivery", "billing question"]},
+                {"text": LATE, "labels": ["damaged item", "late delivery", "billing question"]},
             ),
             ToolCall(
                 "e",
@@ -82,7 +86,8 @@ async def test_summarize_classify_and_extract_on_the_offline_model(
                 },
             ),
         ]
-        summary, label, extracted = await executor.execute(calls)
+        # One at a time, as a turn's sequential calls: the server shares two cores.
+        summary, label, extracted = [(await executor.execute([call]))[0] for call in calls]
     for result in (summary, label, extracted):
         assert result.status == "ok", (result.call_id, result.error)
         assert result.model_usage.model == "local/qwen2.5-coder-1.5b"
@@ -90,7 +95,7 @@ async def test_summarize_classify_and_extract_on_the_offline_model(
     text: str = summary.result
     # The 1.5B model overshoots word limits (52 words for 30, measured): shorter is the claim.
     assert "bridge" in text.lower() and len(text.split()) < len(ARTICLE.split()), text
-    assert label.result["label"] == "damaged item", label.result
+    assert label.result["label"] == "late delivery", label.result
     assert 0 <= label.result["confidence"] <= 1
     found: dict[str, Any] = extracted.result
     assert found["order_number"] == "55120", found

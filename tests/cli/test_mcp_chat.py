@@ -4,7 +4,6 @@ session; the model's call reaches the server and its result the model."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -17,17 +16,11 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import llmrtc.cli
 from llmrtc.testing import ScriptedOpenAIServer, text_reply, tool_call_reply
 
 pytestmark = pytest.mark.anyio
 
 SERVERS = Path(__file__).parents[1] / "mcp_servers"
-
-# Until the integrator wires `run_with_mcp_tools` into `_chat_session` (see the MCP helper's
-# report), `llmrtc chat` does not open a playbook's MCP servers.
-wired = "run_with_mcp_tools" in inspect.getsource(llmrtc.cli)
-needs_wiring = pytest.mark.skipif(not wired, reason="llmrtc chat does not open MCP servers yet")
 
 
 def playbook(tmp_path: Path, command: str) -> Path:
@@ -62,7 +55,6 @@ def env(server: ScriptedOpenAIServer, tmp_path: Path) -> dict[str, str]:
     }
 
 
-@needs_wiring
 async def test_chat_calls_a_tool_of_the_playbooks_mcp_server(tmp_path: Path) -> None:
     replies = [
         tool_call_reply([("c1", "mcp_calc__add", '{"a": 20, "b": 22}')]),
@@ -84,7 +76,6 @@ async def test_chat_calls_a_tool_of_the_playbooks_mcp_server(tmp_path: Path) -> 
     assert tool_message["role"] == "tool" and json.loads(tool_message["content"]) == {"result": 42}
 
 
-@needs_wiring
 async def test_chat_says_which_mcp_server_cannot_start(tmp_path: Path) -> None:
     async with ScriptedOpenAIServer([]) as server:
         done = await anyio.run_process(

@@ -4,7 +4,6 @@ the `mcp` SDK) answering the model's tool call."""
 
 from __future__ import annotations
 
-import inspect
 import shutil
 import signal
 import sys
@@ -19,19 +18,13 @@ pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "ll
 sys.path.insert(0, str(Path(__file__).parent))
 from test_serve import TURN_TIMEOUT, serve, write_script
 
-import llmrtc.cli._serve_run
 from llmrtc.testing import FakeTTS, RTCTestClient
 
 pytestmark = pytest.mark.anyio
 
 SERVERS = Path(__file__).parents[1] / "mcp_servers"
 
-# Until the integrator adds `open_mcp_tools` to `llmrtc serve` (see the MCP helper's report).
-wired = "open_mcp_tools" in inspect.getsource(llmrtc.cli._serve_run)
-needs_wiring = pytest.mark.skipif(not wired, reason="llmrtc serve does not open MCP servers yet")
 
-
-@needs_wiring
 async def test_serve_runs_a_tool_of_the_playbooks_mcp_server(tmp_path: Path) -> None:
     shutil.copy(SERVERS / "tools_server.py", tmp_path / "calc_server.py")
     playbook = tmp_path / "calc.yaml"
