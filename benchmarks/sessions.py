@@ -23,7 +23,8 @@ Figures, over the same measurement window for every session of a setup (after al
 and a warm-up): received frames per second per session (50 is on time; mean and the worst
 session), p99 of |inter-frame arrival gap - 20 ms| over all sessions' frames (ms), data-channel
 round trip p50/p99 (ms) and pings lost (no pong within 5 s), turns completed and tool calls ok,
-each server process's event-loop lag p99 (a 10 ms sleep's overshoot, ms), and the machine's
+each server process's event-loop lag p99 (a 10 ms sleep's overshoot, ms; with 2 processes, how
+the kernel spread the sessions over them is printed after the row), and the machine's
 1-minute load average when the setup ended (other work on the cores shows there, and in the
 baseline). "on time" = no session failed, every session >= 48 frames/s, jitter p99 <= 20 ms.
 """
@@ -127,12 +128,15 @@ async def serve(port: int, reuse_port: bool, max_sessions: int) -> None:
         port=port, reuse_port=reuse_port, max_sessions=max_sessions, shutdown_grace=2.0
     )
     lags: list[float] = []
+    peak = 0
 
     async def measure_lag() -> None:
+        nonlocal peak
         while True:
             started = time.perf_counter()
             await anyio.sleep(0.01)
             lags.append((time.perf_counter() - started - 0.01) * 1000)
+            peak = max(peak, server.active_sessions)
 
     async with RTCServer(agent, speech=speech, config=config) as server:
         print(json.dumps({"port": server.port}), flush=True)
@@ -142,7 +146,7 @@ async def serve(port: int, reuse_port: bool, max_sessions: int) -> None:
                 async for _ in signals:
                     break
             group.cancel_scope.cancel()
-    print(json.dumps({"lag_p99": percentile(lags, 0.99), "lag_max": max(lags, default=0)}))
+    print(json.dumps({"lag_p99": percentile(lags, 0.99), "sessions": peak}))
 
 
 # Client process ---------------------------------------------------------------------------------
@@ -317,20 +321,22 @@ def run_setup(sessions: int, processes: int, seconds: float, warmup: float) -> d
             else:  # the client process crashed (its traceback is on stderr)
                 results += [{"error": f"client process exit status {worker.returncode}"}] * count
     finally:
-        lags = []
+        lags, split = [], []
         for server in servers:
             server.send_signal(signal.SIGTERM)
             out, _ = server.communicate(timeout=60)
-            lags.append(json.loads(out.strip().splitlines()[-1])["lag_p99"])
+            stats = json.loads(out.strip().splitlines()[-1])
+            lags.append(stats["lag_p99"])
+            split.append(stats["sessions"])
         if holder is not None:
             holder.close()
-    return summary(results) | {"lag": lags}
+    return summary(results) | {"lag": lags, "split": split}
 
 
 def run_baseline(seconds: float, warmup: float) -> dict[str, Any]:
     worker = spawn("--baseline", "--seconds", str(seconds), "--warmup", str(warmup))
     out, _ = worker.communicate(timeout=seconds + warmup + 120)
-    return summary(json.loads(out.strip().splitlines()[-1])) | {"lag": []}
+    return summary(json.loads(out.strip().splitlines()[-1])) | {"lag": [], "split": []}
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -359,6 +365,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 def row(name: str, s: dict[str, Any], base: dict[str, Any]) -> str:
     on_time = s["failed"] == 0 and s["fps_min"] >= 48 and s["jitter_p99"] <= 20
     lag = "/".join(f"{v:.0f}" for v in s["lag"]) or "-"
+    spread = "+".join(map(str, s["split"]))
     return (
         f"{name:<20}{s['sessions']:>3}  {s['fps_mean']:5.1f} ({s['fps_min']:4.1f})"
         f"  {s['jitter_p99']:6.1f} ({s['jitter_p99'] / max(base['jitter_p99'], 0.01):4.1f}x)"
@@ -366,6 +373,7 @@ def row(name: str, s: dict[str, Any], base: dict[str, Any]) -> str:
         f"  {s['turns']:>5} {s['tools_ok']:>5}  {lag:>9}  {s['load']:4.1f}"
         + ("  yes" if on_time else "  NO")
         + (f" ({s['failed']} failed)" if s["failed"] else "")
+        + (f"  (sessions per process: {spread})" if len(s["split"]) > 1 else "")
     )
 
 
