@@ -27,8 +27,10 @@ from llmrtc.catalog.model_pool import (
 )
 from llmrtc.catalog.search import SearchHit
 from llmrtc.catalog.toolkits import Toolkit, ToolsConfig
+from llmrtc.catalog.util_tools import UTIL_TOOLS
 
 __all__ = [
+    "UTIL_TOOLS",
     "LLMTool",
     "LLMToolError",
     "LocalBackend",
