@@ -150,10 +150,11 @@ async def run(size: str, formats: list[ToolCallFormat]) -> None:
         for fmt in formats:
             llm = provider_for(server, fmt)
             await ask(llm, "Hi!", None)  # warm-up: this format's prompt prefix into the cache
-            outcomes = [await ask(llm, q, expected) for q, expected in QUESTIONS]
-            print(f"-- {fmt}")
-            for outcome in outcomes:
-                print(_show(outcome))
+            print(f"-- {fmt}", flush=True)
+            outcomes = []
+            for question, expected in QUESTIONS:
+                outcomes.append(await ask(llm, question, expected))
+                print(_show(outcomes[-1]), flush=True)
             rows.append((fmt, outcomes))
     finally:
         await anyio.to_thread.run_sync(server.stop)

@@ -18,7 +18,7 @@ from llmrtc.llm import LLMRequest, SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.tools import ToolDefinition, ToolRegistry, define_tool, tool
 
-pytestmark = pytest.mark.local_model
+pytestmark = [pytest.mark.anyio, pytest.mark.local_model]
 
 REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
 if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("openai") is None:
@@ -26,7 +26,12 @@ if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("op
         raise ImportError("xllamacpp/openai missing: pip install 'llmrtc[local]'")
     pytest.skip("needs xllamacpp and openai (pip install 'llmrtc[local]')", allow_module_level=True)
 
-from llmrtc.llm.local import LocalModelError, LocalModelServer, local_provider  # noqa: E402
+from llmrtc.llm.local import (  # noqa: E402
+    LocalModelError,
+    LocalModelServer,
+    ensure_model_file,
+    local_provider,
+)
 
 SYSTEM = "You are a friendly voice assistant for an online shop. Keep answers short."
 
@@ -57,13 +62,13 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[LocalModelServer]:
     try:
-        running = LocalModelServer("1.5b", n_ctx=4096)
-        async with running:
-            yield running
+        ensure_model_file("1.5b")
     except LocalModelError as exc:
         if REQUIRED:
             raise
         pytest.skip(f"1.5B model unavailable: {exc}")
+    async with LocalModelServer("1.5b", n_ctx=4096) as running:
+        yield running
 
 
 async def test_a_weather_question_is_one_declared_call_with_valid_arguments(
