@@ -162,10 +162,14 @@ def _parse_candidate(line: str) -> RTCIceCandidate:
             f"{where}: expected '<foundation> <component> <protocol> <priority> <address> "
             "<port> typ <type> ...'"
         )
+    # Our own words, never the parser's: its text (`invalid literal for int()...`) would
+    # reach the client.
+    if not all(bit.isdigit() for bit in (bits[1], bits[3], bits[5])):
+        raise ValueError(f"{where}: component, priority and port must be whole numbers")
     try:
         candidate = candidate_from_sdp(line)
-    except Exception as exc:
-        raise ValueError(f"{where}: {_why(exc)}") from exc
+    except Exception:
+        raise ValueError(f"{where}: the candidate line could not be parsed") from None
     if not 1 <= candidate.component <= 256:
         raise ValueError(f"{where}: component must be 1-256, got {candidate.component}")
     if not 0 <= candidate.port <= 65535:

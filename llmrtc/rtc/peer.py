@@ -17,6 +17,7 @@ trickle in (`add_candidate`). The ICE details (loopback gathering, candidate JSO
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from aiortc import (
 from aiortc.sdp import SessionDescription
 
 from llmrtc.rtc.ice import candidate_from_dict, loopback_candidates
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "PeerConnectionError",
@@ -221,8 +224,13 @@ async def add_candidate(pc: RTCPeerConnection, data: Mapping[str, Any] | None) -
     candidate = candidate_from_dict(data)
     try:
         await pc.addIceCandidate(candidate)
-    except Exception as exc:
-        raise ValueError(f"ICE candidate refused: {_why(exc)}") from exc
+    except Exception:
+        # aiortc's text is internal (it may name its own code): log it, tell the client less.
+        logger.warning("an ICE candidate was refused by aiortc", exc_info=True)
+        raise ValueError(
+            "ICE candidate refused: its sdpMid/sdpMLineIndex may name no media of this "
+            "session; it was ignored"
+        ) from None
 
 
 # Connection ------------------------------------------------------------------------------------
