@@ -53,7 +53,7 @@ class ClientInput:
         pc: Its peer connection (trickled `ice`).
         outbox: Where replies and errors go.
         end: `end(reason, code=..., message=...)` ends the session.
-        touch: Called for every message (the idle clock restarts).
+        touch: Called for every message but `ping` (the idle clock restarts).
         session_id: For logs.
     """
 
@@ -77,10 +77,13 @@ class ClientInput:
         self._send, self._receive = anyio.create_memory_object_stream[str | bytes](INBOX_LIMIT)
 
     async def handle(self, raw: str | bytes, route: Route) -> None:
-        """Parse and act on one message that came on `route`."""
-        self._touch()
+        """Parse and act on one message that came on `route` (any message but `ping` is user
+        activity: a forgotten tab's keep-alive pings do not keep its session alive)."""
         try:
-            await self._dispatch(parse_client_message(raw), route)
+            message = parse_client_message(raw)
+            if not isinstance(message, PingMessage):
+                self._touch()
+            await self._dispatch(message, route)
         except ProtocolError as exc:
             if exc.code in CLOSE_CODES:
                 code: ErrorCode = exc.code
