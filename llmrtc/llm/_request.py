@@ -3,11 +3,11 @@ system prompt, or a composed `response_format`), the messages, and the sampling 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmrtc.llm._composed import composed_prompt, composed_response_format
-from llmrtc.llm.messages import SystemMessage, ToolMessage
+from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.text_tools import render_tool_prompt
 from llmrtc.llm.types import LLMRequest
 from llmrtc.llm.wire import message_to_openai
@@ -94,7 +94,10 @@ def _messages(
                 extra.append(f"You must call the tool {to_wire_name(choice['name'])} now.")
             elif choice == "required":
                 extra.append("You must call one of the tools now.")
-    elif compat.plain_answer_hint:
+    elif compat.plain_answer_hint and (request.tools or _mentions_tools(request.messages)):
+        # Only where a call could be written (tools withheld, or calls earlier in the
+        # conversation): a tool-free prompt that asks for JSON (an LLM-backed tool's) must not
+        # be told "no JSON".
         extra.append(compat.plain_answer_hint)
     messages = list(request.messages)
     out: list[dict[str, Any]] = []
@@ -109,3 +112,11 @@ def _messages(
         else:
             out.append(message_to_openai(message, text_mode=text_mode))
     return out
+
+
+def _mentions_tools(messages: Sequence[Any]) -> bool:
+    """Whether the conversation has tool calls or results (a model may imitate them)."""
+    return any(
+        isinstance(m, ToolMessage) or (isinstance(m, AssistantMessage) and m.tool_calls)
+        for m in messages
+    )

@@ -42,7 +42,7 @@ from llmrtc.rtc.protocol import (
     to_wire,
 )
 from llmrtc.rtc.session import Session
-from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore
+from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore, hash_token
 from llmrtc.rtc.store import new_session_credentials as _new_credentials
 from llmrtc.telemetry.hooks import ErrorEvent, Hooks, SessionEndEvent, SessionStartEvent, emit
 from llmrtc.telemetry.hooks import hooks_for as _hooks_for
@@ -280,6 +280,11 @@ class RTCServer:
         except ValueError as exc:
             await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
             return
+        # Refused during the shutdown grace before any take-over: a refused resume must not
+        # end the live session it names.
+        if not self._admitting:
+            await refuse(websocket, "shutting_down")
+            return
         if resume is not None:
             await self._take_over(resume)
         # Admission: the check and the count with no await between them (atomic on one loop).
@@ -340,6 +345,7 @@ class RTCServer:
             session_id=session_id,
             token=token,
             resumed=claimed is not None,
+            previous_token_hash=None if resume is None else hash_token(resume.token),
         )
 
         self._sessions.add(session)
@@ -351,7 +357,7 @@ class RTCServer:
                 SessionStartEvent(session_id=session_id, transport="webrtc"),
             )
             await session.run(offer)
-            if not session.started and claimed is not None:
+            if not session.saves and claimed is not None:
                 # refused or failed before the answer: the client may try again
                 await self.store.save(claimed, ttl=self.config.resume_ttl)
         finally:

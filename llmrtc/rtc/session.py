@@ -93,6 +93,10 @@ class Session:
         session_id: The session's id (the old one when resuming).
         token: The session's current resume token (new on every admission).
         resumed: Whether the handler's state came from the store.
+        previous_token_hash: When resuming, the hash of the token the client claimed with:
+            it stays valid beside `token` until the client shows it got the new one (its
+            first message after the answer, or its data channel opening), so a resume that
+            drops before the answer can be tried again with the token the client has.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Session:
         session_id: str,
         token: str,
         resumed: bool,
+        previous_token_hash: str | None = None,
     ) -> None:
         """Prepare the session (`run` starts it)."""
         self.websocket = websocket
@@ -124,7 +129,9 @@ class Session:
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
         self.started = False
-        """Whether the session was answered (False: refused or failed before the answer)."""
+        """Whether the answer was delivered (False: refused, failed or gone before it)."""
+        self._opened = False  # the opening was (being) sent: from then on the session saves
+        self._previous_token_hash = previous_token_hash
         self._error_hooks = hooks_for([hooks], "on_error")
         self.end_reason: str | None = None
         """Why the session ended (a key of the module docstring's table, or an error code)."""
@@ -149,8 +156,24 @@ class Session:
         self._ended.set()
 
     def token_matches(self, token: str) -> bool:
-        """Whether `token` is this session's current resume token (constant time)."""
-        return hmac.compare_digest(hash_token(token), hash_token(self.token))
+        """Whether `token` is this session's current resume token, or the previous one while
+        the client has not shown it got the new one (constant time)."""
+        wanted = hash_token(token)
+        current = hmac.compare_digest(wanted, hash_token(self.token))
+        previous = self._previous_token_hash is not None and hmac.compare_digest(
+            wanted, self._previous_token_hash
+        )
+        return current or previous
+
+    def _confirm_token(self, *_: Any) -> None:
+        """The client has the new token (it spoke after the answer): the old one is void."""
+        self._previous_token_hash = None
+
+    @property
+    def saves(self) -> bool:
+        """Whether the session saves (or, after `end`, forgets) its own state when it ends:
+        once its opening was sent. Before that, a resumed state is the server's to put back."""
+        return self._opened
 
     @property
     def ended(self) -> bool:
@@ -198,6 +221,7 @@ class Session:
                     # The track exists before the answer is made, so the answer sends audio.
                     pc.addTrack(OutboundAudio(loop.audio_out()))
                     pc.on("datachannel", client.on_datachannel)
+                    pc.on("datachannel", self._confirm_token)
                     pc.on("connectionstatechange", self._on_connection_state)
                     try:
                         answer = await accept_offer(pc, offer)
@@ -207,12 +231,20 @@ class Session:
                         self.end("bad_offer", code="bad_offer", message=problem)
                         await self._close_websocket()
                         return
+                    self._opened = True
+                    try:
+                        await self._send_opening(answer.sdp)
+                    except ConnectionClosed:  # gone before the answer (caught here: the
+                        self.end("vanished")  # loop's task group would wrap it in a group)
+                        return
                     self.started = True
-                    await self._send_opening(answer.sdp)
                     await self._serve(loop, events, pc, client)
         except ConnectionClosed:  # gone while the answer was being sent
             self.end("vanished")
         except Exception as exc:
+            if _only_closed(exc):  # the WebSocket closed under a task group: the client left
+                self.end("vanished")
+                return
             logger.exception("session %s failed; it is closed", self.session_id)
             await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
             self.end("internal")
@@ -223,7 +255,7 @@ class Session:
                     await pc.close()
                 if client is not None:
                     client.close()
-                if self.started:
+                if self._opened:
                     await self._save()
                 self.finished.set()
 
@@ -295,6 +327,7 @@ class Session:
                 session_id=self.session_id,
                 token=self.token,
                 ttl=self._config.resume_ttl,
+                previous_token_hash=self._previous_token_hash,
             )
         except Exception:
             logger.exception("session %s: its state could not be saved", self.session_id)
@@ -304,6 +337,7 @@ class Session:
     async def _read_websocket(self, client: ClientInput) -> None:
         try:
             async for raw in self.websocket:
+                self._confirm_token()
                 await client.handle(raw, "websocket")
         except ConnectionClosed:
             pass
@@ -347,6 +381,13 @@ class Session:
 def _check_audio(pc: RTCPeerConnection) -> None:
     if not any(t.kind == "audio" and t.mid is not None for t in pc.getTransceivers()):
         raise ValueError("the offer has no audio section (m=audio): the session is spoken")
+
+
+def _only_closed(exc: BaseException) -> bool:
+    """Whether `exc` is a ConnectionClosed, or a group of nothing else (the client left)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_closed(inner) for inner in exc.exceptions)
+    return isinstance(exc, ConnectionClosed)
 
 
 def _error_event(error: BaseException, session_id: str) -> ErrorEvent:

@@ -76,6 +76,9 @@ class SessionState(BaseModel):
     """The session's id (URL-safe characters, as `new_session_credentials` makes them)."""
     token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     """`hash_token(token)` of the current resume token; the token itself is never stored."""
+    previous_token_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """The hash of the token this session was resumed with, kept while the client has not
+    shown it received the new one (its resume may have dropped before the answer)."""
     history: dict[str, Any] | None = None
     """`ConversationHistory.to_dict()`; None for a session without one."""
     playbook: dict[str, Any] | None = None
@@ -86,8 +89,14 @@ class SessionState(BaseModel):
     """When this state was taken (Unix time)."""
 
     def token_matches(self, token: str) -> bool:
-        """True when `token` is this session's resume token (compared in constant time)."""
-        return hmac.compare_digest(hash_token(token), self.token_hash)
+        """True when `token` is this session's resume token, or the previous one while that is
+        still accepted (compared in constant time)."""
+        wanted = hash_token(token)
+        current = hmac.compare_digest(wanted, self.token_hash)
+        previous = self.previous_token_hash is not None and hmac.compare_digest(
+            wanted, self.previous_token_hash
+        )
+        return current or previous
 
 
 @runtime_checkable
@@ -330,7 +339,11 @@ class SQLiteSessionStore:
                 "SELECT token_hash, state FROM sessions WHERE session_id = ? AND expires_at > ?",
                 (session_id, self._clock()),
             ).fetchone()
-            if found is None or not hmac.compare_digest(str(found[0]), wanted):
+            if found is None:
+                return None
+            # a wrong current token: the previous one (kept in the state) may still be valid
+            current = hmac.compare_digest(str(found[0]), wanted)
+            if not current and not SessionState.model_validate_json(found[1]).token_matches(token):
                 return None
             db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
             return str(found[1])

@@ -20,6 +20,7 @@ __all__ = [
     "LLMEndEvent",
     "LLMFirstTokenEvent",
     "LLMStartEvent",
+    "ModelFallbackEvent",
     "STTEndEvent",
     "SessionEndEvent",
     "SessionStartEvent",
@@ -32,10 +33,13 @@ __all__ = [
     "ToolEndEvent",
     "ToolErrorEvent",
     "ToolStartEvent",
+    "ToolWarningEvent",
     "TransitionEvent",
     "TurnEndEvent",
     "TurnStartEvent",
 ]
+
+from llmrtc.telemetry.model_events import ModelFallbackEvent, ToolWarningEvent
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -382,5 +386,7 @@ HookEvent: TypeAlias = (
     | SessionStartEvent
     | SessionEndEvent
     | ErrorEvent
+    | ModelFallbackEvent
+    | ToolWarningEvent
 )
 """Any event a `Hooks` method receives."""

@@ -36,6 +36,7 @@ from llmrtc.telemetry.events import (
     LLMEndEvent,
     LLMFirstTokenEvent,
     LLMStartEvent,
+    ModelFallbackEvent,
     SessionEndEvent,
     SessionStartEvent,
     SpeechEndEvent,
@@ -46,6 +47,7 @@ from llmrtc.telemetry.events import (
     ToolEndEvent,
     ToolErrorEvent,
     ToolStartEvent,
+    ToolWarningEvent,
     TransitionEvent,
     TTSEndEvent,
     TTSStartEvent,
@@ -68,6 +70,7 @@ __all__ = [
     "LLMEndEvent",
     "LLMFirstTokenEvent",
     "LLMStartEvent",
+    "ModelFallbackEvent",
     "STTEndEvent",
     "SessionEndEvent",
     "SessionStartEvent",
@@ -80,6 +83,7 @@ __all__ = [
     "ToolEndEvent",
     "ToolErrorEvent",
     "ToolStartEvent",
+    "ToolWarningEvent",
     "TransitionEvent",
     "TurnEndEvent",
     "TurnStartEvent",
@@ -121,6 +125,12 @@ class Hooks:
 
     def on_tool_error(self, event: ToolErrorEvent) -> Awaitable[None] | None:
         """A tool call ended with a status other than `ok`."""
+
+    def on_model_fallback(self, event: ModelFallbackEvent) -> Awaitable[None] | None:
+        """An LLM-backed tool's model failed; the tool tries its next model."""
+
+    def on_tool_warning(self, event: ToolWarningEvent) -> Awaitable[None] | None:
+        """A tool's output was off without failing the call (`output_schema_mismatch`)."""
 
     def on_turn_start(self, event: TurnStartEvent) -> Awaitable[None] | None:
         """A turn starts."""

@@ -34,6 +34,7 @@ from llmrtc.telemetry.events import (
     LLMEndEvent,
     LLMFirstTokenEvent,
     LLMStartEvent,
+    ModelFallbackEvent,
     SessionEndEvent,
     SessionStartEvent,
     SpeechEndEvent,
@@ -312,6 +313,18 @@ class OpenTelemetryHooks(Hooks):
     def on_tts_end(self, event: TTSEndEvent) -> None:
         """Close the oldest open `llmrtc.tts` span of that turn (chunks finish in order)."""
         self._voice.tts_end(event, self.capture_content)
+
+    def on_model_fallback(self, event: ModelFallbackEvent) -> None:
+        """An LLM-backed tool moves to its next model: an event on its `execute_tool` span
+        (current while the handler runs). The failure text is for logs, not recorded."""
+        trace.get_current_span().add_event(
+            "llmrtc.tool.model_fallback",
+            {
+                "llmrtc.tool.failed_model": event.failed_model,
+                "llmrtc.tool.next_model": event.next_model,
+                "llmrtc.tool.model_attempt": event.attempt,
+            },
+        )
 
     def on_barge_in(self, event: BargeInEvent) -> None:
         """Add an `llmrtc.barge_in` event to the turn span (or, once the turn ended while its

@@ -407,3 +407,20 @@ async def test_an_async_prepare_input_and_a_variant_example() -> None:
 
 def test_model_usage_type_is_the_contract_one() -> None:
     assert ModelUsage("a/b").attempts == 1
+
+
+async def test_otel_span_carries_the_model_usage_and_each_fallback() -> None:
+    telemetry = InMemoryTelemetry()
+    first = ScriptedLLM([ScriptedResponse(error="HTTP 500 from http://secret-host/v1")])
+    second = ScriptedLLM(["Summary by m2."])
+    pool_hooks = telemetry.new_hooks()
+    async with ModelPool({"a": lambda: first, "b": lambda: second}, hooks=pool_hooks) as pool:
+        result = await run(summarize_tool(), pool, {"text": "x"}, hooks=telemetry.hooks)
+    assert result.status == "ok"
+    (span,) = [s for s in telemetry.spans() if s.name.startswith("execute_tool")]
+    assert span.attributes["gen_ai.response.model"] == "b/m2"
+    assert span.attributes["llmrtc.tool.model_attempts"] == 2
+    (event,) = [e for e in span.events if e.name == "llmrtc.tool.model_fallback"]
+    assert event.attributes["llmrtc.tool.failed_model"] == "a/m1"
+    assert event.attributes["llmrtc.tool.next_model"] == "b/m2"
+    assert "secret-host" not in str(dict(event.attributes))

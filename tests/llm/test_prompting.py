@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,3 +44,19 @@ async def test_scripted_llm_and_any_provider_through_the_wrapper() -> None:
     assert (await scripted.complete_prompt(Prompt())).text == "one"
     assert (await PromptCompleter(scripted).complete_prompt(Prompt(model=None))).text == "two"
     assert scripted.requests[0].settings.model == "tiny"
+
+
+async def test_a_tool_free_json_prompt_is_not_told_to_avoid_json() -> None:
+    from llmrtc.llm.local.profile import LLAMA_CPP_PROFILE, PLAIN_ANSWER_HINT
+
+    async with ScriptedOpenAIServer([text_reply("{}")]) as server:
+        llm = OpenAIProvider(
+            base_url=server.base_url,
+            api_key="k",
+            model="m",
+            compat=LLAMA_CPP_PROFILE,
+            retry=RetryPolicy(max_retries=0),
+        )
+        await llm.complete_prompt(Prompt())
+        sent = json.dumps(server.requests[0].body["messages"])
+    assert PLAIN_ANSWER_HINT not in sent

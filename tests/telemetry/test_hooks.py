@@ -83,6 +83,8 @@ def test_every_hook_of_the_product_is_declared() -> None:
     assert set(HOOK_NAMES) == {
         "on_tool_start",
         "on_tool_end",
+        "on_model_fallback",
+        "on_tool_warning",
         "on_tool_error",
         "on_turn_start",
         "on_turn_end",
