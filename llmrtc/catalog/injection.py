@@ -150,6 +150,8 @@ class ToolInjection:
         self.config = config
         self.catalog = catalog if config is None else catalog.restricted(config.permits)
         self.tools = _highest_versions(await self.catalog.list())
+        if config is not None:  # e.g. `_reasoningForCall` on every offered schema
+            self.tools = [config.offer(tool) for tool in self.tools]
         permitted = {t.definition.name for t in self.tools}
         self.budget_tokens = int(budget * context_window)
         self.direct_tokens = schema_tokens([t.definition for t in self.tools], count_tokens)

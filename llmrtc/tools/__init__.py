@@ -10,6 +10,7 @@ from llmrtc.tools.calls import (
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
 from llmrtc.tools.errors import ToolError
+from llmrtc.tools.latent import OUTPUT_FIELD, REASONING_FIELD, LatentTool
 from llmrtc.tools.registry import CallRouter, ToolRegistry
 from llmrtc.tools.tool import (
     FunctionTool,
@@ -22,6 +23,9 @@ from llmrtc.tools.tool import (
 from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
 
 __all__ = [
+    "OUTPUT_FIELD",
+    "REASONING_FIELD",
+    "LatentTool",
     "ModelUsage",
     "CallRouter",
     "TOOL_NAME_PATTERN",

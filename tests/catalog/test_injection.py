@@ -283,3 +283,17 @@ async def test_a_config_key_naming_no_tool_or_toolkit_is_logged(
     with caplog.at_level("WARNING", logger="llmrtc.catalog"):
         await ToolInjection.build(catalog_of(business_tools()), config=config)
     assert "tools config keys ['shell.rnu'] name no tool of the catalog" in caplog.text
+
+
+async def test_reasoning_for_call_in_the_config_reaches_every_offered_schema() -> None:
+    from llmrtc.tools import REASONING_FIELD
+
+    config = ToolsConfig(reasoning_for_call=True)
+    injection = await ToolInjection.build(
+        catalog_of(many_tools(3)), config=config, context_window=8192
+    )
+    assert injection.mode == "direct"
+    for definition in injection.definitions():
+        assert REASONING_FIELD in definition.parameters["properties"], definition.name
+    plain = await ToolInjection.build(catalog_of(many_tools(3)), context_window=8192)
+    assert all(REASONING_FIELD not in d.parameters["properties"] for d in plain.definitions())
