@@ -37,6 +37,7 @@ SCRIPTS: dict[str, Callable[[], list[StreamReply]]] = {
         text_reply("It is 21 degrees and sunny in Tokyo."),
     ],
     "support": lambda: [text_reply("Sorry to hear that! Could you give me your email?")],
+    "summary": lambda: [text_reply("The meeting is now on Friday at 10.")],
     "voice": lambda: [
         tool_call_reply([("call_1", "lookupWeather", '{"city": "Tokyo"}')]),
         text_reply("It is 21 degrees and sunny in Tokyo."),
@@ -51,6 +52,7 @@ also loads the real Silero VAD, so it needs the voice extra (`voice_model`)."""
 EXPECTED_OUTPUT = {
     "weather": "It is 21 degrees and sunny in Tokyo.",
     "support": "Could you give me your email?",
+    "summary": "The meeting is now on Friday at 10.",
     "voice": "heard: It is 21 degrees and sunny in Tokyo.",
 }
 
