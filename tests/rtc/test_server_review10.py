@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
 
 from llmrtc.rtc import RTCServer
-from llmrtc.testing import ScriptedLLM
+from llmrtc.testing import RecordingHooks, ScriptedLLM
 
-from .conftest import config, fake_speech, raw_client
+from .conftest import config, fake_speech, raw_client, until
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +67,106 @@ async def test_pings_alone_do_not_keep_a_session_alive() -> None:
                 await client.send({"type": "ping", "id": str(n)})
                 await anyio.sleep(0.25)
         assert client.of_type("error")[-1]["code"] == "idle_timeout"
+
+
+async def first_session(url: str) -> tuple[str, str]:
+    """A session that spoke once and vanished: its (session_id, resume_token)."""
+    async with raw_client(url) as client:
+        opening = await client.connect()
+        await client.send({"type": "text", "text": "Hi"})
+        await client.wait_for("turn_completed")
+    return opening["session_id"], opening["resume_token"]
+
+
+async def test_a_resume_refused_in_the_shutdown_grace_leaves_the_live_session_alone() -> None:
+    llm = ScriptedLLM(["One.", "Two."])
+    server = RTCServer(runners(llm), speech=fake_speech(), config=config(shutdown_grace=5))
+    async with server, raw_client(server.url) as live:
+        opening = await live.connect()
+        server.stop_admitting()
+        async with raw_client(server.url) as resumer:
+            await resumer.send(
+                {
+                    "type": "resume",
+                    "session_id": opening["session_id"],
+                    "token": opening["resume_token"],
+                }
+            )
+            await resumer.offer()
+            assert (await resumer.wait_for("error"))["code"] == "shutting_down"
+        await anyio.sleep(0.5)
+        assert server.active_sessions == 1 and live.close_code is None
+        await live.send({"type": "text", "text": "Still here?"})
+        assert (await live.wait_for("turn_completed"))["text"] == "One."
+        await live.send({"type": "end"})
+        await live.wait_closed()
+
+
+async def test_a_resume_dropped_before_the_answer_can_be_tried_again_with_the_same_token() -> None:
+    hooks = RecordingHooks()
+    llm = ScriptedLLM(["First.", "Second."])
+    async with RTCServer(
+        runners(llm), speech=fake_speech(), config=config(), hooks=hooks
+    ) as server:
+        session_id, token = await first_session(server.url)
+        await until(lambda: server.active_sessions == 0)
+        async with raw_client(server.url) as dropped:
+            await dropped.send({"type": "resume", "session_id": session_id, "token": token})
+            await dropped.offer()
+            assert dropped.ws is not None
+            await dropped.ws.close()  # gone before the answer
+        await until(lambda: server.active_sessions == 0)
+        async with raw_client(server.url) as again:
+            opening = await again.connect(resume=(session_id, token))
+            assert opening["resumed"] and opening["session_id"] == session_id
+            await again.send({"type": "text", "text": "Back"})
+            assert (await again.wait_for("turn_completed"))["text"] == "Second."
+    # the client leaving before the answer is not a failure of the server
+    assert "on_error" not in hooks.names()
+    ends = [e for n, e in zip(hooks.names(), hooks.events, strict=True) if n == "on_session_end"]
+    assert len(ends) == 3 and ends[1].reason == "vanished"  # the one dropped before the answer
+
+
+async def test_the_old_token_stays_valid_until_the_client_shows_it_has_the_new_one() -> None:
+    llm = ScriptedLLM(["First.", "Second.", "Third."])
+    async with RTCServer(runners(llm), speech=fake_speech(), config=config()) as server:
+        session_id, token = await first_session(server.url)
+        await until(lambda: server.active_sessions == 0)
+        # answered, but the client said nothing and opened no data channel before it left
+        async with raw_client(server.url) as silent:
+            await silent.send({"type": "resume", "session_id": session_id, "token": token})
+            await silent.offer(channel=False)
+            assert (await silent.wait_for("session"))["resumed"]
+            await silent.wait_for("answer")
+            assert silent.ws is not None
+            await silent.ws.close()
+        await until(lambda: server.active_sessions == 0)
+        async with raw_client(server.url) as back:
+            opening = await back.connect(resume=(session_id, token))  # the old token: still fine
+            new_token = opening["resume_token"]
+            await back.send({"type": "text", "text": "Back"})
+            await back.wait_for("turn_completed")  # it spoke: it has the new token
+        await until(lambda: server.active_sessions == 0)
+        async with raw_client(server.url) as stale:
+            await stale.send({"type": "resume", "session_id": session_id, "token": token})
+            await stale.offer()
+            assert (await stale.wait_for("error"))["code"] == "resume_refused"
+        async with raw_client(server.url) as fresh:
+            opening = await fresh.connect(resume=(session_id, new_token))
+            assert opening["resumed"]
+
+
+async def test_the_store_accepts_the_previous_token_only_while_it_is_kept(tmp_path: Any) -> None:
+    from llmrtc.rtc import InMemorySessionStore, SQLiteSessionStore
+    from llmrtc.rtc.store import SessionState, hash_token
+
+    for store in (InMemorySessionStore(), SQLiteSessionStore(tmp_path / "s.db")):
+        both = SessionState(
+            session_id="s1", token_hash=hash_token("new"), previous_token_hash=hash_token("old")
+        )
+        await store.save(both, ttl=60)
+        assert await store.claim("s1", "other") is None
+        assert await store.claim("s1", "old") == both
+        await store.save(both.model_copy(update={"previous_token_hash": None}), ttl=60)
+        assert await store.claim("s1", "old") is None
+        assert await store.claim("s1", "new") is not None
