@@ -1,21 +1,20 @@
 """`PlaybookEngine`: the pure state machine of a playbook (no I/O, no model, no timers).
 
-The orchestrator feeds it facts (a tool batch's results, a turn's texts) and asks which
-transition fires; the engine applies it, runs the stage callbacks, and can snapshot its whole
-state as JSON for another process to resume.
+The orchestrator feeds it facts (tool results, a turn's texts) and asks which transition fires;
+the engine applies it, runs the stage callbacks, and snapshots its state as JSON to resume.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from llmrtc.playbook._conditions import has_word, matches
 from llmrtc.playbook.callables import import_callable
 from llmrtc.playbook.models import (
     CustomCondition,
@@ -107,12 +106,20 @@ class PlaybookEngine:
         engine.current_stage.id        # "greeting"
         saved = engine.snapshot()      # JSON-safe
         engine = PlaybookEngine.restore(playbook, saved)
+        later = PlaybookEngine(playbook, enter=False)  # on_enter runs at later.enter()
     """
 
     def __init__(
-        self, playbook: Playbook, *, clock: Callable[[], float] = time.time, _enter: bool = True
+        self, playbook: Playbook, *, clock: Callable[[], float] = time.time, enter: bool = True
     ) -> None:
-        """Start the playbook in its initial stage (running that stage's `on_enter`).
+        """Start the playbook in its initial stage.
+
+        Args:
+            playbook: The stage machine (validated here).
+            clock: Wall-clock time source for `stage_entered_at` and transition records.
+            enter: Run the initial stage's `on_enter` now (the default). With False the
+                engine is in the initial stage but has not entered it: call `enter()` when
+                the conversation really starts (a resumed session never does).
 
         Raises:
             PlaybookError: if `validate_playbook` finds errors.
@@ -135,8 +142,30 @@ class PlaybookEngine:
         """The object tools get as `ctx.metadata["playbook"]`."""
         self.entry_errors: tuple[tuple[str, BaseException], ...] = ()
         """Errors of the initial stage's `on_enter` (isolated; the orchestrator reports them)."""
-        if _enter:
-            self.entry_errors = self._call_hook(self._stage, "on_enter", None, {})
+        self._entered = False
+        if enter:
+            self._enter_initial()
+
+    def enter(self) -> tuple[tuple[str, BaseException], ...]:
+        """Enter the initial stage: run its `on_enter` once (errors isolated and kept in
+        `entry_errors`, which this also returns).
+
+        Raises:
+            RuntimeError: if the engine already entered (at construction, by an earlier
+                `enter()`, or because it was restored).
+        """
+        if self._entered:
+            raise RuntimeError(
+                f"PlaybookEngine of playbook {self.playbook.id!r} already entered stage "
+                f"{self._stage.id!r}; enter() runs once, on an engine built with enter=False"
+            )
+        self.stage_entered_at = self._clock()  # entered now, not when built
+        return self._enter_initial()
+
+    def _enter_initial(self) -> tuple[tuple[str, BaseException], ...]:
+        self._entered = True
+        self.entry_errors = self._call_hook(self._stage, "on_enter", None, {})
+        return self.entry_errors
 
     # State ---------------------------------------------------------------------------------
 
@@ -146,8 +175,14 @@ class PlaybookEngine:
         return self._stage
 
     @property
+    def entered(self) -> bool:
+        """True once the conversation entered its stage: by `enter()` (or at construction),
+        by a transition, or because the engine was restored."""
+        return self._entered
+
+    @property
     def context(self) -> Mapping[str, Any]:
-        """The playbook context (read-only; change it with `update_context`)."""
+        """The playbook context (read-only; see `update_context`)."""
         return MappingProxyType(self._context)
 
     @property
@@ -204,7 +239,7 @@ class PlaybookEngine:
                     return transition
                 continue
             if isinstance(condition, ToolCallCondition) and any(
-                _matches(condition, call) for call in ok_calls
+                matches(condition, call) for call in ok_calls
             ):
                 return transition
         return None
@@ -242,7 +277,7 @@ class PlaybookEngine:
                 "assistant": [facts.assistant_text],
                 "any": [facts.user_text or "", facts.assistant_text],
             }[condition.source]
-            return any(_has_word(text, keyword) for text in texts for keyword in condition.keywords)
+            return any(has_word(text, keyword) for text in texts for keyword in condition.keywords)
         if isinstance(condition, IntentCondition):
             return (
                 facts.intent == condition.intent
@@ -267,6 +302,7 @@ class PlaybookEngine:
         action = transition.action
         old = self._stage
         new = self.playbook.stage(action.target_stage)
+        self._entered = True
         errors = self._call_hook(old, "on_exit", new.id, action.data)
         self._context.update(action.data)
         self._stage = new
@@ -326,6 +362,7 @@ class PlaybookEngine:
                     "intent": list(self._intent) if self._intent else None,
                     "transitions": self.transitions,
                     "completed": self.completed,
+                    "entered": self._entered,
                 },
                 default=str,
             )
@@ -340,7 +377,8 @@ class PlaybookEngine:
         *,
         clock: Callable[[], float] = time.time,
     ) -> PlaybookEngine:
-        """Resume from `snapshot()` output (no stage callbacks run).
+        """Resume from `snapshot()` output (no stage callbacks run; a snapshot taken before
+        `enter()` gives an engine that has not entered either).
 
         Raises:
             ValueError: if the snapshot is of another playbook or names an unknown stage.
@@ -349,7 +387,9 @@ class PlaybookEngine:
             raise ValueError(
                 f"snapshot is of playbook {snapshot.get('playbook_id')!r}, not {playbook.id!r}"
             )
-        engine = cls(playbook, clock=clock, _enter=False)
+        engine = cls(playbook, clock=clock, enter=False)
+        # A resumed session entered long ago (so did one saved before the key existed).
+        engine._entered = bool(snapshot.get("entered", True))
         engine._stage = playbook.stage(snapshot["current_stage"])
         engine.turns_in_stage = int(snapshot["turns_in_stage"])
         engine.stage_entered_at = float(snapshot["stage_entered_at"])
@@ -358,23 +398,3 @@ class PlaybookEngine:
         engine._intent = (str(intent[0]), float(intent[1])) if intent else None
         engine.transitions = [dict(t) for t in snapshot.get("transitions", [])]
         return engine
-
-
-def _has_word(text: str, keyword: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(keyword)}(?!\w)", text, re.IGNORECASE) is not None
-
-
-def _matches(condition: ToolCallCondition, call: ToolCall) -> bool:
-    if call.name != condition.tool_name:
-        return False
-    if not condition.arguments:
-        return True
-    arguments: Any = call.arguments
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return False
-    return isinstance(arguments, Mapping) and all(
-        arguments.get(key) == value for key, value in condition.arguments.items()
-    )

@@ -121,8 +121,10 @@ class PlaybookOrchestrator:
         self._toolkits = tuple(toolkits)
         self.hooks = hooks
         self.session_id = session_id
-        self._announce_initial = engine is None  # a restored engine entered its stage long ago
-        self.engine = engine if engine is not None else PlaybookEngine(playbook)
+        # The initial stage is entered (its on_enter run, then announced) at the first turn, not
+        # here: a factory-built orchestrator that is then restore()d must have no side effect of
+        # a session that starts now. An engine given already entered is never announced again.
+        self.engine = engine if engine is not None else PlaybookEngine(playbook, enter=False)
         self.executor = ToolExecutor(registry, hooks=hooks, **executor_options)
         self.runner = TurnRunner(
             llm,
@@ -223,7 +225,6 @@ class PlaybookOrchestrator:
             **(self.runner.tool_metadata or {}),
             "playbook": engine.control,
         }
-        self._announce_initial = False
         self._turn = _TurnState()
         self._last_activity = time.monotonic()
         self._configure_stage()
@@ -383,10 +384,11 @@ class PlaybookOrchestrator:
         )
 
     async def _announce(self) -> None:
-        """Report the initial stage's entry once, before the first turn."""
-        if not self._announce_initial:
+        """Enter the initial stage (its `on_enter`) and report it, once, before the first turn;
+        nothing for an engine that already entered (restored, or given entered)."""
+        if self.engine.entered:
             return
-        self._announce_initial = False
+        self.engine.enter()
         await report_initial_entry(self.hooks, self.engine, session_id=self.session_id)
 
 

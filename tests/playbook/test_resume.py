@@ -13,7 +13,7 @@ import pytest
 from llmrtc import ToolCall, ToolContext, ToolRegistry, tool
 from llmrtc.agent import ResumableHandler, TurnCompleted, TurnRunner
 from llmrtc.llm import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from llmrtc.playbook import Playbook, PlaybookOrchestrator, StageChanged
+from llmrtc.playbook import Playbook, PlaybookEngine, PlaybookOrchestrator, StageChanged
 from llmrtc.telemetry.hooks import Hooks, StageEnterEvent, TransitionEvent
 from llmrtc.testing import ScriptedLLM
 
@@ -223,3 +223,52 @@ async def test_restore_after_a_turn_is_a_programming_error() -> None:
     await run(orchestrator, "Hi")
     with pytest.raises(RuntimeError, match="before the first turn"):
         orchestrator.restore(saved)
+
+
+def test_engine_built_without_entering_enters_once_later() -> None:
+    entered: list[str] = []
+    book = _entry_book(entered)
+    engine = PlaybookEngine(book, enter=False)
+    assert entered == [] and not engine.entered
+    assert engine.enter() == ()
+    assert entered == ["a"] and engine.entered
+    with pytest.raises(RuntimeError, match="already entered"):
+        engine.enter()
+    assert entered == ["a"]
+    # a snapshot saved before entry restores to an engine that still has to enter
+    early = PlaybookEngine.restore(book, PlaybookEngine(book, enter=False).snapshot())
+    assert not early.entered
+
+
+async def test_restored_factory_orchestrator_never_runs_the_initial_on_enter() -> None:
+    entered: list[str] = []
+    book = _entry_book(entered)
+    first = PlaybookOrchestrator(book, ScriptedLLM(["Hello.", "Again."]), ToolRegistry())
+    assert entered == []  # construction has no side effect
+    async for _ in first.run_turn("hi"):
+        pass
+    assert entered == ["a"]  # a fresh session enters exactly once, at its first turn
+    async for _ in first.run_turn("again"):
+        pass
+    assert entered == ["a"]
+    saved = first.snapshot()
+    entered.clear()
+    resumed = PlaybookOrchestrator(book, ScriptedLLM(["Back."]), ToolRegistry())
+    resumed.restore(saved)
+    async for _ in resumed.run_turn("still there?"):
+        pass
+    assert entered == []
+
+
+def _entry_book(entered: list[str]) -> Playbook:
+    return Playbook.model_validate(
+        {
+            "id": "entry",
+            "initial_stage": "a",
+            "stages": [
+                {"id": "a", "system_prompt": "A", "on_enter": lambda e: entered.append(e.stage_id)},
+                {"id": "b", "system_prompt": "B", "terminal": True},
+            ],
+            "transitions": [],
+        }
+    )
