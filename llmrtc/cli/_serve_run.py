@@ -201,16 +201,9 @@ def _handler(
 ) -> TurnHandler:
     """One session's handler: `build_handler`'s, with the `--otel` hooks on its turns, model
     requests and tools too (the server's hooks see only the voice loop and the session)."""
-    from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
-    from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT, build_handler
+    from llmrtc.cli.bot import build_handler
 
-    if hooks is None:
-        return build_handler(llm, registry, playbook, toolkits=toolkits)
-    tools = registry if registry is not None else ToolRegistry()
-    if playbook is not None:
-        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits, hooks=hooks)
-    executor = ToolExecutor(tools, hooks=hooks)
-    return TurnRunner(llm, executor, system_prompt=DEFAULT_SYSTEM_PROMPT, hooks=hooks)
+    return build_handler(llm, registry, playbook, toolkits=toolkits, hooks=hooks)
 
 
 async def _run_until_signal(server: RTCServer, args: argparse.Namespace, *, worker: bool) -> int:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from llmrtc.llm import LLMProvider
     from llmrtc.playbook import Playbook
     from llmrtc.playbook.models import MCPServerConfig
+    from llmrtc.telemetry.hooks import Hooks
     from llmrtc.tools import ToolRegistry
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "build_handler", "open_mcp_tools", "run_with_mcp_tools"]
@@ -40,10 +41,12 @@ def build_handler(
     *,
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
     toolkits: Sequence[Toolkit] = (),
+    hooks: Hooks | None = None,
 ) -> TurnHandler:
     """The turn handler of a command: a `PlaybookOrchestrator` for a playbook (its stages
     give the prompts), else a `TurnRunner` with `system_prompt` and the tools (none if
-    `registry` is None). `toolkits` are the ones the playbook's stages may name.
+    `registry` is None). `toolkits` are the ones the playbook's stages may name; `hooks`
+    (e.g. `--otel`'s) observe the handler's turns, model requests and tools.
 
     Raises:
         PlaybookError: the playbook names a tool the registry lacks.
@@ -52,8 +55,9 @@ def build_handler(
 
     tools = registry if registry is not None else ToolRegistry()
     if playbook is not None:
-        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits)
-    return TurnRunner(llm, ToolExecutor(tools), system_prompt=system_prompt)
+        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits, hooks=hooks)
+    executor = ToolExecutor(tools, hooks=hooks)
+    return TurnRunner(llm, executor, system_prompt=system_prompt, hooks=hooks)
 
 
 @asynccontextmanager

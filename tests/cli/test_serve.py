@@ -525,3 +525,45 @@ def test_help_lists_the_options_but_not_the_hidden_ones(capsys: pytest.CaptureFi
     for option in ("--host", "--port", "--workers", "--max-sessions", "--llm", "--otel"):
         assert option in shown
     assert "--fake-engines" not in shown and "--worker-store" not in shown
+
+
+async def test_build_handler_gives_hooks_to_the_turns_model_and_tools() -> None:
+    from llmrtc import ToolCall, ToolRegistry, tool
+    from llmrtc.cli.bot import build_handler
+    from llmrtc.playbook import Playbook
+    from llmrtc.telemetry.hooks import Hooks
+    from llmrtc.testing import ScriptedLLM
+
+    @tool
+    async def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    seen: list[str] = []
+
+    class Recorder(Hooks):
+        def on_turn_start(self, event: Any) -> None:
+            seen.append("turn")
+
+        def on_llm_start(self, event: Any) -> None:
+            seen.append("llm")
+
+        def on_tool_start(self, event: Any) -> None:
+            seen.append("tool")
+
+        def on_stage_enter(self, event: Any) -> None:
+            seen.append("stage")
+
+    registry = ToolRegistry()
+    registry.register(ping)
+    book = Playbook.model_validate(
+        {"id": "p", "initial_stage": "a", "stages": [{"id": "a", "tools": ["ping"]}]}
+    )
+    for playbook in (None, book):
+        seen.clear()
+        llm = ScriptedLLM([[ToolCall("c1", "ping", {})], "pong it is."])
+        handler = build_handler(llm, registry, playbook, hooks=Recorder())
+        async for _ in handler.run_turn("ping"):
+            pass
+        assert {"turn", "llm", "tool"} <= set(seen), (playbook, seen)
+        assert ("stage" in seen) is (playbook is not None)
