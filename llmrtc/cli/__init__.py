@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 DESCRIPTION = """\
-Realtime voice agents with a tool executor you can trust. Today's commands:
+Realtime voice agents with a tool executor you can trust. Commands:
 
+  llmrtc serve PLAYBOOK_OR_TOOLS          the WebRTC voice server and its web client
   llmrtc chat [PLAYBOOK] [--tools FILE]   chat with the model in the terminal
   llmrtc voice [BOT] --in IN.wav --out OUT.wav
                                           one spoken turn, file to file
+  llmrtc mcp TOOLS.py                     serve a tools file to MCP clients over stdio
   llmrtc tools FILE                       list the tools a Python file defines
   llmrtc validate PLAYBOOK                check a playbook (YAML or JSON)
 
@@ -44,14 +46,6 @@ turn (one error line on stderr) and the next question works; a model API that ca
 reached at all is reported before the first prompt, with exit status 1. A playbook that
 reaches a terminal stage ends the chat (exit status 0). Warnings and log lines go to LOG_FILE,
 not between the lines of the conversation (--verbose shows them on stderr too)."""
-
-
-VOICE_EPILOG = """\
-The speech engines are the offline ones (Silero VAD, faster-whisper, piper) unless
-OPENAI_API_KEY / OPENAI_BASE_URL is set (LLMRTC_SPEECH=offline|openai forces the choice).
-The file is pushed as 20 ms frames faster than real time, then silence while the agent
-answers; every utterance in it is a turn. Exit status 1 on any error (no speech heard, a
-failed model, STT or TTS), with one line on stderr. Log lines go to LOG_FILE."""
 
 
 def log_file() -> Path:
@@ -269,51 +263,6 @@ def _chat_session(args: argparse.Namespace) -> int:
         return _error(str(exc))
 
 
-def _cmd_voice(args: argparse.Namespace) -> int:
-    with _chat_logging(args.verbose):
-        return _voice_turn(args)
-
-
-def _voice_turn(args: argparse.Namespace) -> int:
-    import anyio
-
-    from llmrtc.cli.bot import run_with_mcp_tools
-    from llmrtc.cli.voice import run_voice
-    from llmrtc.playbook import PlaybookError
-    from llmrtc.voice.wav import read_wav
-
-    if args.timeout <= 0:
-        return _error(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
-    if args.text is not None and not args.text.strip():
-        return _error("--text needs some text to say")
-    bot = args.bot
-    is_tools = bot is not None and Path(bot).suffix == ".py"
-    loaded = _load_bot(None if is_tools else bot, bot if is_tools else None)
-    if isinstance(loaded, int):
-        return loaded
-    playbook, registry, toolkits = loaded
-    audio = None
-    if args.input is not None:
-        try:
-            audio = read_wav(args.input)  # before any model loads: a bad file fails at once
-        except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
-            return _error(str(exc))
-    try:
-        return anyio.run(
-            partial(run_with_mcp_tools, run_voice, toolkits=toolkits),
-            args,
-            registry,
-            playbook,
-            audio,
-            toolkits,
-        )
-    except KeyboardInterrupt:
-        print()
-        return 130
-    except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
-        return _error(str(exc))
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `llmrtc` command."""
     from llmrtc import __version__
@@ -343,11 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", action="store_true", help="show warnings and log lines on stderr too"
     )
     chat.set_defaults(handler=_cmd_chat)
-    _add_voice_parser(commands)
     # Each of these modules imports only argparse at load time: `llmrtc --help` stays fast.
     from llmrtc.cli.mcp import add_mcp_parser
     from llmrtc.cli.serve import add_serve_parser
+    from llmrtc.cli.voice_command import add_voice_parser
 
+    add_voice_parser(commands)
     add_serve_parser(commands)
     add_mcp_parser(commands)
     tools = commands.add_parser(
@@ -371,49 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--graph", action="store_true", help="print a Mermaid state diagram")
     validate.set_defaults(handler=_cmd_validate)
     return parser
-
-
-def _add_voice_parser(commands: Any) -> None:
-    voice = commands.add_parser(
-        "voice",
-        help="one spoken turn, from a WAV file (or --text) to a WAV file",
-        description=(
-            "One voice turn without a browser: the WAV goes through the same VoiceLoop a\n"
-            "WebRTC session uses (VAD, STT, the model and its tools, TTS sentence by\n"
-            "sentence). Prints the transcript, the tool calls and the reply, and writes\n"
-            "the spoken reply to --out."
-        ),
-        epilog=VOICE_EPILOG.replace("LOG_FILE", str(log_file())),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    voice.add_argument(
-        "bot",
-        nargs="?",
-        metavar="PLAYBOOK_OR_TOOLS",
-        help="a playbook (.yaml/.json) or a Python tools file (.py); none: no tools",
-    )
-    said = voice.add_mutually_exclusive_group(required=True)
-    said.add_argument(
-        "--in", dest="input", metavar="FILE.wav", help="what the user says: 16-bit PCM WAV"
-    )
-    said.add_argument("--text", help="what the user types instead (a turn without STT)")
-    voice.add_argument(
-        "--out", metavar="FILE.wav", help="write the agent's spoken reply here (48 kHz mono)"
-    )
-    voice.add_argument(
-        "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
-    )
-    voice.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="give up when the reply has not finished playing after this long (default 120)",
-    )
-    voice.add_argument(
-        "--verbose", action="store_true", help="show warnings and log lines on stderr too"
-    )
-    voice.set_defaults(handler=_cmd_voice)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
