@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 
 from llmrtc.abort import AbortSignal
@@ -25,6 +25,7 @@ from llmrtc.telemetry.hooks import (
     hooks_for,
 )
 from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def model_request(
     final: bool = False,
     without_tools: bool = False,
     strict: bool = False,
+    offer: Callable[[list[ToolDefinition]], list[ToolDefinition]] = list,
 ) -> LLMRequest:
     """The request of a turn's round `round_index`: `final` forbids tool use (the round
     limit, a two-phase answer); `without_tools` also leaves the definitions out (the retry of an
@@ -105,7 +107,8 @@ def model_request(
         choice = "none"
     elif round_index > 0 and (choice == "required" or isinstance(choice, Mapping)):
         choice = "auto"  # forcing applies to the first round only
-    tools = [] if without_tools else offered.definitions()
+    # `offer`: the executor's view of what to send (e.g. `_reasoningForCall` on each schema).
+    tools = [] if without_tools else offer(offered.definitions())
     if not strict:
         choice = _reachable_choice(choice, {t.name for t in tools})
     messages = history.for_request(settings.system_prompt)

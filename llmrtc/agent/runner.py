@@ -220,7 +220,7 @@ class TurnRunner:
 
     def tool_definitions(self) -> list[ToolDefinition]:
         """The tools offered to the model, in a stable order (stable prompts cache better)."""
-        return self._view.definitions()
+        return self.executor.offered_definitions(self._view.definitions())
 
     def _request(
         self, round_index: int, *, final: bool = False, without_tools: bool = False
@@ -232,6 +232,7 @@ class TurnRunner:
             round_index,
             final=final,
             without_tools=without_tools,
+            offer=self.executor.offered_definitions,
         )
 
     async def warm(self) -> None:
