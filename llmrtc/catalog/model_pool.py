@@ -170,6 +170,15 @@ def _compat_entry(tool_id: str, entry: Any) -> tuple[str, ...]:
     return tuple(models)
 
 
+def _given(provider: Any) -> ProviderFactory:
+    # The factory of a provider handed in open: the pool already holds it, so this runs only
+    # after aclose() (which raises before calling it) and never opens anything.
+    def factory() -> Any:
+        return provider
+
+    return factory
+
+
 class ModelPool:
     """The models LLM-backed tools (`define_llm_tool`) run on: give it to the executor.
 
@@ -202,8 +211,10 @@ class ModelPool:
         """Create a pool; nothing is opened yet.
 
         Args:
-            factories: Provider name → factory (see `ProviderFactory`); the name is the
-                `provider` part of model ids.
+            factories: Provider name → factory (see `ProviderFactory`), or → an open provider
+                (an object with `complete_prompt`, e.g. `OpenAIProvider(...)`: used as it is
+                and never closed by the pool, its caller owns it); the name is the `provider`
+                part of model ids.
             compat: Tool id → the models measured to do that tool well, cheapest first (a list
                 of model ids, or the seed's `{"recommended": [...]}`); tried before the tool's
                 own preference. A key may name a version (`util:summarize@1.0.0`) or not.
@@ -215,14 +226,23 @@ class ModelPool:
             ValueError: for a malformed model id, a compat entry that is not a list of them,
                 or a default model whose provider has no factory.
         """
+        self._providers: dict[str, Any] = {}
+        self.factories: dict[str, ProviderFactory] = {}
         for name, factory in factories.items():
             if not isinstance(name, str) or not name or "/" in name:
                 raise ValueError(f"provider name {name!r} must be a non-empty string without '/'")
-            if not callable(factory):
+            if callable(getattr(factory, "complete_prompt", None)):
+                # An already-open provider (OpenAIProvider(...)): used as it is, and not
+                # closed by the pool because the caller owns it.
+                self._providers[name] = factory
+                self.factories[name] = _given(factory)
+            elif callable(factory):
+                self.factories[name] = factory
+            else:
                 raise ValueError(
-                    f"provider {name!r}: the factory must be callable, got {factory!r}"
+                    f"provider {name!r}: expected a factory (a callable) or an open provider "
+                    f"(an object with complete_prompt()), got {factory!r}"
                 )
-        self.factories: dict[str, ProviderFactory] = dict(factories)
         self.compat: dict[str, tuple[str, ...]] = {
             tool_id: _compat_entry(tool_id, entry) for tool_id, entry in (compat or {}).items()
         }
@@ -235,7 +255,6 @@ class ModelPool:
                 )
         self.default_model = default_model
         self.hooks = hooks
-        self._providers: dict[str, Any] = {}
         self._unavailable: dict[str, MissingCredentialsError] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._stack = AsyncExitStack()
