@@ -35,7 +35,7 @@ async def read_opening(
 ) -> tuple[OfferMessage, ResumeMessage | None] | None:
     """Read until the `offer`: the offer and the `resume` before it, if any. None when the
     connection closed, hung up, was refused, or sent no offer within `timeout` seconds
-    (`idle_timeout`)."""
+    (`offer_timeout`; refused with `idle_timeout`)."""
     resume: ResumeMessage | None = None
     with anyio.move_on_after(timeout):
         async for raw in websocket:

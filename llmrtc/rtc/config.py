@@ -30,8 +30,11 @@ class ServerConfig:
     keeps about 10 full-duplex sessions on time (ARCHITECTURE.md): run workers for more."""
     idle_timeout: float = 300.0
     """A session with no client message and no user speech for this long gets `idle_timeout`
-    and is closed (it stays resumable for `resume_ttl`). A connection that has not offered yet
-    is closed after this long too."""
+    and is closed (it stays resumable for `resume_ttl`)."""
+    offer_timeout: float = 15.0
+    """A connection that sends no `offer` within this long gets `idle_timeout` and is closed.
+    At most `4 * max_sessions` connections may be opening (not yet offered) at once; one more
+    gets `server_full`."""
     resume_ttl: float = 120.0
     """How long a session whose client vanished can be resumed with its token."""
     loopback: bool = False
@@ -57,7 +60,7 @@ class ServerConfig:
         count = self.max_sessions
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"ServerConfig.max_sessions must be an int >= 1, got {count!r}")
-        for name in ("idle_timeout", "resume_ttl", "shutdown_grace"):
+        for name in ("idle_timeout", "offer_timeout", "resume_ttl", "shutdown_grace"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

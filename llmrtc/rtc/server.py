@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 _FINAL_CLOSE_TIMEOUT: Final = 10.0
 """After the grace, sessions told to close get this long to save their state."""
+_OPENING_PER_SESSION: Final = 4
+"""Connections still opening (no offer yet) allowed per `max_sessions`."""
 
 
 class RTCServer:
@@ -132,6 +134,7 @@ class RTCServer:
         }
         self._sessions: set[Session] = set()
         self._admitted = 0
+        self._opening = 0  # connections that have not offered yet
         self._idle = anyio.Event()
         self._idle.set()
         self._admitting = False
@@ -269,7 +272,15 @@ class RTCServer:
                 await websocket.close(CLOSE_CODES["internal"], "internal error")
 
     async def _signalling(self, websocket: ServerConnection) -> None:
-        opening = await read_opening(websocket, self.config.idle_timeout)
+        # Pre-offer connections cost little each but are unlimited otherwise: capped and short.
+        if self._opening >= _OPENING_PER_SESSION * self.config.max_sessions:
+            await refuse(websocket, "server_full", "Too many connections are opening; try later.")
+            return
+        self._opening += 1
+        try:
+            opening = await read_opening(websocket, self.config.offer_timeout)
+        finally:
+            self._opening -= 1
         if opening is None:
             return
         offer_message, resume = opening

@@ -156,6 +156,7 @@ async def test_two_servers_share_a_port_with_reuse_port() -> None:
         ({"port": True}, "port"),
         ({"max_sessions": 0}, "max_sessions"),
         ({"idle_timeout": 0}, "idle_timeout"),
+        ({"offer_timeout": float("nan")}, "offer_timeout"),
         ({"resume_ttl": float("inf")}, "resume_ttl"),
         ({"shutdown_grace": -1}, "shutdown_grace"),
         ({"host": ""}, "host"),

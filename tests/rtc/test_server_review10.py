@@ -170,3 +170,43 @@ async def test_the_store_accepts_the_previous_token_only_while_it_is_kept(tmp_pa
         await store.save(both.model_copy(update={"previous_token_hash": None}), ttl=60)
         assert await store.claim("s1", "old") is None
         assert await store.claim("s1", "new") is not None
+
+
+async def test_a_connection_that_never_offers_is_closed_after_offer_timeout() -> None:
+    server = RTCServer(
+        runners(ScriptedLLM([])),
+        speech=fake_speech(),
+        config=config(offer_timeout=1.0, idle_timeout=300.0),
+    )
+    async with server, raw_client(server.url) as silent:
+        started = anyio.current_time()
+        assert await silent.wait_closed(timeout=20) == 1000
+        assert silent.events[-1]["code"] == "idle_timeout"
+        assert anyio.current_time() - started < 60  # far below idle_timeout
+
+
+async def test_connections_still_opening_are_capped_at_four_per_session_slot() -> None:
+    from websockets.asyncio.client import connect
+
+    server = RTCServer(
+        runners(ScriptedLLM([])), speech=fake_speech(), config=config(max_sessions=1)
+    )
+    async with server:
+        url = server.url.replace("http://", "ws://") + "ws"
+        held = [await connect(url) for _ in range(4)]
+        try:
+            for connection in held:  # each is served: it answers a ping
+                await connection.send('{"type": "ping", "id": "p"}')
+                assert "pong" in str(await connection.recv())
+            async with connect(url) as extra:
+                refusal = await extra.recv()
+                assert "server_full" in str(refusal)
+                with anyio.fail_after(10):
+                    await extra.wait_closed()
+            await held[0].close()
+            await anyio.sleep(0.2)
+            async with raw_client(server.url) as client:  # a slot is free again
+                assert (await client.connect())["type"] == "session"
+        finally:
+            for connection in held:
+                await connection.close()

@@ -368,7 +368,7 @@ async def test_an_idle_session_is_closed_and_stays_resumable() -> None:
     async with RTCServer(
         runners(ScriptedLLM([])),
         speech=fake_speech(),
-        config=config(idle_timeout=2.0),
+        config=config(idle_timeout=2.0, offer_timeout=2.0),
         store=store,
     ) as server:
         async with raw_client(server.url) as client:
