@@ -613,7 +613,10 @@ def test_a_browser_candidate_round_trips() -> None:
             "sdpMLineIndex must be an int >= 0",
         ),
         ({"candidate": "candidate:1 1 udp", "sdpMid": "0"}, "expected '<foundation> <component>"),
-        ({"candidate": "candidate:1 x udp 2 1.2.3.4 5 typ host", "sdpMid": "0"}, "invalid literal"),
+        (
+            {"candidate": "candidate:1 x udp 2 1.2.3.4 5 typ host", "sdpMid": "0"},
+            "must be whole numbers",
+        ),
         ({"candidate": "candidate:1 1 udp 2 1.2.3.4 70000 typ host", "sdpMid": "0"}, "port must"),
         ({"candidate": "candidate:1 1 sctp 2 1.2.3.4 5 typ host", "sdpMid": "0"}, "udp or tcp"),
         ({"candidate": "candidate:1 1 udp 2 1.2.3.4 5 typ best", "sdpMid": "0"}, "type must be"),
