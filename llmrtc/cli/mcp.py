@@ -11,10 +11,14 @@ Module imports stay light (argparse only): `llmrtc --help` does not load the SDK
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from llmrtc.execution import ToolExecutor
@@ -31,7 +35,7 @@ Configure an MCP client with the command, e.g.:
 
   {"command": "llmrtc", "args": ["mcp", "/path/to/tools.py"]}
 
-stdout carries the protocol: log lines go to stderr.
+stdout carries the protocol: log lines, and anything the tools file prints, go to stderr.
 """
 
 
@@ -78,32 +82,71 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     except ImportError:
         print("error: llmrtc mcp needs the mcp package: pip install 'llmrtc[mcp]'", file=sys.stderr)
         return 1
-    try:
-        registry = load_tools_file(args.tools)
-    except Exception as exc:  # the file's own errors, shown as the tools command shows them
-        notes = getattr(exc, "__notes__", ())
-        if any(str(note).startswith(IMPORT_NOTE) for note in notes):
-            detail = describe_tools_file_error(exc).replace("\n", "\n  ")
-            print(f"error: cannot load the tools file:\n  {detail}", file=sys.stderr)
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        return 1
-    name = args.name or Path(args.tools).stem
-    try:
-        anyio.run(serve_mcp_stdio, registry, name, args.timeout)
-    except KeyboardInterrupt:
-        return 130
+    with _protocol_stdout() as protocol:
+        try:
+            registry = load_tools_file(args.tools)
+        except Exception as exc:  # the file's own errors, shown as the tools command shows them
+            notes = getattr(exc, "__notes__", ())
+            if any(str(note).startswith(IMPORT_NOTE) for note in notes):
+                detail = describe_tools_file_error(exc).replace("\n", "\n  ")
+                print(f"error: cannot load the tools file:\n  {detail}", file=sys.stderr)
+            else:
+                print(f"error: {exc}", file=sys.stderr)
+            return 1
+        name = args.name or Path(args.tools).stem
+        try:
+            anyio.run(_serve, registry, name, args.timeout, protocol)
+        except KeyboardInterrupt:
+            return 130
     return 0
 
 
-async def serve_mcp_stdio(registry: ToolRegistry, name: str, timeout: float = 30.0) -> None:
-    """Serve `registry`'s tools over this process's stdin/stdout until the client leaves."""
+@contextmanager
+def _protocol_stdout() -> Iterator[BinaryIO]:
+    """Keep the real stdout for the protocol alone: yield it (a duplicate of fd 1) while fd 1
+    and `sys.stdout` point at stderr, so a tools file's print() (at import, in a handler, in
+    a child process) lands on stderr instead of corrupting the JSON-RPC stream."""
+    sys.stdout.flush()
+    saved_fd = os.dup(1)  # to restore fd 1; the protocol gets its own copy (the SDK closes it)
+    protocol = os.fdopen(os.dup(1), "wb", buffering=0)
+    saved_stdout = sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield protocol
+    finally:
+        sys.stdout = saved_stdout
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        if not protocol.closed:
+            protocol.close()
+
+
+async def _serve(registry: ToolRegistry, name: str, timeout: float, protocol: BinaryIO) -> None:
+    import anyio
+
+    out = anyio.wrap_file(io.TextIOWrapper(protocol, encoding="utf-8", write_through=True))
+    await serve_mcp_stdio(registry, name, timeout, stdout=out)
+
+
+async def serve_mcp_stdio(
+    registry: ToolRegistry, name: str, timeout: float = 30.0, *, stdout: Any = None
+) -> None:
+    """Serve `registry`'s tools over this process's stdin/stdout until the client leaves.
+
+    Args:
+        registry: The tools to offer.
+        name: The server name MCP clients see.
+        timeout: Seconds a call may run unless the tool sets its own.
+        stdout: The stream the protocol is written to (an `anyio` async text file); None:
+            the SDK's handling of this process's stdout.
+    """
     from mcp.server.stdio import stdio_server
 
     from llmrtc.execution import ToolExecutor
 
     server = build_mcp_server(ToolExecutor(registry, timeout=timeout), name)
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server(stdout=stdout) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
