@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
+    from llmrtc.catalog import ModelPool
     from llmrtc.execution import ToolExecutor
     from llmrtc.tools import ToolCallResult, ToolRegistry
 
-__all__ = ["add_mcp_parser", "build_mcp_server", "serve_mcp_stdio"]
+__all__ = ["add_mcp_parser", "build_mcp_server", "default_model_pool", "serve_mcp_stdio"]
 
 DESCRIPTION = """\
 Serve the tools a Python file defines to any MCP client, over stdio.
@@ -36,6 +37,9 @@ Configure an MCP client with the command, e.g.:
   {"command": "llmrtc", "args": ["mcp", "/path/to/tools.py"]}
 
 stdout carries the protocol: log lines, and anything the tools file prints, go to stderr.
+LLM-backed tools (define_llm_tool, llmrtc.catalog.UTIL_TOOLS) run on the default model:
+OPENAI_API_KEY / OPENAI_BASE_URL (and LLMRTC_MODEL) as for chat, else the offline model,
+opened when the server starts.
 """
 
 
@@ -129,10 +133,37 @@ async def _serve(registry: ToolRegistry, name: str, timeout: float, protocol: Bi
     await serve_mcp_stdio(registry, name, timeout, stdout=out)
 
 
+def _has_llm_tools(registry: ToolRegistry) -> bool:
+    from llmrtc.catalog import LLMTool
+
+    return any(isinstance(registry.get(name), LLMTool) for name in registry.names())
+
+
+def default_model_pool() -> ModelPool:
+    """A `ModelPool` whose one provider, `default`, is `llmrtc.open_default_provider` (opened
+    at the first LLM-backed call, closed with the pool): the API that `OPENAI_API_KEY` /
+    `OPENAI_BASE_URL` name (model `LLMRTC_MODEL`, default `gpt-4o-mini`), else the offline
+    model. Its `default_model` is the model every LLM-backed tool falls back to."""
+    from llmrtc.catalog import ModelPool
+    from llmrtc.llm.default import DEFAULT_OPENAI_MODEL, open_default_provider
+
+    model = os.environ.get("LLMRTC_MODEL")
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        model = model or DEFAULT_OPENAI_MODEL
+    else:  # the offline server answers to any model name; send the one it loads
+        from llmrtc.llm.local import LOCAL_MODELS
+
+        model = LOCAL_MODELS.get(model or "1.5b", LOCAL_MODELS["1.5b"]).name
+    return ModelPool({"default": open_default_provider}, default_model=f"default/{model}")
+
+
 async def serve_mcp_stdio(
     registry: ToolRegistry, name: str, timeout: float = 30.0, *, stdout: Any = None
 ) -> None:
     """Serve `registry`'s tools over this process's stdin/stdout until the client leaves.
+
+    LLM-backed tools in `registry` run on `default_model_pool()`, opened in the background as
+    serving starts and closed when it ends.
 
     Args:
         registry: The tools to offer.
@@ -141,13 +172,34 @@ async def serve_mcp_stdio(
         stdout: The stream the protocol is written to (an `anyio` async text file); None:
             the SDK's handling of this process's stdout.
     """
+    from contextlib import AsyncExitStack
+
+    import anyio
     from mcp.server.stdio import stdio_server
 
     from llmrtc.execution import ToolExecutor
 
-    server = build_mcp_server(ToolExecutor(registry, timeout=timeout), name)
-    async with stdio_server(stdout=stdout) as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    async with AsyncExitStack() as stack:
+        models = None
+        if _has_llm_tools(registry):
+            models = await stack.enter_async_context(default_model_pool())
+        executor = ToolExecutor(registry, timeout=timeout, models=models)
+        server = build_mcp_server(executor, name)
+        read_stream, write_stream = await stack.enter_async_context(stdio_server(stdout=stdout))
+        async with anyio.create_task_group() as group:
+            if models is not None:
+                # Open the model now, not in the first call: the offline model takes longer
+                # to load than a call may run, and a call's timeout would cancel each attempt.
+                group.start_soon(_warm_up, models)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
+async def _warm_up(models: ModelPool) -> None:
+    try:
+        await models.provider("default")
+    except Exception as exc:  # the calls report it (and try again); say why here, once
+        print(f"llmrtc mcp: the default model cannot be opened: {exc}", file=sys.stderr)
 
 
 def build_mcp_server(executor: ToolExecutor, name: str) -> Any:
