@@ -46,8 +46,13 @@ class Connection:
     def alive(self) -> bool:
         """False when the SDK already knows the transport closed (a server that died
         between calls, on a session without a listen stream to notice it). Reads the SDK's
-        JSON-RPC dispatcher state; True when that is not readable (an SDK that changed)."""
-        dispatcher = getattr(getattr(self.client, "session", None), "_dispatcher", None)
+        JSON-RPC dispatcher state (pinned by tests/catalog/test_mcp_sdk_pin.py); True when
+        that is not readable (an SDK that changed); False once the client left its session."""
+        try:
+            session = getattr(self.client, "session", None)
+        except RuntimeError:  # mcp.Client.session raises once the client's context ended
+            return False
+        dispatcher = getattr(session, "_dispatcher", None)
         return not getattr(dispatcher, "_closed", False)
 
 
