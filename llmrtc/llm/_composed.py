@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmrtc.llm.text_tools import TextToolCallParser
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall, ToolChoice
 from llmrtc.llm.wire import new_call_id
 from llmrtc.tools.calls import ToolCall
@@ -21,6 +22,7 @@ logger = logging.getLogger("llmrtc.llm")
 
 SCHEMA_NAME = "tool_calls_or_answer"
 _WHITESPACE = " \t\r\n"
+_KEYS = ("calls", "output")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -43,13 +45,42 @@ def composed_prompt(tools: Sequence[ToolDefinition]) -> str:
     )
 
 
+def output_schema_of(response_format: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The answer's schema a request's own OpenAI `response_format` asks for (None: none, or
+    `{"type": "text"}`), to become the composed `output` branch.
+
+    Raises:
+        ValueError: for a `response_format` that is no JSON schema and no JSON object.
+    """
+    if response_format is None or response_format.get("type") == "text":
+        return None
+    if response_format.get("type") == "json_object":
+        return {"type": "object"}
+    spec = response_format.get("json_schema")
+    if response_format.get("type") == "json_schema" and isinstance(spec, Mapping):
+        schema = spec.get("schema")
+        if isinstance(schema, Mapping):
+            return schema
+    raise ValueError(
+        "in the composed tool-call format a request's response_format must be "
+        "{'type': 'json_schema', 'json_schema': {'schema': {...}}}, {'type': 'json_object'} or "
+        f"{{'type': 'text'}}, got {dict(response_format)!r}"
+    )
+
+
 def composed_response_format(
     tools: Sequence[ToolDefinition],
     choice: ToolChoice,
     output_schema: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The `response_format` of a request in the composed format. A forcing `tool_choice`
-    leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`)."""
+    leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`).
+
+    No `"strict": true`: OpenAI's strict mode needs an object at the root (the composed root
+    is an `anyOf` of the calls and the answer branch), every property required and
+    `additionalProperties: false` on every object, which tool parameters with optional
+    arguments do not satisfy. llama.cpp constrains decoding to the schema without it.
+    """
     if isinstance(choice, Mapping):
         tools = [t for t in tools if t.name == choice["name"]]
     schema = composed_schema(tools, output_schema)
@@ -65,13 +96,20 @@ class ComposedAnswerParser:
     """Reads a streamed composed answer: the `output` string's text as it arrives, the calls
     (and an `output` that is no string, as JSON text) once the object is complete.
 
-    A server that ignored the schema and wrote no JSON object: `is_json` turns False on the
-    first character, and the caller parses the text another way.
+    A server that ignored the schema: an answer that does not start with `{` is read as text
+    by `fallback` (calls written as text are still found), except a composed object after a
+    preamble or inside a code fence, which is found and parsed as here (never spoken). Text
+    after the composed object is dropped.
     """
 
-    def __init__(self, tools: Sequence[ToolDefinition], routable: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        tools: Sequence[ToolDefinition],
+        routable: Sequence[str] = (),
+        fallback: TextToolCallParser | None = None,
+    ) -> None:
         """Read an answer to a request offering `tools` (names a call may use: their wire
-        names, dotted names, and `routable` names)."""
+        names, dotted names, and `routable` names); `fallback` reads an answer that is text."""
         self._names = {to_wire_name(t.name): t.name for t in tools}
         self._names.update({t.name: t.name for t in tools})
         self._names.update({name: name for name in routable})
@@ -91,25 +129,77 @@ class ComposedAnswerParser:
         self._key: str | None = None
         self._streaming = False
         self._pending = ""  # an escape sequence not complete yet
-
-    @property
-    def json_answer(self) -> bool:
-        """False once the answer turned out not to be a JSON object."""
-        return self.is_json is not False
+        self._fallback = fallback
+        self._held = ""  # text answer not given to `fallback` yet: may open a composed object
+        self._closed = False  # the composed object is complete: the rest is ignored
+        self.complete = False
+        """After `finish`: the composed object was complete JSON (False: cut short)."""
 
     def feed(self, text: str) -> list[LLMTextDelta | LLMToolCall]:
-        """Take more of the answer; the `output` text that is now known."""
+        """Take more of the answer; the `output` text (or, for a text answer, the text and
+        calls) that is now known."""
+        if self.is_json is False:
+            return self._feed_text(text)
         self.text += text
         if self.is_json is None:
             stripped = self.text.lstrip(_WHITESPACE)
             if not stripped:
                 return []
             self.is_json = stripped[0] == "{"
-        if not self.is_json:
+            if not self.is_json:
+                text, self.text = self.text, ""
+                return self._feed_text(text)
+        return self._feed_json()
+
+    def _feed_text(self, text: str, *, final: bool = False) -> list[LLMTextDelta | LLMToolCall]:
+        """A text answer: text goes to `fallback` up to where a composed object may open
+        (a code fence or `{`), held there until decided."""
+        self._held += text
+        events: list[LLMTextDelta | LLMToolCall] = []
+        index = 0
+        while True:
+            found = [at for at in (self._held.find("```", index), self._held.find("{", index))]
+            found = [at for at in found if at >= 0]
+            if not found:
+                break
+            at = min(found)
+            opens = _composed_opening(self._held, at)
+            if opens is None and not final:
+                events += self._give(self._held[:at])  # undecided: hold from `at`
+                self._held = self._held[at:]
+                return events
+            if opens is not None and opens >= 0:
+                events += self._give(self._held[:at])
+                if self._fallback is not None:
+                    events += self._fallback.finish()  # the preamble, decided now
+                self.is_json = True
+                rest, self.text, self._held = self._held[opens:], "", ""
+                return events + self.feed(rest)
+            index = at + 1  # not a composed object: text for `fallback`
+        # A backtick or two at the end may grow into a code fence: held too.
+        keep = 0 if final else min(2, len(self._held) - len(self._held.rstrip("`")))
+        events += self._give(self._held[: len(self._held) - keep])
+        self._held = self._held[len(self._held) - keep :]
+        return events
+
+    def _give(self, text: str) -> list[LLMTextDelta | LLMToolCall]:
+        if not text:
             return []
+        if self._fallback is None:
+            return [LLMTextDelta(text)]
+        return list(self._fallback.feed(text))
+
+    def discard_undecided(self) -> list[LLMTextDelta | LLMToolCall]:
+        """The stream was cut off: in a text answer, the text before anything that may be a
+        call or a composed object (the rest is never spoken)."""
+        if self.is_json is not False or self._fallback is None:
+            return []
+        return list(self._fallback.discard_undecided())
+
+    def _feed_json(self) -> list[LLMTextDelta | LLMToolCall]:
         out: list[str] = []
         source = self.text
-        while self._i < len(source):
+        while self._i < len(source) and not self._closed:
             char = source[self._i]
             self._i += 1
             if self._streaming:
@@ -133,6 +223,7 @@ class ComposedAnswerParser:
                 self._depth += 1
             elif char in "}]":
                 self._depth -= 1
+                self._closed = self._depth == 0  # the object ends: what follows is not it
             elif char == ":" and self._depth == 1 and self._last_string is not None:
                 try:
                     self._key = json.loads(self._last_string)
@@ -164,12 +255,23 @@ class ComposedAnswerParser:
             out.append(char)
 
     def finish(self) -> list[LLMTextDelta | LLMToolCall]:
-        """The calls of the complete object, and an `output` that was not streamed."""
+        """The calls of the complete object and an `output` that was not streamed (for a
+        text answer: what `fallback` still held). `complete` says whether the object was
+        complete JSON."""
+        if self.is_json is False:
+            held = self._feed_text("", final=True)
+            self.complete = True
+            return held + (list(self._fallback.finish()) if self._fallback else [])
+        if self.is_json is None:  # nothing but blanks: an empty answer
+            self.complete = True
+            return []
         try:
-            answer = json.loads(self.text)
+            # raw_decode: text after the object (a closing code fence) is not part of it
+            answer, _ = json.JSONDecoder().raw_decode(self.text.lstrip(_WHITESPACE))
         except ValueError:
             logger.warning("the composed answer is not complete JSON: %.200r", self.text)
             return []
+        self.complete = True
         if not isinstance(answer, dict):
             return []
         events: list[LLMTextDelta | LLMToolCall] = []
@@ -178,18 +280,43 @@ class ComposedAnswerParser:
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             events.append(LLMTextDelta(text))
         for call in answer.get("calls") or ():
-            if not isinstance(call, dict) or call.get("name") not in self._names:
-                # Only a server that does not constrain decoding lets this through.
-                logger.warning("composed answer: dropped a call to an undeclared tool: %r", call)
+            name = call.get("name") if isinstance(call, dict) else None
+            if not isinstance(name, str) or not name:
+                logger.warning("composed answer: dropped a call without a name: %.200r", call)
                 continue
             arguments = call.get("arguments")
-            events.append(
-                LLMToolCall(
-                    ToolCall(
-                        new_call_id(),
-                        self._names[call["name"]],
-                        json.dumps(arguments if arguments is not None else {}),
-                    )
-                )
-            )
+            # A call to an undeclared tool (only a server that does not constrain decoding
+            # lets one through) keeps its name: the executor answers it `not_found`, and
+            # the model can correct itself, as with native calls.
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+            events.append(LLMToolCall(ToolCall(new_call_id(), self._names.get(name, name), raw)))
         return events
+
+
+def _composed_opening(text: str, at: int) -> int | None:
+    """Whether a composed object (`{"calls"` or `{"output"`, maybe inside a code fence) opens
+    at `at`: the index of its `{`, -1 if not, None while the text is too short to say."""
+    i = at
+    if text.startswith("```", i):
+        i += 3
+        while i < len(text) and text[i].isalpha():
+            i += 1
+        while i < len(text) and text[i] in _WHITESPACE:
+            i += 1
+    if i >= len(text):
+        return None
+    if text[i] != "{":
+        return -1
+    brace = i
+    i += 1
+    while i < len(text) and text[i] in _WHITESPACE:
+        i += 1
+    if i >= len(text):
+        return None
+    if text[i] != '"':
+        return -1
+    end = text.find('"', i + 1)
+    key = text[i + 1 :] if end < 0 else text[i + 1 : end]
+    if end < 0:
+        return None if any(k.startswith(key) for k in _KEYS) else -1
+    return brace if key in _KEYS else -1

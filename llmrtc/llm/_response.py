@@ -70,7 +70,9 @@ async def stream_events(
         offered = [] if request.tool_choice == "none" else [t.name for t in request.tools]
         routable = () if request.tool_choice == "none" else request.routable_names
         parser = TextToolCallParser(offered, routable)
-    answer = ComposedAnswerParser(request.tools, request.routable_names) if composed else None
+    answer = (
+        ComposedAnswerParser(request.tools, request.routable_names, parser) if composed else None
+    )
     calls = ToolCallAssembler([*(t.name for t in request.tools), *request.routable_names])
     emitted_calls = 0
     usage = Usage()
@@ -86,9 +88,13 @@ async def stream_events(
             # meanwhile (while the consumer spoke the last delta) cancelled nothing: drop
             # the chunk all the same, nothing after a barge-in is said.
             if scope.cancelled_caught or aborted(scope, abort_signal):
-                if answer is None or answer.is_json is False:
-                    for event in parser.discard_undecided() if parser else ():
-                        yield event  # text before anything call-like; the rest is dropped
+                # Text before anything call-like; the rest is dropped.
+                if answer is not None:
+                    for event in answer.discard_undecided():
+                        yield event
+                elif parser is not None:
+                    for event in parser.discard_undecided():
+                        yield event
                 yield LLMDone("aborted", usage, model)
                 return
             if chunk is _END:
@@ -100,10 +106,8 @@ async def stream_events(
                 delta = choice.delta
                 if delta is not None and delta.content:
                     events: list[LLMTextDelta | LLMToolCall]
-                    if answer is not None and answer.is_json is not False:
-                        events = answer.feed(delta.content)
-                        if not answer.json_answer and parser is not None:
-                            events = parser.feed(answer.text)  # no JSON: calls as text
+                    if answer is not None:
+                        events = answer.feed(delta.content)  # JSON, or text read by `parser`
                     elif parser is None:
                         events = [LLMTextDelta(delta.content)]
                     else:
@@ -131,14 +135,17 @@ async def stream_events(
     for call in calls.finish():
         yield LLMToolCall(call)
         emitted_calls += 1
-    ends: list[LLMTextDelta | LLMToolCall] = []
-    ends = answer.finish() if answer is not None and answer.is_json else []
-    if parser is not None and (answer is None or not answer.is_json):
-        ends += parser.finish()
+    # The composed parser hands a text answer to `parser` itself.
+    reader = answer if answer is not None else parser
+    ends = reader.finish() if reader is not None else []
     for event in ends:
         emitted_calls += isinstance(event, LLMToolCall)
         yield event
     stop: StopReason = _FINISH_REASONS.get(finish or "stop", "stop")
+    if answer is not None and not answer.complete:
+        # A composed object cut short (max_tokens): its calls are lost, whatever the server
+        # said. `length` lets the turn recover (asked again without tools if nothing was said).
+        stop = "length"
     if emitted_calls and stop == "stop":
         stop = "tool_calls"  # servers differ; a response that called tools ended for them
     yield LLMDone(stop, usage, model)

@@ -118,11 +118,25 @@ async def test_a_server_that_ignores_the_schema_is_read_as_text_calls() -> None:
     assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)).strip() == "Sure."
 
 
-async def test_an_invented_tool_is_dropped_where_the_server_does_not_constrain() -> None:
+async def test_an_invented_tool_is_passed_on_for_the_executor_to_refuse() -> None:
+    # A server that does not constrain decoding let a call to an undeclared tool through: it
+    # reaches the executor (status not_found, the model can correct itself), as native calls do.
     answer = json.dumps({"calls": [{"name": "rm_rf", "arguments": {}}], "output": None})
-    async with ScriptedOpenAIServer([text_reply(answer)]) as server:
-        events = await events_of(provider(server), request("?"))
-    assert not [e for e in events if isinstance(e, LLMToolCall)]
+    done = json.dumps({"calls": [], "output": "Done."})
+    replies = [text_reply(answer), text_reply(answer), text_reply(done)]
+    async with ScriptedOpenAIServer(replies) as server:
+        llm = provider(server)
+        events = await events_of(llm, request("?"))
+        assert [(e.call.name, e.call.arguments) for e in events if isinstance(e, LLMToolCall)] == [
+            ("rm_rf", "{}")
+        ]
+        assert events[-1].stop_reason == "tool_calls"
+        runner = TurnRunner(llm, ToolExecutor(ToolRegistry([lookupWeather])), system_prompt="Hi.")
+        async for _ in runner.run_turn("?"):
+            pass
+    results = [m for m in runner.history.messages if isinstance(m, ToolMessage)]
+    assert len(results) == 1 and "not_found" in results[0].content
+    assert runner.history.messages[-1].content == "Done."
 
 
 async def test_a_turn_with_a_latent_tool_in_the_composed_format() -> None:
