@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from llmrtc.llm._composed import composed_prompt, composed_response_format
+from llmrtc.llm._composed import composed_prompt, composed_response_format, output_schema_of
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.text_tools import render_tool_prompt
 from llmrtc.llm.types import LLMRequest
@@ -58,9 +58,13 @@ def request_params(
         params["response_format"] = dict(request.response_format)
     if sent and fmt == "composed":
         # The tools are the answer's schema: the server (llama.cpp constrains decoding to
-        # it) can produce no malformed call and no call to an undeclared tool.
+        # it) can produce no malformed call and no call to an undeclared tool. The request's
+        # own response_format (an LLM-backed tool's schema) is the answer branch's schema.
+        own = output_schema_of(request.response_format)
         params["response_format"] = composed_response_format(
-            request.tools, request.tool_choice, provider.composed_output_schema
+            request.tools,
+            request.tool_choice,
+            own if own is not None else provider.composed_output_schema,
         )
     elif sent and not text_mode:
         params["tools"] = [tool.to_openai() for tool in request.tools]

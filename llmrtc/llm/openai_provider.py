@@ -39,8 +39,13 @@ JSON schema (seed 002's `{calls, output}`: either calls or an answer) sent as
 `response_format`; the server constrains decoding to it (llama.cpp does), so no call is
 malformed or names an undeclared tool; `output` is streamed as text, the calls become tool
 calls; the API's `tools` field is not sent (its root `anyOf` suits llama.cpp; OpenAI's strict
-structured outputs want an object root). In `text`, `auto` and `composed`, call-shaped JSON
-naming no declared tool is dropped, in every request, with or without tools."""
+structured outputs want an object root, so no `strict` is sent). It needs a server that honours
+`response_format` (refused with `compat.response_format` False). A server that ignores the
+schema is still read: a composed object after a preamble or in a code fence is parsed, never
+spoken; a composed call naming an undeclared tool is kept (the executor answers `not_found`);
+an object cut short ends with stop reason `length`. In `text`, `auto` and a `composed` answer
+written as plain text, call-shaped JSON naming no declared tool is dropped, in every request,
+with or without tools."""
 
 
 class OpenAIProvider:
@@ -90,10 +95,13 @@ class OpenAIProvider:
             provider_name: `gen_ai.provider.name` reported to telemetry.
             composed_output_schema: In the `composed` format, the schema of the answer
                 (`output`); default a string, streamed as the answer text. Any other schema's
-                value is given as one JSON text at the end.
+                value is given as one JSON text at the end. A request's own
+                `response_format` (JSON schema or JSON object) takes its place for that request.
 
         Raises:
-            ValueError: without an API key for the OpenAI API itself, or for bad options.
+            ValueError: without an API key for the OpenAI API itself, for bad options, or for
+                the `composed` format with a `compat` profile whose server ignores
+                `response_format` (the format is one).
         """
         if tool_call_format not in ("native", "text", "auto", "composed"):
             raise ValueError(
@@ -104,6 +112,14 @@ class OpenAIProvider:
             raise ValueError(
                 "composed_output_schema must be a JSON Schema dict or None, "
                 f"got {type(composed_output_schema).__name__}"
+            )
+        if tool_call_format == "composed" and compat is not None and not compat.response_format:
+            # The composed format IS a response_format: without one the server writes free
+            # text, and the calls it meant are guessed from text at best. Refused, not degraded
+            # silently: tool_call_format="text" is the honest choice for such a server.
+            raise ValueError(
+                "tool_call_format='composed' needs a server that honours response_format, but "
+                "compat.response_format is False; use tool_call_format='text' (or 'native')"
             )
         self.model = model
         self.provider_name = provider_name
