@@ -82,7 +82,13 @@ def composed_response_format(
     arguments do not satisfy. llama.cpp constrains decoding to the schema without it.
     """
     if isinstance(choice, Mapping):
-        tools = [t for t in tools if t.name == choice["name"]]
+        forced = [t for t in tools if t.name == choice["name"]]
+        if not forced:  # LLMRequest checks this too; here the schema would lose its calls
+            raise ValueError(
+                f"tool_choice names {choice['name']!r}, which is not among the tools: "
+                f"{', '.join(t.name for t in tools) or 'none'}"
+            )
+        tools = forced
     schema = composed_schema(tools, output_schema)
     if isinstance(choice, Mapping) or choice == "required":
         calls_only = schema["anyOf"][0]

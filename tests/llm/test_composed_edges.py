@@ -13,6 +13,7 @@ import pytest
 from llmrtc.agent import TurnRunner
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import LLMRequest, SystemMessage, UserMessage
+from llmrtc.llm._composed import composed_response_format
 from llmrtc.llm.compat import CompatProfile
 from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.types import LLMDone, LLMTextDelta, LLMToolCall
@@ -161,3 +162,8 @@ def test_composed_needs_a_server_that_honours_response_format() -> None:
         tool_call_format="text",
         compat=CompatProfile(response_format=False),
     )
+
+
+def test_forcing_a_tool_not_offered_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="'other', which is not among the tools: lookupWeather"):
+        composed_response_format(TOOLS, {"name": "other"}, None)
