@@ -11,7 +11,8 @@ Each WebSocket connection is one would-be session. Before its `offer` it may sen
 the count (`server_full`, `shutting_down`), a resume is claimed from the store
 (`resume_refused`), and the `Session` runs in the connection's task until it ends. Refusals
 send `error {code, message}` and close with `CLOSE_CODES[code]`. A resume of a session whose old
-connection still looks alive, with that session's current token, closes the old one first.
+connection still looks alive, with that session's current token, closes the old one first;
+one of a session not live in this process waits briefly for another worker's save (`_resume`).
 
 Asyncio only (aiortc and websockets' server are). One event loop keeps about 10 full-duplex
 sessions on time (ARCHITECTURE.md): `reuse_port` lets several processes share the port.
@@ -30,6 +31,7 @@ import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from llmrtc.rtc import _resume
 from llmrtc.rtc._handlers import RestoreError, make_handler
 from llmrtc.rtc._http import StaticFiles
 from llmrtc.rtc._signalling import read_opening, refuse
@@ -296,8 +298,9 @@ class RTCServer:
         if not self._admitting:
             await refuse(websocket, "shutting_down")
             return
+        live_here = False
         if resume is not None:
-            await self._take_over(resume)
+            live_here = await _resume.take_over(self._sessions, resume)
         # Admission: the check and the count with no await between them (atomic on one loop).
         if not self._admitting:
             await refuse(websocket, "shutting_down")
@@ -314,7 +317,7 @@ class RTCServer:
         if self._admitted == 1:
             self._idle = anyio.Event()  # the old one stays set for whoever saw it
         try:
-            await self._admitted_session(websocket, offer, resume)
+            await self._admitted_session(websocket, offer, resume, live_here)
         finally:
             self._admitted -= 1
             if not self._admitted:
@@ -325,10 +328,12 @@ class RTCServer:
         websocket: ServerConnection,
         offer: RTCSessionDescription,
         resume: ResumeMessage | None,
+        live_here: bool = False,
     ) -> None:
         claimed: SessionState | None = None
         if resume is not None:
-            claimed = await self.store.claim(resume.session_id, resume.token)
+            # Not live here: another worker may still be saving it (bounded wait, _resume.py).
+            claimed = await _resume.claim(self.store, resume, wait=not live_here)
             if claimed is None:
                 await refuse(websocket, "resume_refused")
                 return
@@ -383,14 +388,3 @@ class RTCServer:
                         reason=session.end_reason,
                     ),
                 )
-
-    async def _take_over(self, resume: ResumeMessage) -> None:
-        """A resume of a session whose old connection the server still thinks alive (with
-        that session's current token) ends the old one first, so its state is saved and can
-        be claimed. A wrong token leaves the live session alone."""
-        for session in list(self._sessions):
-            if session.session_id == resume.session_id and session.token_matches(resume.token):
-                session.end("replaced")
-                with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT + 30.0):
-                    await session.finished.wait()
-                return

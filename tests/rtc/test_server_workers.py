@@ -1,0 +1,143 @@
+"""Several workers on one `SQLiteSessionStore` (`llmrtc serve --workers N`): a reconnect that
+lands on a worker where the session is not live waits for the old worker's save before
+`resume_refused` (rtc/_resume.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+
+from llmrtc.rtc import RTCError, RTCServer, SQLiteSessionStore
+from llmrtc.rtc.store import SessionState
+from llmrtc.testing import FakeTTS, RTCTestClient, ScriptedLLM
+
+from .conftest import config, fake_speech, until
+
+pytestmark = pytest.mark.anyio
+
+
+def runners(llm: ScriptedLLM) -> Any:
+    from llmrtc import ToolExecutor, ToolRegistry
+    from llmrtc.agent import TurnRunner
+
+    return lambda: TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+
+class WorkerStore:
+    """One worker's view of the shared store: its saves may wait for `gate`, its claims are
+    counted and set `claimed_once` (a real `SQLiteSessionStore` underneath)."""
+
+    def __init__(self, shared: SQLiteSessionStore, gate: anyio.Event | None = None) -> None:
+        self.shared = shared
+        self.gate = gate
+        self.claims = 0
+        self.claimed_once = anyio.Event()
+
+    async def save(self, state: SessionState, *, ttl: float) -> None:
+        if self.gate is not None:
+            await self.gate.wait()  # the old worker is slow to save
+        await self.shared.save(state, ttl=ttl)
+
+    async def load(self, session_id: str) -> SessionState | None:
+        return await self.shared.load(session_id)
+
+    async def claim(self, session_id: str, token: str) -> SessionState | None:
+        self.claims += 1
+        try:
+            return await self.shared.claim(session_id, token)
+        finally:
+            self.claimed_once.set()
+
+    async def delete(self, session_id: str) -> None:
+        await self.shared.delete(session_id)
+
+
+async def test_a_resume_on_another_worker_waits_for_the_old_workers_save(tmp_path: Path) -> None:
+    shared = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    gate = anyio.Event()
+    store_a, store_b = WorkerStore(shared, gate), WorkerStore(shared)
+    llm = ScriptedLLM(["First answer.", "Second answer."])
+    try:
+        async with (
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store_a) as a,
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store_b) as b,
+        ):
+            async with RTCTestClient(a.url, tts=FakeTTS()) as client:
+                await client.send_text("Hello")
+                await client.wait_for("turn_completed")
+                credentials = (client.session_id, client.resume_token)
+                await client.drop()
+
+            async def save_after_the_first_claim() -> None:
+                await store_b.claimed_once.wait()  # B has looked and found nothing
+                gate.set()
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(save_after_the_first_claim)
+                async with RTCTestClient(b.url, resume=credentials, tts=FakeTTS()) as again:  # type: ignore[arg-type]
+                    assert again.resumed and again.session_id == credentials[0]
+                    await again.send_text("And again?")
+                    assert (await again.wait_for("turn_completed"))["text"] == "Second answer."
+            assert store_b.claims >= 2  # refused at first, claimed once A had saved
+            assert a.active_sessions == 0
+    finally:
+        gate.set()  # a failed test must not leave A's session waiting to save
+        shared.close()
+    assert len(llm.requests[-1].messages) == 4  # system, first turn (user, answer), the new one
+
+
+async def test_a_wrong_token_on_another_worker_is_refused_after_the_wait(tmp_path: Path) -> None:
+    shared = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    store_a, store_b = WorkerStore(shared), WorkerStore(shared)
+    llm = ScriptedLLM(["First answer.", "Second answer."])
+    try:
+        async with (
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store_a) as a,
+            RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store_b) as b,
+        ):
+            async with RTCTestClient(a.url, tts=FakeTTS()) as client:
+                await client.send_text("Hello")
+                await client.wait_for("turn_completed")
+                credentials = (client.session_id, client.resume_token)
+                await client.drop()
+            await until(lambda: a.active_sessions == 0)
+            with pytest.raises(RTCError) as refused:
+                async with RTCTestClient(b.url, resume=(credentials[0], "wrong"), tts=FakeTTS()):
+                    pass
+            assert refused.value.code == "resume_refused"
+            assert store_b.claims >= 2  # it waited (polled) before refusing
+            # The wrong token spoiled nothing: the right one still resumes, on either worker.
+            async with RTCTestClient(b.url, resume=credentials, tts=FakeTTS()) as again:  # type: ignore[arg-type]
+                assert again.resumed
+    finally:
+        shared.close()
+
+
+async def test_a_wrong_token_for_a_session_live_here_is_refused_without_waiting(
+    tmp_path: Path,
+) -> None:
+    shared = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    store = WorkerStore(shared)
+    try:
+        async with (
+            RTCServer(
+                runners(ScriptedLLM([])), speech=fake_speech(), config=config(), store=store
+            ) as server,
+            RTCTestClient(server.url, tts=FakeTTS()) as client,
+        ):
+            assert client.session_id is not None
+            with pytest.raises(RTCError) as refused:
+                async with RTCTestClient(
+                    server.url, resume=(client.session_id, "wrong"), tts=FakeTTS()
+                ):
+                    pass
+            assert refused.value.code == "resume_refused"
+            assert store.claims == 1  # live in this process: nothing to wait for elsewhere
+            await client.ping()  # the live session is untouched
+    finally:
+        shared.close()
