@@ -128,8 +128,10 @@ const HANDLERS = {
   barge_in: (m) => view.bargeIn(m.heard_text),
   turn_completed: (m) => view.turnCompleted(m.text, m.stop_reason),
   error(m) {
-    view.showError(m.code, m.message);
     if (call && FINAL_ERRORS.has(m.code)) call.finalError = m.code;
+    // A refused automatic resume is tried again (lost()); only giving up shows an error.
+    if (m.code === "resume_refused" && call && call.automatic) return;
+    view.showError(m.code, m.message);
   },
   pong(m) {
     if (call && call.pings.has(m.id)) {
@@ -303,12 +305,16 @@ function lost(current) {
   teardown(current);
   view.setReady(false);
   const code = current.finalError;
-  if (code === "resume_refused") {
+  // With several server workers the old one may still be saving the session when a resume
+  // reaches another: an automatic resume tries again on the remaining delays before letting go.
+  const retryRefused = current.automatic && resumeTry < RESUME_DELAYS_MS.length;
+  if (code === "resume_refused" && !retryRefused) {
     forgetSession();
+    resumeTry = 0;
     if (!current.automatic) return connect(); // a stale saved session: start a new one
     return giveUp("connection_lost", "Disconnected");
   }
-  if (code) {
+  if (code && code !== "resume_refused") {
     // The saved session stays: the server keeps an idle or shut-down session resumable, and
     // Connect starts afresh by itself if the server no longer has it (resume_refused).
     return giveUp(null, code === "idle_timeout" ? "Closed (idle)" : "Not connected");
