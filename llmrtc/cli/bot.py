@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmrtc.agent import TurnHandler
-    from llmrtc.catalog import Toolkit
+    from llmrtc.catalog import ModelPool, Toolkit
     from llmrtc.catalog.mcp import MCPBackend
     from llmrtc.llm import LLMProvider
     from llmrtc.playbook import Playbook
@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from llmrtc.telemetry.hooks import Hooks
     from llmrtc.tools import ToolRegistry
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "build_handler", "open_mcp_tools", "run_with_mcp_tools"]
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "build_handler",
+    "open_mcp_tools",
+    "run_with_mcp_tools",
+    "tool_models",
+]
 
 logger = logging.getLogger("llmrtc.cli")
 
@@ -42,11 +48,16 @@ def build_handler(
     system_prompt: str = DEFAULT_SYSTEM_PROMPT,
     toolkits: Sequence[Toolkit] = (),
     hooks: Hooks | None = None,
+    models: ModelPool | None = None,
 ) -> TurnHandler:
     """The turn handler of a command: a `PlaybookOrchestrator` for a playbook (its stages
     give the prompts), else a `TurnRunner` with `system_prompt` and the tools (none if
     `registry` is None). `toolkits` are the ones the playbook's stages may name; `hooks`
     (e.g. `--otel`'s) observe the handler's turns, model requests and tools.
+
+    LLM-backed tools (`define_llm_tool`, `llmrtc.catalog.UTIL_TOOLS`) run on `models`; by
+    default, when `registry` holds one, on `llm` itself (`tool_models(llm)`: no second model
+    is opened, which for the offline model would load it twice).
 
     Raises:
         PlaybookError: the playbook names a tool the registry lacks.
@@ -54,10 +65,33 @@ def build_handler(
     from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
 
     tools = registry if registry is not None else ToolRegistry()
+    if models is None and _has_llm_tools(tools):
+        models = tool_models(llm)
     if playbook is not None:
-        return PlaybookOrchestrator(playbook, llm, tools, toolkits=toolkits, hooks=hooks)
-    executor = ToolExecutor(tools, hooks=hooks)
+        return PlaybookOrchestrator(
+            playbook, llm, tools, toolkits=toolkits, hooks=hooks, models=models
+        )
+    executor = ToolExecutor(tools, hooks=hooks, models=models)
     return TurnRunner(llm, executor, system_prompt=system_prompt, hooks=hooks)
+
+
+def _has_llm_tools(registry: ToolRegistry) -> bool:
+    from llmrtc.catalog import LLMTool
+
+    return any(isinstance(registry.get(name), LLMTool) for name in registry.names())
+
+
+def tool_models(llm: LLMProvider) -> ModelPool:
+    """A `ModelPool` running LLM-backed tools on the command's own, already open `llm`
+    (provider `default`, model `default/<llm.model>`); the pool never closes `llm`."""
+    from llmrtc.catalog import ModelPool
+    from llmrtc.llm import PromptCompleter
+
+    provider: Any = llm if callable(getattr(llm, "complete_prompt", None)) else None
+    if provider is None:
+        provider = PromptCompleter(llm)
+    model = getattr(llm, "model", None) or "default"
+    return ModelPool({"default": provider}, default_model=f"default/{model}")
 
 
 @asynccontextmanager
