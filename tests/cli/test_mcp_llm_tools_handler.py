@@ -62,3 +62,26 @@ async def test_an_explicit_pool_is_used() -> None:
     (result,) = done.tool_results
     assert result.success and result.result == "From the pool.", result.error
     assert len(server.requests) == 2
+
+
+async def test_a_playbooks_orchestrator_gets_the_pool_too() -> None:
+    from llmrtc.playbook import Playbook
+
+    playbook = Playbook.model_validate(
+        {
+            "id": "p",
+            "initial_stage": "main",
+            "stages": [{"id": "main", "system_prompt": "Help.", "tools": [summarize_name()]}],
+        }
+    )
+    replies = [
+        tool_call_reply([("c1", summarize_name(), ARGS)]),
+        text_reply("Cats are long."),
+        text_reply("It says cats are long."),
+    ]
+    async with ScriptedOpenAIServer(replies) as server:
+        llm = OpenAIProvider("chat-model", base_url=server.base_url, api_key="test")
+        done = await turn(build_handler(llm, ToolRegistry(list(UTIL_TOOLS)), playbook))
+    (result,) = done.tool_results
+    assert result.success and result.result == "Cats are long.", result.error
+    assert server.requests[1].body["model"] == "chat-model"
