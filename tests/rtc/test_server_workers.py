@@ -141,3 +141,90 @@ async def test_a_wrong_token_for_a_session_live_here_is_refused_without_waiting(
             await client.ping()  # the live session is untouched
     finally:
         shared.close()
+
+
+class BlockedClaims(WorkerStore):
+    """Claims find nothing while `blocked` (the old worker has not saved yet)."""
+
+    def __init__(self, shared: SQLiteSessionStore) -> None:
+        super().__init__(shared)
+        self.blocked = False
+
+    async def claim(self, session_id: str, token: str) -> SessionState | None:
+        if self.blocked:
+            self.claims += 1
+            return None
+        return await super().claim(session_id, token)
+
+
+@pytest.mark.browser
+def test_the_web_page_retries_a_refused_automatic_resume(tmp_path: Path) -> None:
+    import os
+    import time
+    import wave
+
+    pytest.importorskip("selenium")
+    for tool in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+        if not os.access(tool, os.X_OK):
+            pytest.skip(f"{tool} is missing")
+    from anyio.from_thread import start_blocking_portal
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    wav = tmp_path / "silence.wav"
+    with wave.open(str(wav), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(48000)
+        out.writeframes(bytes(2 * 48000))
+    shared = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
+    store = BlockedClaims(shared)
+    llm = ScriptedLLM(["First answer.", "Second answer."])
+    server = RTCServer(runners(llm), speech=fake_speech(), config=config(), store=store)
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+        "--allow-loopback-in-peer-connection",
+    ):
+        options.add_argument(flag)
+
+    def wait(driver: Any, what: str, script: str, timeout: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (result := driver.execute_script(script)):
+            if time.monotonic() > deadline:
+                state = driver.execute_script("return JSON.stringify(window.llmrtc);")
+                pytest.fail(f"timed out waiting for {what}: {state}")
+            time.sleep(0.2)
+        return result
+
+    try:
+        with (
+            start_blocking_portal(backend="asyncio") as portal,
+            portal.wrap_async_context_manager(server),
+        ):
+            driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+            try:
+                driver.get(server.url)
+                driver.find_element("css selector", "[data-testid=connect]").click()
+                wait(driver, "connected", "return window.llmrtc.state === 'connected';")
+                session_id = driver.execute_script("return window.llmrtc.sessionId;")
+                store.blocked = True  # the next resumes are refused, as on a worker too early
+                assert driver.execute_script("return window.llmrtc.simulateDrop();") is True
+                wait(driver, "a second resume", "return window.llmrtc.resumes >= 2;")
+                store.blocked = False  # "saved" now: the retry finds it
+                wait(driver, "the resume", "return window.llmrtc.state === 'connected';")
+                state = driver.execute_script("return window.llmrtc;")
+                assert state["resumed"] is True and state["sessionId"] == session_id
+                refused = [e for e in state["events"] if e.get("code") == "resume_refused"]
+                assert refused  # it was refused at first, and the page kept the session
+            finally:
+                driver.quit()
+    finally:
+        shared.close()
