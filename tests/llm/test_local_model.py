@@ -446,8 +446,12 @@ async def test_support_playbook_on_the_offline_model(model_path: Path) -> None:
         # The 1.5B model needs the request spelled out ("look up"); a bare "my email is ..."
         # often gets a promise instead of a call.
         identify = await turn("Please look up my account, my email is ada@example.com.")
-        if not [e for e in identify if isinstance(e, ToolCallStarted)]:
-            identify = await turn("Look up ada@example.com")
+        # At temperature 0 the choice is still borderline for the 1.5B model (it varied once in
+        # CI under load): a real caller asks again, up to twice.
+        for again in ("Look up ada@example.com", "Use lookup_customer for ada@example.com"):
+            if [e for e in identify if isinstance(e, ToolCallStarted)]:
+                break
+            identify = await turn(again)
         goodbye = await turn("That's all, goodbye!")
     assert [(e.from_stage, e.to_stage) for e in greeting if isinstance(e, StageChanged)] == [
         ("greeting", "identify")
