@@ -11,12 +11,20 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from llmrtc.rtc.messages import TranscriptEntry
 from llmrtc.rtc.store import SessionState, SessionStore, hash_token
 
 if TYPE_CHECKING:
     from llmrtc.agent.handler import TurnHandler
 
-__all__ = ["RestoreError", "handler_state", "make_handler", "save_state", "stage_of"]
+__all__ = [
+    "RestoreError",
+    "handler_state",
+    "make_handler",
+    "save_state",
+    "stage_of",
+    "transcript_of",
+]
 
 
 class RestoreError(Exception):
@@ -86,3 +94,26 @@ def stage_of(handler: object) -> str | None:
     """The current stage of a playbook handler (`PlaybookOrchestrator.engine`), else None."""
     stage = getattr(getattr(getattr(handler, "engine", None), "current_stage", None), "id", None)
     return stage if isinstance(stage, str) else None
+
+
+def transcript_of(handler: object) -> tuple[TranscriptEntry, ...]:
+    """The conversation `handler` remembers, as the lines a page shows: each user message, and
+    each assistant message with text or cut short (an answer cut before a word was heard is
+    kept, empty and `interrupted`), oldest first. System prompts, tool calls and tool results
+    are the agent's own business. Empty for a handler that keeps no history."""
+    history = handler_state(handler).get("history")
+    messages = history.get("messages") if isinstance(history, dict) else None
+    if not isinstance(messages, list):
+        return ()
+    entries: list[TranscriptEntry] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role, text = message.get("role"), message.get("content")
+        if role not in ("user", "assistant") or not isinstance(text, str):
+            continue
+        interrupted = role == "assistant" and message.get("interrupted") is True
+        if not text and not interrupted:  # a message of tool calls only
+            continue
+        entries.append(TranscriptEntry(role=role, text=text, interrupted=interrupted))
+    return tuple(entries)

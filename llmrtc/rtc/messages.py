@@ -42,6 +42,7 @@ __all__ = [
     "TextMessage",
     "ToolCallFinishedMessage",
     "ToolCallStartedMessage",
+    "TranscriptEntry",
     "TranscriptMessage",
     "TurnCompletedMessage",
 ]
@@ -187,6 +188,17 @@ ClientMessage: TypeAlias = Annotated[
 # Server -> client ---------------------------------------------------------------------------
 
 
+class TranscriptEntry(_Message):
+    """One line of the conversation the agent remembers, as a page shows it."""
+
+    role: Literal["user", "assistant"]
+    """Who said it: the user (spoken or typed) or the agent."""
+    text: str
+    """What was said (for the agent, what it produced; cut short if `interrupted`)."""
+    interrupted: bool = False
+    """True when the agent's answer was cut short (barge-in, hang-up)."""
+
+
 class SessionMessage(_Message):
     """Server: the session is admitted (sent just before `answer`)."""
 
@@ -202,6 +214,9 @@ class SessionMessage(_Message):
     stage: str | None = None
     """The playbook's current stage id (after a resume, the stage it was in); None when the
     agent runs no playbook."""
+    history: list[TranscriptEntry] = Field(default_factory=list)
+    """The conversation the agent remembers, oldest first: empty for a new session, the
+    restored one after a resume. A page shows exactly this (and nothing older)."""
 
 
 class AnswerMessage(_Message):

@@ -46,6 +46,7 @@ from llmrtc.rtc.messages import (
     TextMessage,
     ToolCallFinishedMessage,
     ToolCallStartedMessage,
+    TranscriptEntry,
     TranscriptMessage,
     TurnCompletedMessage,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "TextMessage",
     "ToolCallFinishedMessage",
     "ToolCallStartedMessage",
+    "TranscriptEntry",
     "TranscriptMessage",
     "TurnCompletedMessage",
     "error_message",

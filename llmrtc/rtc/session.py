@@ -34,7 +34,7 @@ import anyio
 from websockets.exceptions import ConnectionClosed
 
 from llmrtc.execution.observers import observe_tools
-from llmrtc.rtc._handlers import save_state, stage_of
+from llmrtc.rtc._handlers import save_state, stage_of, transcript_of
 from llmrtc.rtc._inputs import ClientInput
 from llmrtc.rtc._outbox import Outbox
 from llmrtc.rtc._tool_events import ToolEventRelay
@@ -267,6 +267,7 @@ class Session:
             resume_token=self.token,
             resumed=self.resumed,
             stage=stage_of(self.handler),
+            history=list(transcript_of(self.handler)),
         )
         await self.websocket.send(to_wire(opening))
         await self.websocket.send(to_wire(AnswerMessage(sdp=sdp)))

@@ -148,6 +148,7 @@ def test_wire_form_is_compact_json_with_the_type_and_every_field() -> None:
         "protocol": PROTOCOL_VERSION,
         "resumed": False,
         "stage": None,
+        "history": [],
     }
 
 

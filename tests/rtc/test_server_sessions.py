@@ -112,6 +112,7 @@ async def test_a_playbook_session_resumes_with_its_history_and_stage_on_a_new_pe
         async with raw_client(server.url) as first:
             session = await first.connect()
             assert session["stage"] == "chat" and session["resumed"] is False
+            assert session["history"] == []  # a new session: the page starts empty
             await first.send({"type": "text", "text": "Weather in Tokyo?"})
             await first.wait_for("turn_completed")
             finished = first.of_type("tool_call_finished")
@@ -133,6 +134,15 @@ async def test_a_playbook_session_resumes_with_its_history_and_stage_on_a_new_pe
             assert resumed["resumed"] is True and resumed["stage"] == "goodbye"
             assert resumed["session_id"] == session["session_id"]
             assert resumed["resume_token"] != session["resume_token"]
+            # the page is given the conversation the agent restored (no tool calls, no prompt);
+            # "Goodbye!" was still playing when the client vanished: the agent remembers an
+            # answer cut before it was heard
+            assert resumed["history"] == [
+                {"role": "user", "text": "Weather in Tokyo?", "interrupted": False},
+                {"role": "assistant", "text": "Sunny in Tokyo.", "interrupted": False},
+                {"role": "user", "text": "Thanks, bye", "interrupted": False},
+                {"role": "assistant", "text": "", "interrupted": True},
+            ]
             await again.send({"type": "text", "text": "Thank you"})
             done = await again.wait_for("turn_completed")
             assert done["text"] == "You are welcome."
