@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
+from llmrtc.rtc.events import wire_duration_ms
 from llmrtc.rtc.messages import ServerMessage, ToolCallFinishedMessage, ToolCallStartedMessage
 from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolStartEvent
 
@@ -121,8 +122,7 @@ class ToolEventRelay(Hooks):
                         "call_id": call_id,
                         "name": counts.name,
                         "status": status,
-                        # A tenth of a millisecond is finer than any timeline shows.
-                        "duration_ms": round(max(duration_ms, 0.0), 1),
+                        "duration_ms": wire_duration_ms(duration_ms),
                     }
                 )
             )

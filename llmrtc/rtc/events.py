@@ -40,6 +40,7 @@ __all__ = [
     "STT_ERROR_TEXT",
     "TTS_ERROR_TEXT",
     "TURN_ERROR_TEXT",
+    "wire_duration_ms",
     "wire_event",
 ]
 
@@ -62,6 +63,23 @@ TURN_ERROR_TEXT = (
 
 _SPEECH_STARTED = SpeechStartedMessage()
 _SPEECH_ENDED = SpeechEndedMessage()
+
+
+def wire_duration_ms(duration_ms: float) -> float:
+    """A tool call's duration as `tool_call_finished` carries it: to a tenth of a millisecond
+    (finer is noise on a timeline), but a call shorter than that keeps its microseconds, so a
+    call that ran never reads 0 (a sync lookup takes ~20 µs). A negative clock reading is 0.
+
+    Args:
+        duration_ms: The measured duration in milliseconds (0 for a call that never ran).
+
+    Returns:
+        The duration to send, in milliseconds.
+    """
+    if duration_ms <= 0.0:
+        return 0.0
+    rounded = round(duration_ms, 1)
+    return rounded if rounded > 0.0 else max(round(duration_ms, 3), 0.001)
 
 
 def wire_event(event: object) -> ServerMessage | None:
@@ -87,8 +105,7 @@ def wire_event(event: object) -> ServerMessage | None:
                 call_id=result.call_id,
                 name=result.tool_name,
                 status=result.status,
-                # A tenth of a millisecond is finer than any timeline shows; more digits are noise.
-                duration_ms=round(max(result.duration_ms, 0.0), 1),
+                duration_ms=wire_duration_ms(result.duration_ms),
             )
         case StageChanged():
             return StageChangedMessage(from_stage=event.from_stage, to_stage=event.to_stage)

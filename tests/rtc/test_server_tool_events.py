@@ -4,6 +4,7 @@ events) comes first; call ids reused across batches; calls refused before runnin
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -57,7 +58,7 @@ def test_hooks_first_then_the_agents_events_send_each_message_once() -> None:
     assert relay.relay(agent_finished("a"))  # after the batch: already sent
     assert not relay.relay(object())
     assert wire(sent) == [("tool_call_started", "a", None), ("tool_call_finished", "a", "ok")]
-    assert sent[1].duration_ms == 12.3
+    assert sent[1].duration_ms == 12.3  # to a tenth of a millisecond
 
 
 def test_a_refused_call_gets_its_started_right_before_its_finished() -> None:
@@ -159,3 +160,44 @@ async def test_a_real_turn_reports_each_call_once_across_batches_with_reused_ids
         ("tool_call_started", "call_1", None),
         ("tool_call_finished", "call_1", "error"),
     ]
+
+
+def test_a_call_shorter_than_a_tenth_of_a_millisecond_keeps_its_microseconds() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    quick = dataclasses.replace(end("q"), duration_s=0.0000153)  # 15.3 µs: a dict lookup
+    relay.on_tool_start(start("q"))
+    relay.on_tool_end(quick)
+    relay.relay(agent_finished("r", "not_found"))  # refused: it never ran, 0 ms
+    assert [m.duration_ms for m in sent if m.type == "tool_call_finished"] == [0.015, 0.0]
+
+
+async def test_a_fast_tool_that_ran_is_sent_with_a_duration_above_zero() -> None:
+    pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+    from llmrtc.rtc import RTCServer
+    from llmrtc.testing import FakeTTS, RTCTestClient
+
+    from .conftest import config, fake_speech
+
+    @tool
+    async def quick(city: str) -> str:
+        """Answer at once.
+
+        Args:
+            city: The city.
+        """
+        return city
+
+    llm = ScriptedLLM([[ToolCall("call_1", "quick", {"city": "Tokyo"})], "Done."])
+
+    def make() -> TurnRunner:
+        return TurnRunner(llm, ToolExecutor(ToolRegistry([quick])), system_prompt="Be brief.")
+
+    async with (
+        RTCServer(make, speech=fake_speech(), config=config()) as server,
+        RTCTestClient(server.url, tts=FakeTTS()) as client,
+    ):
+        await client.send_text("Go")
+        finished = await client.wait_for("tool_call_finished")
+    # It ran (a few µs): the page must not read "0.0 ms" for it.
+    assert finished["status"] == "ok" and 0 < finished["duration_ms"] < 50, finished
