@@ -24,10 +24,38 @@ __all__ = ["error_texts", "format_path", "rs_error_texts", "wording_validator"]
 
 _MAX_QUOTED = 80
 _MAX_TEXT = 160
-_short_repr = reprlib.Repr()
+
+
+class _JSONLiterals(reprlib.Repr):
+    """`repr` with JSON's literals: `null`, `true`, `false` (the model and a JSON client sent
+    those, not Python's `None`, `True`, `False`); strings keep the quotes jsonschema's
+    messages already put around them."""
+
+    def repr_NoneType(self, x: None, level: int) -> str:  # noqa: N802 (reprlib's naming)
+        return "null"
+
+    def repr_bool(self, x: bool, level: int) -> str:
+        return "true" if x else "false"
+
+
+_short_repr = _JSONLiterals()
 _short_repr.maxstring = _MAX_QUOTED
 _short_repr.maxother = _MAX_QUOTED
 _short_repr.maxlist = _short_repr.maxdict = 6
+
+
+def _literal(value: Any) -> str:
+    """`repr(value)` with JSON's `null`, `true` and `false` at any depth (keys in order)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    return repr(value)
+
 
 _Key = tuple[tuple[str | int, ...], str | None]
 """A failure's identity: the instance path and the keyword that failed there."""
@@ -78,10 +106,15 @@ def _python_text(error: ValidationError) -> str:
         fitting = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
         error = best_match(fitting or error.context)
     message = error.message
-    # jsonschema quotes the offending value; a model that sent 100 kB must not get it back.
+    # jsonschema quotes values with Python's repr (`None is not of type 'integer'`): write
+    # JSON's literals instead. A model that sent 100 kB must not get it back: long values are
+    # cut. The schema's own value (an enum, a const) is quoted too.
     quoted = repr(error.instance)
-    if len(quoted) > _MAX_QUOTED:
-        message = message.replace(quoted, _short_repr.repr(error.instance))
+    shown = _short_repr.repr(error.instance) if len(quoted) > _MAX_QUOTED else None
+    message = message.replace(quoted, shown or _literal(error.instance))
+    if error.validator in ("enum", "const"):
+        expected = error.validator_value
+        message = message.replace(repr(expected), _literal(expected))
     return _with_path(error.absolute_path, message)
 
 

@@ -264,3 +264,41 @@ def test_a_validator_that_crashes_tells_the_model_nothing_internal(
     assert "ConnectionError" in caplog.text  # the detail goes to the log
     refused = validate_tool_arguments(definition, '{"order_id": "bad"}')
     assert refused.errors == ["There is no order bad; ask the caller to read the number again."]
+
+
+LITERALS = ToolDefinition(
+    "literals",
+    parameters={
+        "type": "object",
+        "properties": {
+            "count": {"type": "integer"},
+            "name": {"type": "string"},
+            "mode": {"enum": ["fast", None, True]},
+            "strict": {"const": False},
+            "tags": {"type": "array"},
+        },
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"count": None}, "count: null is not of type 'integer'"),
+        ({"name": True}, "name: true is not of type 'string'"),
+        ({"mode": False}, "mode: false is not one of ['fast', null, true]"),
+        ({"strict": True}, "strict: false was expected"),
+        (
+            {"tags": {"a": None, "b": [True]}},
+            "tags: {'a': null, 'b': [true]} is not of type 'array'",
+        ),
+        ({"tags": {f"k{i}": None for i in range(30)}}, "tags: {'k0': null, 'k1': null, 'k10'"),
+    ],
+)
+def test_messages_write_json_literals_not_python_values(
+    arguments: dict[str, Any], expected: str
+) -> None:
+    # A JSON client sent null/true/false: the message must not show it None/True/False.
+    errors = validate_tool_arguments(LITERALS, arguments).errors
+    assert len(errors) == 1 and errors[0].startswith(expected), errors
+    assert not any(word in errors[0] for word in ("None", "True", "False"))
