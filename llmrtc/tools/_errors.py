@@ -31,7 +31,7 @@ class _JSONLiterals(reprlib.Repr):
     those, not Python's `None`, `True`, `False`); strings keep the quotes jsonschema's
     messages already put around them."""
 
-    def repr_NoneType(self, x: None, level: int) -> str:  # noqa: N802 (reprlib's naming)
+    def repr_NoneType(self, x: None, level: int) -> str:  # reprlib dispatches on the type name
         return "null"
 
     def repr_bool(self, x: bool, level: int) -> str:
