@@ -14,6 +14,7 @@ error naming the field, not a silently ignored option.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Final, cast, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -240,6 +241,18 @@ def _parse(
         ) from None
     except RecursionError:
         raise ProtocolError("invalid_json", "message nests too deeply to parse") from None
+    except ValueError as exc:
+        # Not a JSONDecodeError: a limit of the parser, e.g. an integer longer than
+        # `sys.get_int_max_str_digits()` (CVE-2020-10735's guard), which Python refuses to
+        # convert. No number of this protocol is anywhere near that long.
+        if "integer string conversion" in str(exc):
+            reason = (
+                f"an integer has more than {sys.get_int_max_str_digits()} digits "
+                "(no number in this protocol needs more than a few)"
+            )
+        else:
+            reason = str(exc)[:100]
+        raise ProtocolError("invalid_json", f"message cannot be parsed: {reason}") from None
     allowed = ", ".join(models)
     if not isinstance(data, dict):
         raise ProtocolError(

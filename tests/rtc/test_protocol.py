@@ -189,6 +189,18 @@ BAD_INPUTS: list[tuple[str, str | bytes, ErrorCode, tuple[str, ...]]] = [
     ("empty", "", "invalid_json", ("not valid JSON",)),
     ("not UTF-8", b'{"type": "text", "text": "\xff"}', "invalid_json", ("not UTF-8", "offset 26")),
     ("deep nesting", "[" * 50_000, "invalid_json", ("nests too deeply",)),
+    (
+        "an integer over Python's 4300-digit limit",
+        '{"type": "ping", "id": ' + "9" * 4301 + "}",
+        "invalid_json",
+        ("more than 4300 digits",),
+    ),
+    (
+        "a negative integer over the limit, in a known field",
+        '{"type": "ice", "candidate": {"candidate": "", "sdpMLineIndex": -' + "1" * 5000 + "}}",
+        "invalid_json",
+        ("more than 4300 digits",),
+    ),
     ("array", "[1, 2]", "invalid_message", ("JSON object", "an array", "offer, ice, text")),
     ("string", '"offer"', "invalid_message", ("JSON object", "a string")),
     ("no type", '{"sdp": "v=0"}', "invalid_message", ("no `type` field", "offer, ice")),
