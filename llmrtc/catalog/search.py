@@ -12,10 +12,19 @@ Keyword scores (seed 000), the best rule that matches a tool:
 | the description contains the query | 20 |
 
 Matching ignores case and treats `_`, `-` and whitespace alike (`issue refund` finds
-`issue_refund`). A query of several words is also scored word by word (words of 3+ letters,
-stop words left out);
-a tool's score is then the better of the whole query's score and the mean of its words' scores,
-so `refund payment` still finds `billing.issue_refund` (60 for "refund", 0 for "payment": 30).
+`issue_refund`). Words of 3+ letters match inside longer ones (`ship` in `reship_order`);
+numbers and words of one or two letters (`42`, `EU`, `HR`, `id`) match only whole words, a
+number also with leading zeros (`42` finds `action_042` and `thing number 42`, not `420`,
+`video` or `three`).
+
+A query of several words is also scored word by word: every word counts (numbers and
+two-letter codes too) but stop words (`the`, `is`, `a`, `un`, ...; a stop word written in
+capitals, `US` or `IT`, is a code and counts). A tool's score is then the better of the whole
+query's score and the mean of its words' scores when it matched every word. A tool that misses
+a word scores that mean x `PARTIAL_WEIGHT` (below 20): it ranks under every tool that holds
+the whole query or all its words, so `thing number 42` puts the tool described "thing number
+42" before the hundred described "thing number ...", and `refund payment` still finds
+`billing.issue_refund` (60 for "refund", 0 for "payment": mean 30, scored 6).
 
 Hybrid scores follow seed 001: `10 x cosine similarity + keyword boost`, the boost being
 `3 x keyword / 100` (an exact name adds 3, a description match 0.6), so meaning ranks and exact
@@ -29,6 +38,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmrtc.tools.definition import ToolDefinition
@@ -42,6 +52,7 @@ __all__ = [
     "EXACT_NAME",
     "KEYWORD_BOOST",
     "MIN_SIMILARITY",
+    "PARTIAL_WEIGHT",
     "SEMANTIC_WEIGHT",
     "KeywordEntry",
     "KeywordIndex",
@@ -55,6 +66,9 @@ __all__ = [
 
 EXACT_NAME, NAME_PREFIX, NAME_SUBSTRING = 100.0, 80.0, 60.0
 EXACT_TAG, TAG_SUBSTRING, DESCRIPTION = 50.0, 40.0, 20.0
+PARTIAL_WEIGHT = DESCRIPTION / EXACT_NAME
+"""A tool that misses a word of a several-word query scores its words' mean x this (< 20): it
+ranks under every tool that matched the whole query or every word of it."""
 SEMANTIC_WEIGHT = 10.0
 """Seed 001: the semantic score weighs x10."""
 KEYWORD_BOOST = 3.0
@@ -66,8 +80,14 @@ corpora: a fair paraphrase scores 0.2-0.5 ("give the client their money back" â†
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _WORDS = re.compile(r"\w+")
+_WORD_PIECES = re.compile(r"(\w+)")
 _STOP_WORDS = frozenset(
     {
+        # Two letters: English and French function words; codes (`id`, `eu`, `hr`) count.
+        *("an", "is", "it", "to", "of", "in", "on", "at", "by", "or", "be", "do", "my", "me"),
+        *("we", "us", "so", "if", "as", "am", "he", "no"),
+        *("un", "le", "la", "de", "du", "je", "ce", "en", "et", "il", "au", "ne", "se", "sa"),
+        *("ma", "ta", "tu", "ou"),
         *("the", "and", "for", "with", "from", "into", "about", "please", "can", "could"),
         *("would", "you", "your", "this", "that", "these", "those", "what", "which", "who"),
         *("how", "when", "where", "why", "does", "did", "are", "was", "were", "has", "have"),
@@ -139,45 +159,101 @@ class KeywordIndex:
         return found
 
 
+def _whole_word(word: str) -> bool:
+    # Inside a longer word these are noise: `id` in `video`, `hr` in `three`, `42` in `420`.
+    return len(word) <= 2 or word.isdigit()
+
+
+@lru_cache(maxsize=256)
+def _pattern(query: str) -> re.Pattern[str] | None:
+    """How `query` is found in a tool's text when plain substring search would be wrong: a
+    number or one- or two-letter word at its start or end must be a whole word there, and a
+    number may have leading zeros (`042`). None: a substring search is right."""
+    pieces = _WORD_PIECES.split(query)  # text, word, text, word, ..., text
+    words = pieces[1::2]
+    if not any(_whole_word(word) for word in words):
+        return None
+    regex = "".join(
+        "0*" + piece if i % 2 and piece.isdigit() else re.escape(piece)
+        for i, piece in enumerate(pieces)
+    )
+    if _whole_word(words[0]) and not pieces[0]:
+        regex = r"(?<!\w)" + regex
+    if _whole_word(words[-1]) and not pieces[-1]:
+        regex += r"(?!\w)"
+    return re.compile(regex)
+
+
+def _starts(text: str, query: str, pattern: re.Pattern[str] | None) -> bool:
+    return text.startswith(query) if pattern is None else pattern.match(text) is not None
+
+
+def _within(text: str, query: str, pattern: re.Pattern[str] | None) -> bool:
+    return query in text if pattern is None else pattern.search(text) is not None
+
+
 def _score_phrase(entry: KeywordEntry, query: str) -> tuple[float, str]:
     names, tags = entry.names, entry.tags
     if query in names:
         return EXACT_NAME, f"name {query!r}"
+    pattern = _pattern(query)
     for name in names:
-        if name.startswith(query):
+        if _starts(name, query, pattern):
             return NAME_PREFIX, f"name {name!r} starts with {query!r}"
     for name in names:
-        if query in name:
+        if _within(name, query, pattern):
             return NAME_SUBSTRING, f"name {name!r} contains {query!r}"
     if query in tags:
         return EXACT_TAG, f"tag {query!r}"
     for tag in tags:
-        if query in tag:
+        if _within(tag, query, pattern):
             return TAG_SUBSTRING, f"tag {tag!r} contains {query!r}"
-    if query in entry.description:
+    if _within(entry.description, query, pattern):
         return DESCRIPTION, f"description contains {query!r}"
     return 0.0, ""
 
 
+def _content_word(word: str) -> bool:
+    if word.isdigit():
+        return True
+    if len(word) < 2:  # `a`, and the `l` / `s` of `l'adresse`, `user's`
+        return False
+    # A stop word in capitals is a code: `US`, `IT`, `NO`.
+    return word.isupper() or word.lower() not in _STOP_WORDS
+
+
 def query_terms(query: str) -> tuple[str, tuple[str, ...]]:
-    """The normalized query and its content words (empty when the query is one word)."""
+    """The normalized query and its content words (empty when the query is one word).
+
+    Every word counts, numbers and two-letter codes included, but stop words (one written in
+    capitals is a code and counts) and single letters.
+    """
     phrase = _normalize(query)
-    words = [w for w in _WORDS.findall(phrase) if len(w) > 2 and w not in _STOP_WORDS]
+    words = [w.lower() for w in _WORDS.findall(query) if _content_word(w)]
     if len(words) == 1 and words[0] == phrase:
         return phrase, ()
     return phrase, tuple(dict.fromkeys(words))
 
 
 def keyword_score(entry: KeywordEntry, phrase: str, terms: tuple[str, ...]) -> tuple[float, str]:
-    """A tool's keyword score (0-100) for a query split by `query_terms`, and why."""
+    """A tool's keyword score (0-100) for a query split by `query_terms`, and why.
+
+    The better of the whole query's score and its words' mean; a tool that misses a word gets
+    that mean x `PARTIAL_WEIGHT`, below any tool that holds the whole query or all its words.
+    """
     if not phrase:
         return 0.0, ""
     score, why = _score_phrase(entry, phrase)
     if terms and score < EXACT_NAME:
         scored = [(_score_phrase(entry, term), term) for term in terms]
         mean = sum(s for (s, _), _ in scored) / len(terms)
+        missed = [term for (s, _), term in scored if not s]
+        if missed:
+            mean *= PARTIAL_WEIGHT
         if mean > score:
             reasons = "; ".join(w for (s, w), _ in scored if s)
+            if missed:
+                reasons += f"; missing {', '.join(map(repr, missed))}"
             return mean, f"words: {reasons}"
     return score, why
 
