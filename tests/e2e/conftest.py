@@ -5,7 +5,8 @@ with exactly the flags ARCHITECTURE.md lists (its fake microphone plays a WAV ma
 espeak-ng). The server is a real `RTCServer` on 127.0.0.1 running in a background event loop
 (an anyio blocking portal), so the tests themselves are plain synchronous selenium code.
 
-Tests use `serve(script)` (the server), `open_page(server.url, said)` (a `Page`: the web
+Tests use `serve(script)` (the server; `serve_fake_speech` for one on fake speech engines),
+`open_page(server.url, said)` (a `Page`: the web
 client in a new browser, read through its `data-testid` elements and `window.llmrtc`).
 
 Missing chromium, chromium-driver or selenium skip these tests with a loud reason (and a
@@ -185,6 +186,44 @@ def speech(portal: Any) -> Iterator[Any]:
             pytest.skip(f"offline speech unavailable: {exc}")
 
 
+def _server_factory(portal: Any, speech: Any, stack: ExitStack) -> Callable[..., Any]:
+    """`start(script, ...)`: an `RTCServer` on speech `speech` (see `serve`), stopped with
+    `stack`."""
+    from llmrtc.playbook import PlaybookOrchestrator, load_playbook, load_playbook_tools
+    from llmrtc.rtc.config import ServerConfig
+    from llmrtc.rtc.server import RTCServer
+    from llmrtc.testing import ScriptedLLM
+
+    def start(
+        script: Sequence[Any] = (),
+        *,
+        llm: Any = None,
+        max_sessions: int = 4,
+        idle_timeout: float = 300.0,
+        playbook_path: Path = PLAYBOOK,
+    ) -> Any:
+        playbook = load_playbook(playbook_path)
+        tools = load_playbook_tools(playbook)
+
+        def agent() -> PlaybookOrchestrator:
+            model = llm if llm is not None else ScriptedLLM(list(script))
+            return PlaybookOrchestrator(playbook, model, tools)
+
+        # A short grace: when the test ends its browser is gone and no session will end itself.
+        config = ServerConfig(
+            host="127.0.0.1",
+            port=0,
+            max_sessions=max_sessions,
+            idle_timeout=idle_timeout,
+            shutdown_grace=2.0,
+        )
+        server = RTCServer(agent, speech=speech, config=config)
+        stack.enter_context(portal.wrap_async_context_manager(server))
+        return server
+
+    return start
+
+
 @pytest.fixture
 def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
     """`serve(script, max_sessions=4, idle_timeout=300.0, playbook_path=PLAYBOOK)`: a real
@@ -192,41 +231,23 @@ def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
     127.0.0.1 (a free port) whose sessions each run the playbook (the weather one by default)
     with a new `ScriptedLLM(script)` (or all with the one model given as `llm=`, to follow a
     conversation across a resume). Stopped when the test ends."""
-    from llmrtc.playbook import PlaybookOrchestrator, load_playbook, load_playbook_tools
-    from llmrtc.rtc.config import ServerConfig
-    from llmrtc.rtc.server import RTCServer
-    from llmrtc.testing import ScriptedLLM
-
     with ExitStack() as stack:
+        yield _server_factory(portal, speech, stack)
 
-        def start(
-            script: Sequence[Any] = (),
-            *,
-            llm: Any = None,
-            max_sessions: int = 4,
-            idle_timeout: float = 300.0,
-            playbook_path: Path = PLAYBOOK,
-        ) -> Any:
-            playbook = load_playbook(playbook_path)
-            tools = load_playbook_tools(playbook)
 
-            def agent() -> PlaybookOrchestrator:
-                model = llm if llm is not None else ScriptedLLM(list(script))
-                return PlaybookOrchestrator(playbook, model, tools)
+@pytest.fixture
+def serve_fake_speech(portal: Any) -> Iterator[Callable[..., Any]]:
+    """`serve` with the fake speech engines of `llmrtc.testing` instead of the offline models:
+    for tests of the page's own behaviour with typed turns (no model to load). `FakeTTS` speaks
+    each character in 20 ms, so an answer's voice plays for about as long as it is read."""
+    pytest.importorskip("aiortc")
+    from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD
+    from llmrtc.voice.speech import Speech
 
-            # A short grace: when the test ends its browser is gone and no session will end itself.
-            config = ServerConfig(
-                host="127.0.0.1",
-                port=0,
-                max_sessions=max_sessions,
-                idle_timeout=idle_timeout,
-                shutdown_grace=2.0,
-            )
-            server = RTCServer(agent, speech=speech, config=config)
-            stack.enter_context(portal.wrap_async_context_manager(server))
-            return server
-
-        yield start
+    tts = FakeTTS(seconds_per_char=0.02)
+    speech = Speech(vad=FakeVAD(), stt=FakeSTT([], tts=tts), tts=tts)
+    with ExitStack() as stack:
+        yield _server_factory(portal, speech, stack)
 
 
 @pytest.fixture

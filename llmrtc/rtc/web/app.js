@@ -92,6 +92,9 @@ const HANDLERS = {
     counters.sessionId = m.session_id;
     counters.resumed = Boolean(m.resumed);
     saveSession(m.session_id, m.resume_token);
+    // Exactly the conversation the agent remembers: nothing on a new session (the agent
+    // remembers nothing of a hung-up one), the restored turns on a resume (also after a reload).
+    view.showConversation(m.history);
     if (m.stage) view.stage(m.stage); // a playbook's stage (after a resume, its own)
     if (call) call.admitted = true;
     resumeTry = 0;
@@ -129,8 +132,9 @@ const HANDLERS = {
   turn_completed: (m) => view.turnCompleted(m.text, m.stop_reason),
   error(m) {
     if (call && FINAL_ERRORS.has(m.code)) call.finalError = m.code;
-    // A refused automatic resume is tried again (lost()); only giving up shows an error.
-    if (m.code === "resume_refused" && call && call.automatic) return;
+    // A refused automatic resume is tried again (lost()); only giving up shows an error. A
+    // refused resume on load is explained by lost() as it falls back to "Not connected".
+    if (m.code === "resume_refused" && call && (call.automatic || call.onLoad)) return;
     view.showError(m.code, m.message);
   },
   pong(m) {
@@ -170,12 +174,15 @@ function sendOn(current, message) {
   if (current.ws.readyState === WebSocket.OPEN) current.ws.send(JSON.stringify(message));
 }
 
-async function connect({ resume = null, automatic = false } = {}) {
+// `automatic`: a resume after a lost connection (retried on RESUME_DELAYS_MS); `onLoad`: the
+// resume of the session saved before a reload (tried once: refused, the page is a fresh one).
+async function connect({ resume = null, automatic = false, onLoad = false } = {}) {
   if (call) return;
   clearTimeout(resumeTimer);
   const attempt = ++attempts;
   if (!automatic) view.clearError();
-  view.setStatus(automatic ? "reconnecting" : "connecting", automatic ? "Reconnecting…" : "Connecting…");
+  if (automatic) view.setStatus("reconnecting", "Reconnecting…");
+  else view.setStatus("connecting", onLoad ? "Resuming…" : "Connecting…");
   const stream = await openMic();
   if (attempt !== attempts) return; // hung up while the browser asked for the microphone
   const ws = new WebSocket(`${location.origin.replace(/^http/, "ws")}/ws`);
@@ -183,7 +190,7 @@ async function connect({ resume = null, automatic = false } = {}) {
   // The channel must exist before the offer: an SDP answer cannot add one.
   const dc = pc.createDataChannel("events");
   const current = {
-    ws, pc, dc, resume, automatic, admitted: false, finalError: null, begun: performance.now(),
+    ws, pc, dc, resume, automatic, onLoad, admitted: false, finalError: null, begun: performance.now(),
     offerSent: false, pendingIce: [], pings: new Map(), timers: [],
   };
   call = current;
@@ -302,9 +309,19 @@ function teardown(current) {
 function lost(current) {
   if (call !== current) return;
   call = null;
+  view.replyCut("Cut when the connection was lost");
   teardown(current);
   view.setReady(false);
   const code = current.finalError;
+  if (current.onLoad && code === "resume_refused") {
+    // The session saved before the reload is gone (expired or ended): the page is a fresh
+    // one, and says why the conversation is not back. (Another refusal, e.g. server_full,
+    // keeps the saved session for Connect, as below.)
+    forgetSession();
+    releaseMic();
+    view.showError(code);
+    return view.setStatus("idle", "Not connected");
+  }
   // With several server workers the old one may still be saving the session when a resume
   // reaches another: an automatic resume tries again on the remaining delays before letting go.
   const retryRefused = current.automatic && resumeTry < RESUME_DELAYS_MS.length;
@@ -354,6 +371,7 @@ function hangUp() {
   const current = call;
   call = null;
   if (current) {
+    view.replyCut("Cut when you hung up");
     sendOn(current, { type: "end" });
     teardown(current);
   }
@@ -374,6 +392,15 @@ ui.connect.addEventListener("click", () => {
   });
 });
 ui.hangup.addEventListener("click", hangUp);
+
+// A reload keeps the tab's saved session: take the conversation back at once, no click.
+const savedOnLoad = savedSession();
+if (savedOnLoad) {
+  connect({ resume: savedOnLoad, onLoad: true }).catch((error) => {
+    console.error("llmrtc: resuming the saved session failed", error);
+    giveUp(null, "Not connected");
+  });
+}
 ui.interrupt.addEventListener("click", () => send({ type: "interrupt" }));
 ui.form.addEventListener("submit", (event) => {
   event.preventDefault();

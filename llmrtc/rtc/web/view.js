@@ -19,7 +19,15 @@ const ERROR_TEXT = {
 const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
 
 export function formatMs(ms) {
-  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`;
+  if (ms >= 1000) return `${(ms / 1000).toFixed(2)} s`;
+  // A call that ran took some time, however little (a sync lookup takes ~20 µs): never "0.0".
+  return ms > 0 && ms < 0.05 ? "<0.1 ms" : `${ms.toFixed(1)} ms`;
+}
+
+// A finished call's duration: the server sends 0 only for a call that never ran (an unknown
+// tool, bad arguments, stopped while it waited for its turn).
+export function formatDuration(ms) {
+  return ms > 0 ? formatMs(ms) : "did not run";
 }
 
 // The page's elements and what is on them; `onState(state)` hears every status change.
@@ -33,6 +41,7 @@ export function createView(document, onState) {
     userActivity: $("user-activity"), agentActivity: $("agent-activity"),
   };
   let currentReply = null; // the <li> of the agent's reply in progress
+  let spokenReply = null; // the <li> of the reply whose voice is playing (it may be complete)
   let partialLine = null; // the <li> of a transcript that is not final yet
   const running = new Map(); // call_id -> {item, started}: the tool calls still running
   let toolClock = null;
@@ -53,15 +62,36 @@ export function createView(document, onState) {
     return span;
   }
 
+  function replyItem(text = "") {
+    const item = document.createElement("li");
+    item.className = "reply";
+    item.append(part("meta"), part("text", text));
+    ui.assistant.append(item);
+    ui.assistant.scrollTop = ui.assistant.scrollHeight;
+    return item;
+  }
+
   function reply() {
     if (!currentReply) {
-      currentReply = document.createElement("li");
-      currentReply.className = "reply streaming";
-      currentReply.append(part("meta"), part("text"));
-      ui.assistant.append(currentReply);
+      currentReply = replyItem();
+      currentReply.classList.add("streaming");
     }
     ui.assistant.scrollTop = ui.assistant.scrollHeight;
     return currentReply;
+  }
+
+  // Mark a reply cut short, once: `title` says what the user heard of it.
+  function markInterrupted(item, title) {
+    item.classList.remove("streaming");
+    if (item.classList.contains("interrupted")) return;
+    item.classList.add("interrupted");
+    const badge = part("badge barge-in", "interrupted");
+    badge.title = title;
+    item.querySelector(".meta").append(badge);
+  }
+
+  function heardTitle(heardText) {
+    return heardText ? `You heard: “${heardText}”` : "Cut before it spoke";
   }
 
   // Running calls show how long they have run so far; `tool_call_finished` puts the server's
@@ -163,6 +193,7 @@ export function createView(document, onState) {
 
     agentSpeaking(speaking) {
       ui.agentActivity.hidden = !speaking;
+      if (speaking) spokenReply = currentReply || ui.assistant.querySelector(".reply:last-of-type");
     },
 
     assistantDelta(delta) {
@@ -182,6 +213,7 @@ export function createView(document, onState) {
 
     agentSpeechEnded(interrupted, heardText) {
       ui.agentActivity.hidden = true;
+      spokenReply = null;
       if (interrupted && currentReply) currentReply.dataset.heard = heardText;
     },
 
@@ -192,10 +224,38 @@ export function createView(document, onState) {
         addLine(ui.assistant, "You interrupted the agent.", "note");
         return;
       }
-      target.classList.add("interrupted");
-      const badge = part("badge barge-in", "interrupted");
-      badge.title = heardText ? `You heard: “${heardText}”` : "Cut before it spoke";
-      target.querySelector(".meta").append(badge);
+      markInterrupted(target, heardTitle(heardText));
+    },
+
+    // The user hung up or the connection dropped: the reply still streaming or still being
+    // spoken was cut there (the agent keeps it as interrupted too).
+    replyCut(why) {
+      const target = currentReply || spokenReply;
+      if (target) markInterrupted(target, why);
+    },
+
+    // A `session` message: the page shows exactly the conversation the agent remembers, so a
+    // new session starts empty and a resumed one shows what was restored (the tool timeline
+    // and stage notes of an earlier connection are not part of it).
+    showConversation(history) {
+      for (const { item } of running.values()) item.remove();
+      running.clear();
+      clearInterval(toolClock);
+      ui.transcript.replaceChildren();
+      ui.assistant.replaceChildren();
+      ui.tools.replaceChildren();
+      currentReply = null;
+      spokenReply = null;
+      partialLine = null;
+      for (const entry of history || []) {
+        if (entry.role === "user") {
+          addLine(ui.transcript, entry.text, "restored");
+        } else if (entry.role === "assistant") {
+          const item = replyItem(entry.text);
+          item.classList.add("restored");
+          if (entry.interrupted) markInterrupted(item, heardTitle(entry.text));
+        }
+      }
     },
 
     stage(stage, from = null) {
@@ -213,7 +273,7 @@ export function createView(document, onState) {
 
     toolFinished(callId, name, status, durationMs) {
       const { item } = running.get(callId) || startTool(callId, name);
-      endTool(item, status, formatMs(Number(durationMs) || 0));
+      endTool(item, status, formatDuration(Number(durationMs) || 0));
       running.delete(callId);
       if (!running.size) clearInterval(toolClock);
     },
@@ -229,6 +289,7 @@ export function createView(document, onState) {
       ui.userActivity.hidden = true;
       ui.agentActivity.hidden = true;
       currentReply = null;
+      spokenReply = null;
       partialLine = null;
     },
 
