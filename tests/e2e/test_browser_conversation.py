@@ -53,9 +53,12 @@ def events(page: Any, kind: str) -> list[dict[str, Any]]:
 
 def speech_done(page: Any, count: int) -> Callable[[], bool]:
     """True once the agent's voice finished its `count`-th answer uncut."""
-    return lambda: len([e for e in events(page, "agent_speech_ended") if not e["interrupted"]]) >= (
-        count
-    )
+
+    def done() -> bool:
+        ended = [e for e in events(page, "agent_speech_ended") if not e["interrupted"]]
+        return len(ended) >= count
+
+    return done
 
 
 def test_connect_after_hanging_up_shows_an_empty_page_for_the_new_session(
