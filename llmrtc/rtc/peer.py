@@ -17,8 +17,9 @@ trickle in (`add_candidate`). The ICE details (loopback gathering, candidate JSO
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -53,7 +54,82 @@ __all__ = [
 _DESCRIPTION_TYPES = ("offer", "answer", "pranswer")
 
 
-class _LoopbackPeerConnection(RTCPeerConnection):
+_AIORTC_CONNECT: Callable[[RTCPeerConnection], Awaitable[None]] | None = getattr(
+    RTCPeerConnection, "_RTCPeerConnection__connect", None
+)
+"""aiortc's private connect coroutine (ICE, DTLS, then RTP and SCTP), which aiortc starts with a
+bare `asyncio.ensure_future` from `setRemoteDescription` and `setLocalDescription` and never
+awaits: an exception in it would be "Task exception was never retrieved", and the connection
+would sit in "connecting" with nobody told. `_Peer` runs it under a guard instead."""
+
+
+class _Peer(RTCPeerConnection):
+    """An `RTCPeerConnection` whose background connect never fails unseen, and whose `close`
+    never raises (a session closes its peer in a `finally`).
+
+    A connect failure (an aiortc bug or an input it did not expect) is logged once and turns
+    `connectionState` to ``"failed"`` with a ``connectionstatechange`` event, as an ICE or
+    DTLS failure does: the owner (a session, `wait_connected`) ends on it and closes the peer.
+    """
+
+    _connect_error: Exception | None = None
+    _close_failed = False
+
+    @property
+    def connectionState(self) -> str:
+        """aiortc's state, or ``"failed"`` once the connect task failed (until closed)."""
+        state: str = super().connectionState
+        if self._close_failed:
+            return "closed"
+        if self._connect_error is not None and state != "closed":
+            return "failed"
+        return state
+
+    # Not a mangled name: it is the attribute aiortc's `self.__connect()` looks up.
+    async def _RTCPeerConnection__connect(self) -> None:
+        assert _AIORTC_CONNECT is not None  # else aiortc never calls this
+        try:
+            await _AIORTC_CONNECT(self)
+        except Exception as exc:
+            if self._connect_error is not None:
+                return  # a later connect attempt of a peer already failed: logged once
+            self._connect_error = exc
+            logger.warning(
+                "a peer connection failed while connecting (%s: %s); it reports 'failed'",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self.emit("connectionstatechange")
+
+    async def close(self) -> None:
+        """Close the connection, as `RTCPeerConnection.close`; an error of aiortc's while
+        stopping its transports is logged, not raised (the connection counts as closed)."""
+        try:
+            await super().close()
+        except Exception:
+            logger.warning("aiortc failed while closing a peer connection", exc_info=True)
+            await self._finish_close()
+
+    async def _finish_close(self) -> None:
+        """What aiortc's `close` did not get to after its error: stop every transport (their
+        sockets), report "closed", drop the listeners, and let later `close` calls return
+        (they wait on aiortc's closed future)."""
+        for name in ("_RTCPeerConnection__dtlsTransports", "_RTCPeerConnection__iceTransports"):
+            for transport in list(getattr(self, name, ())):
+                try:
+                    await transport.stop()
+                except Exception:
+                    logger.debug("stopping %r failed", transport, exc_info=True)
+        self._close_failed = True
+        self.emit("connectionstatechange")
+        self.remove_all_listeners()
+        closed = getattr(self, "_RTCPeerConnection__isClosed", None)
+        if isinstance(closed, asyncio.Future) and not closed.done():
+            closed.set_result(True)
+
+
+class _LoopbackPeerConnection(_Peer):
     """An `RTCPeerConnection` that gathers 127.0.0.1 as a host candidate."""
 
     async def setLocalDescription(
@@ -81,7 +157,7 @@ def create_peer(*, loopback: bool = False) -> RTCPeerConnection:
     """
     if loopback:
         return _LoopbackPeerConnection(RTCConfiguration(iceServers=[]))
-    return RTCPeerConnection()
+    return _Peer()
 
 
 def is_loopback(pc: RTCPeerConnection) -> bool:
@@ -141,6 +217,32 @@ def check_sdp(sdp: object) -> None:
         raise ValueError(f"malformed SDP: {_why(exc)}") from exc
     if not parsed.media:
         raise ValueError("malformed SDP: no media section (m= line)")
+    _check_mids(parsed)
+
+
+def _check_mids(parsed: SessionDescription) -> None:
+    """Refuse mids aiortc would trip on: it bundles onto the transport of the first mid of a
+    BUNDLE group without checking that a media section has it (then fails inside
+    `createAnswer` and in its connect and close), and it takes duplicate mids as one."""
+    mids = [media.rtp.muxId for media in parsed.media]
+    named = [mid for mid in mids if mid]  # a section without a=mid: aiortc handles it
+    seen: set[str] = set()
+    for mid in named:
+        if mid in seen:
+            raise ValueError(
+                f"malformed SDP: two media sections have a=mid:{_clip(mid)}; each media "
+                "section needs its own mid"
+            )
+        seen.add(mid)
+    have = ", ".join(_clip(mid) for mid in named) or "none"
+    for group in parsed.group:
+        for item in group.items:
+            if item not in seen:
+                mid, semantic = _clip(str(item)), _clip(str(group.semantic))
+                raise ValueError(
+                    f"malformed SDP: a=group:{semantic} names mid {mid!r}, but no media "
+                    f"section has a=mid:{mid} (the media mids: {have})"
+                )
 
 
 async def create_offer(pc: RTCPeerConnection) -> RTCSessionDescription:
@@ -165,8 +267,23 @@ async def accept_offer(
     if offer.type != "offer":
         raise ValueError(f"expected an SDP offer, got an SDP {offer.type}")
     await _set_remote(pc, offer)
-    await pc.setLocalDescription(await pc.createAnswer())
+    try:
+        await pc.setLocalDescription(await pc.createAnswer())
+    except InvalidStateError:
+        _raise_connect_error(pc)
+        raise  # closed by its owner meanwhile: the caller's state, not the offer
+    except Exception as exc:
+        # aiortc applied the offer but cannot answer it (an input its checks let through).
+        logger.warning("aiortc could not answer an offer it accepted", exc_info=True)
+        raise ValueError(f"SDP offer cannot be answered: {_why(exc)}") from exc
+    _raise_connect_error(pc)
     return _local(pc)
+
+
+def _raise_connect_error(pc: RTCPeerConnection) -> None:
+    error = getattr(pc, "_connect_error", None)  # set by `_Peer`'s guarded connect
+    if error is not None:
+        raise ValueError(f"the connection for this SDP could not start: {_why(error)}")
 
 
 async def accept_answer(pc: RTCPeerConnection, answer: RTCSessionDescription) -> None:
@@ -310,6 +427,10 @@ def _not_connected(pc: RTCPeerConnection, what: str) -> PeerConnectionError:
 
 def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(value: object, limit: int = 60) -> str:

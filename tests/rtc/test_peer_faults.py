@@ -1,0 +1,156 @@
+"""Offers that trip aiortc, and aiortc's background connect failing: each is a `bad_offer` or a
+peer that reports ``"failed"``, never an unretrieved task exception or an `internal` error."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+
+from aiortc import RTCSessionDescription
+
+from llmrtc.rtc import RTCServer
+from llmrtc.rtc.peer import (
+    PeerConnectionError,
+    accept_offer,
+    create_offer,
+    create_peer,
+    description_from_dict,
+    wait_connected,
+)
+from llmrtc.rtc.tracks import OutboundAudio
+from llmrtc.testing import ScriptedLLM
+from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
+
+from .conftest import TIMEOUT, config, fake_speech, raw_client, until
+
+pytestmark = pytest.mark.anyio
+
+
+async def _silence() -> AsyncIterator[AudioFrame]:
+    while True:
+        await anyio.sleep(FRAME_DURATION)
+        yield AudioFrame.silence(FRAME_DURATION, 48000)
+
+
+async def browser_like_offer() -> str:
+    """A real offer with audio and the `events` data channel, bundled (mids 0 and 1)."""
+    pc = create_peer(loopback=True)
+    pc.addTrack(OutboundAudio(_silence()))
+    pc.createDataChannel("events")
+    try:
+        return (await create_offer(pc)).sdp
+    finally:
+        await pc.close()
+
+
+def _bundle_names_a_missing_mid(sdp: str) -> str:
+    return re.sub(r"a=group:BUNDLE .*", "a=group:BUNDLE nope 0 1", sdp)
+
+
+def _audio_mid_renamed(sdp: str) -> str:
+    return sdp.replace("a=mid:0", "a=mid:x", 1)  # BUNDLE still names 0
+
+
+def _mids_duplicated(sdp: str) -> str:
+    return sdp.replace("a=mid:1", "a=mid:0")
+
+
+BROKEN_MIDS = [
+    (_bundle_names_a_missing_mid, "names mid 'nope'"),
+    (_audio_mid_renamed, "names mid '0'"),
+    (_mids_duplicated, "two media sections have a=mid:0"),
+]
+
+
+@contextmanager
+def unretrieved_task_errors() -> Iterator[list[dict[str, Any]]]:
+    """What the event loop reports as unhandled (e.g. "Task exception was never retrieved")."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        yield reported
+        gc.collect()  # a done task's exception is reported when the task is collected
+    finally:
+        loop.set_exception_handler(previous)
+
+
+@pytest.mark.parametrize(("corrupt", "named"), BROKEN_MIDS)
+async def test_an_offer_whose_bundle_or_mid_names_a_missing_section_is_a_value_error(
+    corrupt: Any, named: str
+) -> None:
+    sdp = corrupt(await browser_like_offer())
+    with pytest.raises(ValueError, match=re.escape(named)):
+        description_from_dict({"type": "offer", "sdp": sdp})
+    with unretrieved_task_errors() as reported:
+        pc = create_peer(loopback=True)
+        pc.addTrack(OutboundAudio(_silence()))
+        try:
+            # accept_offer checks too (a caller may build the description itself)
+            with pytest.raises(ValueError, match=re.escape(named)):
+                await accept_offer(pc, RTCSessionDescription(sdp=sdp, type="offer"))
+            await anyio.sleep(0.2)  # a connect task aiortc started would have failed by now
+        finally:
+            await pc.close()
+    assert reported == []
+
+
+@pytest.mark.parametrize("loopback", [True, False])
+async def test_a_failing_connect_task_makes_the_peer_failed_not_an_unretrieved_error(
+    loopback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Straight through aiortc's own API (no llmrtc check): aiortc bundles onto the transport of
+    # a mid no section has, and its background connect task then fails on None.
+    sdp = _bundle_names_a_missing_mid(await browser_like_offer())
+    states: list[str] = []
+    with caplog.at_level(logging.WARNING, "llmrtc.rtc.peer"), unretrieved_task_errors() as reported:
+        pc = create_peer(loopback=loopback)
+        pc.on("connectionstatechange", lambda: states.append(pc.connectionState))
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
+        with pytest.raises(PeerConnectionError, match="the peer connection failed"):
+            await wait_connected(pc, TIMEOUT)
+        assert pc.connectionState == "failed"
+        await pc.close()  # aiortc's own close trips on the same None: not raised
+        assert pc.connectionState == "closed"
+        with anyio.fail_after(TIMEOUT):
+            await pc.close()  # and a second close returns
+    assert states == ["failed", "closed"]
+    assert reported == []
+    failures = [r for r in caplog.records if "failed while connecting" in r.getMessage()]
+    assert len(failures) == 1
+
+
+async def test_the_server_answers_such_an_offer_with_bad_offer_and_serves_the_next() -> None:
+    llm = ScriptedLLM(["Fine."])
+    sdp = _bundle_names_a_missing_mid(await browser_like_offer())
+    with unretrieved_task_errors() as reported:
+        async with RTCServer(lambda: _runner(llm), speech=fake_speech(), config=config()) as server:
+            async with raw_client(server.url) as client:
+                await client.send({"type": "offer", "sdp": sdp})
+                error = await client.wait_for("error")
+                assert error["code"] == "bad_offer" and "nope" in error["message"]
+                assert await client.wait_closed() == 1008
+            async with raw_client(server.url) as client:
+                await client.connect()
+                await client.send({"type": "text", "text": "Hello"})
+                assert (await client.wait_for("turn_completed"))["text"] == "Fine."
+            await until(lambda: server.active_sessions == 0)
+    assert reported == []
+
+
+def _runner(llm: ScriptedLLM) -> Any:
+    from llmrtc import ToolExecutor, ToolRegistry
+    from llmrtc.agent import TurnRunner
+
+    return TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
