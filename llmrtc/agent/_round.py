@@ -3,6 +3,7 @@ with its hook events."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -34,8 +35,14 @@ logger = logging.getLogger(__name__)
 class TurnState:
     """The running state of one turn, and how it writes to the conversation history."""
 
-    def __init__(self, history: ConversationHistory, turn_id: str | None = None) -> None:
+    def __init__(
+        self,
+        history: ConversationHistory,
+        turn_id: str | None = None,
+        max_tool_result_chars: int | None = None,
+    ) -> None:
         self.history = history
+        self.max_tool_result_chars = max_tool_result_chars  # see TurnSettings
         self.id = turn_id or f"turn_{uuid.uuid4().hex[:12]}"
         self.started = time.perf_counter()
         self.texts: list[str] = []  # everything yielded as text, in order
@@ -69,13 +76,62 @@ class TurnState:
 
     def record_results(self, results: list[ToolCallResult]) -> None:
         """Store a batch's results (in request order): the pending calls are settled."""
+        limit = self.max_tool_result_chars
         for result in results:
-            self.history.append(ToolMessage(result.call_id, result.to_content()))
+            content = result.to_content()
+            if limit is not None and len(content) > limit:
+                logger.info(
+                    "the result of tool %r (call %s) was cut to %d of its %d characters for "
+                    "the model (max_tool_result_chars)",
+                    result.tool_name,
+                    result.call_id,
+                    limit,
+                    len(content),
+                )
+                content = cut_tool_content(content, limit)
+            self.history.append(ToolMessage(result.call_id, content))
         self.results.extend(results)
         self.pending = []
 
     def __repr__(self) -> str:
         return f"<turn {self.id} {self.stop_reason}>"
+
+
+def cut_tool_content(content: str, limit: int) -> str:
+    """`content` (a tool message's JSON) as a JSON object of at most `limit` characters that
+    says it was cut and holds the start of it: `{"truncated": true, "shown_chars": K,
+    "total_chars": M, "note": ..., "partial_result": content[:K]}`. A JSON object, not a bare
+    prefix: the model reads the note, and the message stays valid JSON like every other."""
+    total = len(content)
+
+    def cut(shown: int) -> str:
+        return json.dumps(
+            {
+                "truncated": True,
+                "shown_chars": shown,
+                "total_chars": total,
+                "note": (
+                    f"The tool's result was too long for you: partial_result holds only its "
+                    f"first {shown} of {total} characters."
+                ),
+                "partial_result": content[:shown],
+            },
+            ensure_ascii=False,
+        )
+
+    # Most results escape little: the longest prefix that the notice leaves room for fits.
+    best = max(0, limit - len(cut(0)) - 2 * (len(str(limit)) - 1))
+    if len(candidate := cut(best)) <= limit:
+        return candidate
+    # Escaping (quotes, backslashes) made the prefix longer than itself: the longest that fits.
+    low, high = 0, best
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(cut(middle)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return cut(low)
 
 
 def _needs_space(texts: Sequence[str], text: str) -> bool:

@@ -17,7 +17,7 @@ from llmrtc.agent.events import (
 )
 from llmrtc.agent.handler import read_handler_state, replace_messages
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.agent.settings import TurnSettings
+from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import UserMessage
 from llmrtc.llm.provider import LLMProvider
@@ -94,6 +94,7 @@ class TurnRunner:
         tool_choice: ToolChoice = "auto",
         max_tool_rounds: int = 5,
         model_settings: ModelSettings | None = None,
+        max_tool_result_chars: int | None = DEFAULT_MAX_TOOL_RESULT_CHARS,
         settings: TurnSettings | None = None,
         hooks: Hooks | None = None,
         history: ConversationHistory | None = None,
@@ -113,6 +114,9 @@ class TurnRunner:
             max_tool_rounds: Tool batches per turn; after the last, one more request without
                 tool use ends the turn.
             model_settings: Model name and sampling options for every request.
+            max_tool_result_chars: The most characters of one tool result the model is sent
+                (a longer one is cut, saying so: see `TurnSettings.max_tool_result_chars`);
+                None sends every result whole.
             settings: All of the above in one `TurnSettings` (instead of those arguments),
                 with its extra tools and fallback lines.
             hooks: Observers of turns, model requests and (for this runner's batches) tools.
@@ -134,6 +138,7 @@ class TurnRunner:
                 tool_choice=tool_choice,
                 max_tool_rounds=max_tool_rounds,
                 model=model_settings or ModelSettings(),
+                max_tool_result_chars=max_tool_result_chars,
             )
         elif (
             system_prompt is not None
@@ -141,10 +146,11 @@ class TurnRunner:
             or tool_choice != "auto"
             or max_tool_rounds != 5
             or model_settings is not None
+            or max_tool_result_chars != DEFAULT_MAX_TOOL_RESULT_CHARS
         ):
             raise ValueError(
                 "pass either settings=TurnSettings(...) or system_prompt/tools/tool_choice/"
-                "max_tool_rounds/model_settings, not both"
+                "max_tool_rounds/model_settings/max_tool_result_chars, not both"
             )
         self.llm = llm
         self.executor = executor
@@ -325,7 +331,7 @@ class TurnRunner:
         self.turns_started += 1
         controller = AbortController(parent=abort_signal)
         signal = controller.signal
-        turn = TurnState(self.history, turn_id)
+        turn = TurnState(self.history, turn_id, self._settings.max_tool_result_chars)
         self.current_turn_id = turn.id
         if user_text is not None:
             self.history.append(UserMessage(user_text))

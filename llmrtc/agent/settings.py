@@ -9,13 +9,26 @@ from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import ToolChoice
 from llmrtc.tools.tool import Tool
 
-__all__ = ["DEFAULT_EMPTY_REPLY", "DEFAULT_ERROR_REPLY", "TurnSettings"]
+__all__ = [
+    "DEFAULT_EMPTY_REPLY",
+    "DEFAULT_ERROR_REPLY",
+    "DEFAULT_MAX_TOOL_RESULT_CHARS",
+    "MIN_TOOL_RESULT_CHARS",
+    "TurnSettings",
+]
 
 DEFAULT_ERROR_REPLY = "Sorry, I had a problem answering that. Could you say it again?"
 """What the agent says when the model or its server failed for good during a turn."""
 
 DEFAULT_EMPTY_REPLY = "Sorry, I don't have an answer to that. Could you put it another way?"
 """What the agent says when the model had nothing to say, even when asked again without tools."""
+
+DEFAULT_MAX_TOOL_RESULT_CHARS = 16_000
+"""A tool message sent to the model holds at most this many characters by default (about 4k
+tokens): a tool that returns a whole file or a base64 blob must not fill the model's context."""
+
+MIN_TOOL_RESULT_CHARS = 500
+"""The smallest `max_tool_result_chars`: room for the cut notice and some of the result."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,13 @@ class TurnSettings:
     empty_reply: str | None = DEFAULT_EMPTY_REPLY
     """Said when a turn would end with nothing said, even after one retry without tools;
     None ends such a turn silently."""
+    max_tool_result_chars: int | None = DEFAULT_MAX_TOOL_RESULT_CHARS
+    """The most characters of one tool result the model is sent (whatever the tool: local
+    handler, MCP server, LLM-backed tool; at least `MIN_TOOL_RESULT_CHARS`); None sends every
+    result whole. A longer result is replaced by a JSON object the model can read:
+    `{"truncated": true, "shown_chars": K, "total_chars": M, "note": "...",
+    "partial_result": "<the first K characters of the result's JSON>"}`, itself within the
+    limit. The caller's `ToolCallResult` (and hooks) keep the whole result."""
 
     def __post_init__(self) -> None:
         if isinstance(self.tools, str) or (
@@ -65,6 +85,15 @@ class TurnSettings:
             raise TypeError(f"max_tool_rounds must be an integer, got {self.max_tool_rounds!r}")
         if self.max_tool_rounds < 0:
             raise ValueError(f"max_tool_rounds must be >= 0, got {self.max_tool_rounds}")
+        limit = self.max_tool_result_chars
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"max_tool_result_chars must be an integer or None, got {limit!r}")
+            if limit < MIN_TOOL_RESULT_CHARS:
+                raise ValueError(
+                    f"max_tool_result_chars must be >= {MIN_TOOL_RESULT_CHARS} (room for the "
+                    f"cut notice) or None for no limit, got {limit}"
+                )
         if not self.error_reply.strip():
             raise ValueError("error_reply must say something (the user hears it)")
         if self.empty_reply is not None and not self.empty_reply.strip():

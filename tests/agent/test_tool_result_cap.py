@@ -1,0 +1,113 @@
+"""Every tool result the model is sent has a size cap (`max_tool_result_chars`, 16 000 by
+default): a longer one becomes a JSON note saying it was cut at K of M characters, holding
+the start of the result. The caller's `ToolCallResult` keeps the whole result. (The same cap
+on an MCP server's result: tests/catalog/test_mcp_official_servers.py.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
+from llmrtc.agent import ToolCallFinished, TurnCompleted, TurnRunner, TurnSettings
+from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS
+from llmrtc.llm import ToolMessage
+from llmrtc.testing import ScriptedLLM, ScriptedResponse
+from llmrtc.testing.scripted import check_chat_messages
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+async def read_log(lines: int) -> str:
+    """Read the last lines of the log.
+
+    Args:
+        lines: How many lines.
+    """
+    return "\n".join(f'line {i}: "quoted" \\ text' for i in range(lines))
+
+
+@tool
+async def weather(city: str) -> dict[str, Any]:
+    """Current weather.
+
+    Args:
+        city: The city.
+    """
+    return {"city": city, "temp": 21}
+
+
+REGISTRY = ToolRegistry([read_log, weather])
+
+
+async def tool_message_sent(
+    lines: int, **options: Any
+) -> tuple[str, ToolCallFinished, TurnCompleted]:
+    """Run a turn whose model reads `lines` log lines; what the model was sent next."""
+    llm = ScriptedLLM(
+        [ScriptedResponse(tool_calls=[ToolCall("c1", "read_log", {"lines": lines})]), "Done."]
+    )
+    options.setdefault("system_prompt", "You read logs.")
+    runner = TurnRunner(llm, ToolExecutor(REGISTRY), **options)
+    events = [event async for event in runner.run_turn("What does the log say?")]
+    check_chat_messages(runner.history.for_request("sys"))
+    (message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolMessage)]
+    finished = next(e for e in events if isinstance(e, ToolCallFinished))
+    completed = events[-1]
+    assert isinstance(completed, TurnCompleted)
+    return message.content, finished, completed
+
+
+async def test_a_long_result_is_cut_for_the_model_with_a_note_saying_so() -> None:
+    content, finished, completed = await tool_message_sent(20_000)
+    whole = json.dumps(finished.result.result, ensure_ascii=False)
+    assert len(whole) > 500_000
+    assert len(content) <= DEFAULT_MAX_TOOL_RESULT_CHARS
+    cut = json.loads(content)  # still JSON, like every tool message
+    assert cut["truncated"] is True and cut["total_chars"] == len(whole)
+    assert cut["partial_result"] == whole[: cut["shown_chars"]]
+    # Quotes and backslashes double when escaped: the prefix still fills most of the room.
+    assert cut["shown_chars"] > DEFAULT_MAX_TOOL_RESULT_CHARS // 3
+    assert f"first {cut['shown_chars']} of {len(whole)} characters" in cut["note"]
+    # The caller (and hooks) keep the whole result.
+    assert completed.tool_results[0].result == finished.result.result
+    assert len(finished.result.result) == len(json.loads(whole))
+
+
+async def test_a_short_result_is_sent_whole() -> None:
+    content, finished, _ = await tool_message_sent(3)
+    assert json.loads(content) == finished.result.result
+
+
+async def test_the_cap_is_configurable_and_none_sends_everything() -> None:
+    content, _, _ = await tool_message_sent(200, max_tool_result_chars=1000)
+    assert len(content) <= 1000 and json.loads(content)["truncated"] is True
+    content, finished, _ = await tool_message_sent(20_000, max_tool_result_chars=None)
+    assert json.loads(content) == finished.result.result
+    settings = TurnSettings(system_prompt="You read logs.", max_tool_result_chars=2000)
+    content, _, _ = await tool_message_sent(200, settings=settings, system_prompt=None)
+    assert 1900 < len(content) <= 2000
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(10, ValueError), (0, ValueError), (True, TypeError), (1.5e4, TypeError), ("16k", TypeError)],
+)
+def test_a_cap_too_small_for_the_note_or_not_an_integer_is_refused(
+    value: Any, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="max_tool_result_chars"):
+        TurnSettings(system_prompt="x", max_tool_result_chars=value)
+
+
+def test_the_cap_and_settings_are_not_both_given() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        TurnRunner(
+            ScriptedLLM([]),
+            ToolExecutor(REGISTRY),
+            settings=TurnSettings(system_prompt="x"),
+            max_tool_result_chars=1000,
+        )
