@@ -1,6 +1,10 @@
 """The `composed` tool-call format: the tools and the answer as one JSON schema (seed 002's
 `{calls, output}`), sent as `response_format`, and the parser that turns the model's one JSON
-object into tool calls and answer text (the `output` string streamed as it is written)."""
+object into tool calls and answer text (the `output` string streamed as it is written).
+
+Two shapes (see `composed_schema`): the default, calls `{"name", "arguments"}` or an answer;
+and seed 002's own (`allow_both`), calls `{"_tool": <name>, <parameters>...}` beside an answer
+that may be null. The parser reads either, whichever the request asked for."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from llmrtc.llm.wire import new_call_id
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import to_wire_name
-from llmrtc.tools.latent import composed_schema
+from llmrtc.tools.latent import TOOL_FIELD, composed_schema
 
 logger = logging.getLogger("llmrtc.llm")
 
@@ -26,9 +30,9 @@ _KEYS = ("calls", "output")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def composed_prompt(tools: Sequence[ToolDefinition]) -> str:
+def composed_prompt(tools: Sequence[ToolDefinition], *, allow_both: bool = False) -> str:
     """The system-prompt section of the composed format: the tools, one JSON line each, and
-    the shape of the answer."""
+    the shape of the answer (`allow_both`: seed 002's shape, see `composed_schema`)."""
     lines = "\n".join(
         json.dumps(
             {"name": t.wire_name, "description": t.description, "parameters": t.parameters},
@@ -36,13 +40,22 @@ def composed_prompt(tools: Sequence[ToolDefinition]) -> str:
         )
         for t in tools
     )
-    return (
-        f"# Tools\n\nYou may call these tools:\n{lines}\n\n"
-        'Reply with one JSON object {"calls": [...], "output": ...}. Only call a tool when the '
-        'user\'s request needs it: then put the calls in "calls" as '
-        '{"name": <tool name>, "arguments": {...}} and set "output" to null. Otherwise leave '
-        '"calls" empty and write your answer to the user in "output".'
-    )
+    if allow_both:
+        shape = (
+            'Reply with one JSON object {"output": ..., "calls": [...]}. Only call a tool when '
+            'the user\'s request needs it: then put each call in "calls" as '
+            '{"_tool": <tool name>, <its parameters>...}. Write your answer to the user in '
+            '"output", or null when you only call tools; leave "calls" empty when no tool is '
+            "needed."
+        )
+    else:
+        shape = (
+            'Reply with one JSON object {"calls": [...], "output": ...}. Only call a tool when '
+            'the user\'s request needs it: then put the calls in "calls" as '
+            '{"name": <tool name>, "arguments": {...}} and set "output" to null. Otherwise '
+            'leave "calls" empty and write your answer to the user in "output".'
+        )
+    return f"# Tools\n\nYou may call these tools:\n{lines}\n\n{shape}"
 
 
 def output_schema_of(response_format: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -72,14 +85,21 @@ def composed_response_format(
     tools: Sequence[ToolDefinition],
     choice: ToolChoice,
     output_schema: Mapping[str, Any] | None,
+    *,
+    allow_both: bool = False,
 ) -> dict[str, Any]:
     """The `response_format` of a request in the composed format. A forcing `tool_choice`
-    leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`).
+    leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`); with
+    `allow_both` (seed 002's shape, an object root) it makes `calls` hold at least one call.
 
-    No `"strict": true`: OpenAI's strict mode needs an object at the root (the composed root
-    is an `anyOf` of the calls and the answer branch), every property required and
-    `additionalProperties: false` on every object, which tool parameters with optional
+    No `"strict": true`: OpenAI's strict mode needs an object at the root (the default
+    composed root is an `anyOf` of the calls and the answer branch), every property required
+    and `additionalProperties: false` on every object, which tool parameters with optional
     arguments do not satisfy. llama.cpp constrains decoding to the schema without it.
+
+    Raises:
+        ValueError: for a forced tool that is not offered, or (with `allow_both`) a tool the
+            seed's flattened calls cannot hold (a parameter named `_tool`).
     """
     if isinstance(choice, Mapping):
         forced = [t for t in tools if t.name == choice["name"]]
@@ -89,8 +109,11 @@ def composed_response_format(
                 f"{', '.join(t.name for t in tools) or 'none'}"
             )
         tools = forced
-    schema = composed_schema(tools, output_schema)
-    if isinstance(choice, Mapping) or choice == "required":
+    schema = composed_schema(tools, output_schema, allow_both=allow_both)
+    forcing = isinstance(choice, Mapping) or choice == "required"
+    if forcing and allow_both:
+        schema["properties"]["calls"]["minItems"] = 1
+    elif forcing:
         calls_only = schema["anyOf"][0]
         if "$defs" in schema:
             calls_only["$defs"] = schema["$defs"]
@@ -101,6 +124,9 @@ def composed_response_format(
 class ComposedAnswerParser:
     """Reads a streamed composed answer: the `output` string's text as it arrives, the calls
     (and an `output` that is no string, as JSON text) once the object is complete.
+
+    Calls in either composed shape are read: `{"name": ..., "arguments": {...}}`, or seed
+    002's `{"_tool": ..., <arguments>...}`; an `output` may come beside calls.
 
     A server that ignored the schema: an answer that does not start with `{` is read as text
     by `fallback` (calls written as text are still found), except a composed object after a
@@ -286,11 +312,17 @@ class ComposedAnswerParser:
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             events.append(LLMTextDelta(text))
         for call in answer.get("calls") or ():
-            name = call.get("name") if isinstance(call, dict) else None
+            arguments: Any
+            if isinstance(call, dict) and TOOL_FIELD in call:
+                # Seed 002's shape: the arguments are the call's other keys.
+                name = call[TOOL_FIELD]
+                arguments = {key: value for key, value in call.items() if key != TOOL_FIELD}
+            else:
+                name = call.get("name") if isinstance(call, dict) else None
+                arguments = call.get("arguments") if isinstance(call, dict) else None
             if not isinstance(name, str) or not name:
                 logger.warning("composed answer: dropped a call without a name: %.200r", call)
                 continue
-            arguments = call.get("arguments")
             # A call to an undeclared tool (only a server that does not constrain decoding
             # lets one through) keeps its name: the executor answers it `not_found`, and
             # the model can correct itself, as with native calls.

@@ -270,32 +270,70 @@ def composed_schema(
 ) -> dict[str, Any]:
     """The composed `{calls, output}` schema (seed 002) a model answers with one JSON object.
 
-    Each call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to that
-    tool's parameters (a `oneOf` over the tools, `name` a const). By default the object holds
-    either calls (`output` null) or an answer (`calls` empty), never both: measured on the
-    offline model, a schema allowing both made it invent an answer beside its calls.
+    By default (`allow_both=False`) each call is `{"name": <wire name>, "arguments": {...}}`,
+    its arguments constrained to that tool's parameters (a `oneOf` over the tools, `name` a
+    const), and the object holds either calls (`output` null) or an answer (`calls` empty),
+    never both: measured on the offline model, a schema allowing both made it invent an answer
+    beside its calls. The root is an `anyOf` of those two branches.
+
+    With `allow_both=True` it is seed 002's own shape: an object root, `output` first and
+    nullable (`"type": [<its type>, "null"]`, `additionalProperties: false` on an answer
+    object with `properties`), and each call the tool's own schema flattened, its name in
+    `_tool` (`{"_tool": {"const": <wire name>}, <parameters>...}`, `_tool` required first);
+    calls and an answer may come together. For seed 002's example (`greetUser(userName)`,
+    answer `{summary}`):
+
+        {"type": "object",
+         "properties": {
+             "output": {"type": ["object", "null"],
+                        "properties": {"summary": {"type": "string"}},
+                        "required": ["summary"], "additionalProperties": false},
+             "calls": {"type": "array",
+                       "items": {"type": "object",
+                                 "properties": {"_tool": {"const": "greetUser"},
+                                                "userName": {"type": "string"}},
+                                 "required": ["_tool", "userName"]}}},
+         "required": ["calls", "output"]}
+
+    Several tools make `items` a `oneOf` of such objects. Without tools `calls` must be empty
+    (and `output` is not nullable). Sub-schemas' `$defs` move to the root.
 
     Args:
         definitions: The tools that may be called.
         output_schema: The answer's schema (default: a string, the reply text).
-        allow_both: Allow calls and an answer in one object (seed 002's original form).
+        allow_both: Seed 002's shape: flattened `_tool` calls and an answer beside them.
+
+    Raises:
+        ValueError: with `allow_both`, for a tool with a parameter named `_tool` (the flattened
+            call names its tool there) or parameters that are no JSON object schema.
     """
     hoisted: dict[str, Any] = {}
-    calls = [_call_schema(definition, hoisted) for definition in definitions]
+    definitions = list(definitions)
     output = _hoist(dict(output_schema or {"type": "string"}), "output", hoisted)
-    if not calls:
-        schema = _branch({"type": "array", "maxItems": 0}, output)
-    elif allow_both:
-        items = {"type": "array", "items": {"oneOf": calls}}
-        schema = _branch(items, {"anyOf": [output, {"type": "null"}]})
-    else:
-        with_calls = {"type": "array", "minItems": 1, "items": {"oneOf": calls}}
-        schema = {
-            "anyOf": [
-                _branch(with_calls, {"type": "null"}),
-                _branch({"type": "array", "maxItems": 0}, output),
-            ]
+    if allow_both:
+        flat = [_flat_call_schema(definition, hoisted) for definition in definitions]
+        if not flat:
+            calls: dict[str, Any] = {"type": "array", "maxItems": 0}
+        else:
+            calls = {"type": "array", "items": flat[0] if len(flat) == 1 else {"oneOf": flat}}
+            output = _nullable(output)
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {"output": output, "calls": calls},
+            "required": ["calls", "output"],
         }
+    else:
+        nested = [_call_schema(definition, hoisted) for definition in definitions]
+        if not nested:
+            schema = _branch({"type": "array", "maxItems": 0}, output)
+        else:
+            with_calls = {"type": "array", "minItems": 1, "items": {"oneOf": nested}}
+            schema = {
+                "anyOf": [
+                    _branch(with_calls, {"type": "null"}),
+                    _branch({"type": "array", "maxItems": 0}, output),
+                ]
+            }
     if hoisted:
         schema["$defs"] = hoisted
     return schema
@@ -322,6 +360,52 @@ def _call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> dict[st
     if definition.description:
         call["description"] = definition.description
     return call
+
+
+def _flat_call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> dict[str, Any]:
+    """Seed 002's call: the tool's parameters schema with `_tool` (its name) first."""
+    parameters = _hoist(dict(definition.json_schema), definition.wire_name, hoisted)
+    properties = parameters.get("properties") or {}
+    if parameters.get("type", "object") != "object" or not isinstance(properties, Mapping):
+        raise ValueError(
+            f"tool {definition.name!r}: composed_schema(allow_both=True) flattens a call's "
+            f"arguments beside '_tool', so the parameters must be a JSON object schema, got "
+            f"type {parameters.get('type')!r}; use allow_both=False (arguments nested)"
+        )
+    if TOOL_FIELD in properties:
+        raise ValueError(
+            f"tool {definition.name!r} has a parameter named {TOOL_FIELD!r}, which "
+            f"composed_schema(allow_both=True) uses to name the tool in a call: rename the "
+            f"parameter, or use allow_both=False (arguments nested under 'arguments')"
+        )
+    call: dict[str, Any] = {"type": "object"}
+    if definition.description:
+        call["description"] = definition.description
+    call.update({key: value for key, value in parameters.items() if key != "title"})
+    call["type"] = "object"
+    call["properties"] = {TOOL_FIELD: {"const": definition.wire_name}, **properties}
+    call["required"] = [TOOL_FIELD, *(k for k in parameters.get("required", ()) if k != TOOL_FIELD)]
+    return call
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` that also accepts null: seed 002's `"type": [<type>, "null"]` where the schema
+    has a type (and `additionalProperties: false` on an object with `properties`, as in the
+    seed), else `anyOf` with null."""
+    kind = schema.get("type")
+    if isinstance(kind, str) and "const" not in schema and "$ref" not in schema:
+        out = {"type": [kind, "null"], **{k: v for k, v in schema.items() if k != "type"}}
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        if kind == "object" and "properties" in out:
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(kind, list) and "const" not in schema and "$ref" not in schema:
+        out = {**schema, "type": kind if "null" in kind else [*kind, "null"]}
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        return out
+    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _hoist(schema: dict[str, Any], prefix: str, hoisted: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""`compose_schema`: seed 002's `{calls, output}` schema, either calls or an answer."""
+"""`compose_schema`: seed 002's `{calls, output}` schema, either calls or an answer (default)
+or seed 002's own shape with flattened `_tool` calls and an answer beside them (`allow_both`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
@@ -72,8 +74,85 @@ def test_names_are_wire_names_and_refs_are_hoisted_to_the_root() -> None:
 def test_allow_both_is_seed_002s_original_form_with_an_object_root() -> None:
     schema = compose_schema([lookupWeather], OUTPUT, allow_both=True)
     assert schema["type"] == "object"
-    call = {"name": "lookupWeather", "arguments": {"city": "Oslo"}}
+    # Seed 002's calls: the tool's parameters flattened beside `_tool` (issue 17; this test
+    # used to check the nested {name, arguments} calls the default shape still has).
+    call = {"_tool": "lookupWeather", "city": "Oslo"}
     assert valid(schema, {"calls": [call], "output": {"summary": "hi"}})
+    assert valid(schema, {"calls": [call], "output": None})
+    assert valid(schema, {"calls": [], "output": {"summary": "hi"}})
+    nested = {"name": "lookupWeather", "arguments": {"city": "Oslo"}}
+    assert not valid(schema, {"calls": [nested], "output": None})
+    assert not valid(schema, {"calls": [{"_tool": "lookupWeather"}], "output": None})
+    assert not valid(schema, {"calls": [{"_tool": "invented", "city": "Oslo"}], "output": None})
+
+
+# Seed 002's "Composed Schema (for the LLM)", verbatim.
+SEED_002_COMPOSED = """{
+  "type": "object",
+  "properties": {
+    "output": {
+      "type": ["object", "null"],
+      "properties": {
+        "summary": { "type": "string" }
+      },
+      "required": ["summary"],
+      "additionalProperties": false
+    },
+    "calls": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "properties": {
+          "_tool": { "const": "greetUser" },
+          "userName": { "type": "string" }
+        },
+        "required": ["_tool", "userName"]
+      }
+    }
+  },
+  "required": ["calls", "output"]
+}"""
+
+
+def test_allow_both_gives_seed_002s_example_exactly() -> None:
+    greet_user = ToolDefinition(
+        name="greetUser",
+        parameters={
+            "type": "object",
+            "properties": {"userName": {"type": "string"}},
+            "required": ["userName"],
+        },
+    )
+    schema = compose_schema([greet_user], OUTPUT, allow_both=True)
+    seed = json.loads(SEED_002_COMPOSED)
+    assert schema == seed
+    assert json.dumps(schema) == json.dumps(seed)  # key order too: `output` first, `_tool` first
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_allow_both_with_several_tools_latent_tools_and_refs() -> None:
+    schema = compose_schema([lookupWeather, basket, capital], allow_both=True)
+    weather = {"_tool": "lookupWeather", "city": "Oslo"}
+    order = {"_tool": "shop__order", "items": [{"sku": "A1"}]}
+    latent = {"_tool": "capital", "country": "France", "_output": "Paris"}
+    assert valid(schema, {"calls": [weather, order, latent], "output": "On it."})
+    assert valid(schema, {"calls": [weather], "output": None})  # a string answer, or null
+    assert not valid(schema, {"calls": [{**latent, "_output": None}], "output": None})
+    assert not valid(schema, {"calls": [{**order, "items": [{}]}], "output": None})
+    assert set(schema["$defs"]) == {"shop__order__Item"}
+    assert schema["properties"]["output"] == {"type": ["string", "null"]}
+
+
+def test_allow_both_refuses_a_parameter_named_tool() -> None:
+    clash = ToolDefinition(
+        name="router.send",
+        parameters={"type": "object", "properties": {"_tool": {"type": "string"}}},
+    )
+    with pytest.raises(ValueError, match=r"'router.send' has a parameter named '_tool'.*rename"):
+        compose_schema([clash], allow_both=True)
+    # Nested arguments cannot clash: the default shape takes it.
+    schema = compose_schema([clash])
+    call = {"name": "router__send", "arguments": {"_tool": "x"}}
     assert valid(schema, {"calls": [call], "output": None})
 
 
