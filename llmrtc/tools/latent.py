@@ -305,7 +305,7 @@ def composed_schema(
 
     Raises:
         ValueError: with `allow_both`, for a tool with a parameter named `_tool` (the flattened
-            call names its tool there) or parameters that are no JSON object schema.
+            call names its tool there).
     """
     hoisted: dict[str, Any] = {}
     definitions = list(definitions)
@@ -365,13 +365,8 @@ def _call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> dict[st
 def _flat_call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> dict[str, Any]:
     """Seed 002's call: the tool's parameters schema with `_tool` (its name) first."""
     parameters = _hoist(dict(definition.json_schema), definition.wire_name, hoisted)
+    # ToolDefinition guarantees an object schema: its properties can sit beside `_tool`.
     properties = parameters.get("properties") or {}
-    if parameters.get("type", "object") != "object" or not isinstance(properties, Mapping):
-        raise ValueError(
-            f"tool {definition.name!r}: composed_schema(allow_both=True) flattens a call's "
-            f"arguments beside '_tool', so the parameters must be a JSON object schema, got "
-            f"type {parameters.get('type')!r}; use allow_both=False (arguments nested)"
-        )
     if TOOL_FIELD in properties:
         raise ValueError(
             f"tool {definition.name!r} has a parameter named {TOOL_FIELD!r}, which "

@@ -143,6 +143,26 @@ def test_allow_both_with_several_tools_latent_tools_and_refs() -> None:
     assert schema["properties"]["output"] == {"type": ["string", "null"]}
 
 
+@pytest.mark.parametrize(
+    ("output", "nullable"),
+    [
+        (
+            {"type": "string", "enum": ["yes", "no"]},
+            {"type": ["string", "null"], "enum": ["yes", "no", None]},
+        ),
+        ({"type": ["string", "integer"]}, {"type": ["string", "integer", "null"]}),
+        ({"type": "object"}, {"type": ["object", "null"]}),  # no properties: any object stays
+        ({"const": "ok"}, {"anyOf": [{"const": "ok"}, {"type": "null"}]}),
+    ],
+)
+def test_allow_both_makes_any_output_schema_nullable(
+    output: dict[str, Any], nullable: dict[str, Any]
+) -> None:
+    schema = compose_schema([lookupWeather], output, allow_both=True)
+    assert schema["properties"]["output"] == nullable
+    assert valid(schema, {"output": None, "calls": []})
+
+
 def test_allow_both_refuses_a_parameter_named_tool() -> None:
     clash = ToolDefinition(
         name="router.send",
