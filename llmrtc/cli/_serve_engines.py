@@ -17,7 +17,14 @@ if TYPE_CHECKING:
     from llmrtc.telemetry.hooks import Hooks
     from llmrtc.voice.speech import Speech
 
-__all__ = ["FALLBACK_REPLY", "open_llm", "open_speech", "speech_mode_for", "telemetry"]
+__all__ = [
+    "FALLBACK_REPLY",
+    "open_llm",
+    "open_speech",
+    "opening_message",
+    "speech_mode_for",
+    "telemetry",
+]
 
 LLMMode = Literal["auto", "offline", "openai"]
 Progress = Callable[[str, float | None], None]
@@ -25,6 +32,36 @@ Progress = Callable[[str, float | None], None]
 FALLBACK_REPLY = "I heard you."
 """What the `--fake-engines` model says once its script is used up."""
 _FALLBACK_TURNS = 10_000  # a test server never gets near it
+
+
+# Measured on the project's 2-core machines with `llmrtc serve playbooks/weather.yaml` (one
+# process, offline model and speech, another test run beside it): 34 s from start to the URL
+# line with an empty cache (8 s joining the 1.1 GB model from its packages, then loading a
+# file the page cache has not seen), 20 s on later starts (most of it "loading model").
+_FIRST_START_SECONDS = 35
+_LATER_START_SECONDS = 20
+
+
+def opening_message(mode: LLMMode, *, fake: bool) -> str:
+    """The line `llmrtc serve` prints before opening its engines: what it opens and, for the
+    offline model, about how long that takes (much longer the first time: the model is joined
+    from its packages into the cache directory then)."""
+    if fake:
+        return "llmrtc serve: opening the fake engines..."
+    opening = "llmrtc serve: opening the model and the speech engines"
+    api = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+    if mode == "openai" or (mode == "auto" and api):
+        return f"{opening}..."
+    from llmrtc.llm.local.weights import LOCAL_MODELS, cache_dir_for
+
+    spec = LOCAL_MODELS.get(os.environ.get("LLMRTC_MODEL") or "1.5b", LOCAL_MODELS["1.5b"])
+    joined = cache_dir_for(None) / spec.filename
+    if joined.is_file() and joined.stat().st_size == spec.size_bytes:
+        return f"{opening} (about {_LATER_START_SECONDS} s)..."
+    return (
+        f"{opening}: the first start takes about {_FIRST_START_SECONDS} s (joining the model "
+        f"from its packages into {joined.parent}), later ones about {_LATER_START_SECONDS} s..."
+    )
 
 
 class ServeSetupError(Exception):

@@ -12,8 +12,15 @@ worker. The supervisor:
   supervisor, which forwards it once) with a pipe as stdin (when the supervisor dies the pipe
   closes and the workers shut down);
 - prints the one `listening on` line once every worker printed its own, forwards SIGTERM and
-  SIGINT, and exits 0 when every worker exited 0 (130 after a second Ctrl-C). A worker that
-  dies stops the others (exit 1).
+  SIGINT, and exits 0 when every worker exited 0 (130 after a second Ctrl-C); a worker still
+  running `_STOP_TIMEOUT` seconds past the grace is killed;
+- restarts a worker that exits while the server runs (killed, crashed, failed at start), and
+  keeps the store: the other workers' sessions and every vanished session stay resumable.
+  Restarts are bounded: a worker that exits `_QUICK_FAILURES` times in a row, each time
+  before it listened or within `_STEADY` seconds after, is crash-looping and is not started
+  again; nor is one that could not open what it serves with (`WORKER_SETUP_FAILED`: it said
+  why, and would fail the same way). The others keep serving (stopping them would cut their
+  live sessions, the very loss restarting avoids); with none left the command exits 1.
 """
 
 from __future__ import annotations
@@ -25,18 +32,23 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from llmrtc.cli._serve_run import LISTENING
+from llmrtc.cli._serve_run import LISTENING, WORKER_SETUP_FAILED
 
 __all__ = ["supervise", "worker_command"]
 
 _INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 _STOP_TIMEOUT = 10.0  # seconds past the grace before a worker that did not exit is killed
+# (longer than a worker's own BACKSTOP_MARGIN, so it can say what still ran before it goes).
+_QUICK_FAILURES = 3  # exits in a row, each soon after the start, before a worker is given up
+_STEADY = 60.0  # seconds a worker listened before it exited: not a crash loop, just a crash
+_RESTART_DELAYS = (0.5, 1.0, 2.0)  # before the 1st, 2nd, ... quick restart in a row
 
 
 def worker_command(args: argparse.Namespace, port: int, store: Path) -> list[str]:
@@ -69,18 +81,41 @@ def _reserve_port(host: str, port: int) -> socket.socket:
     return reserved
 
 
+class _Slot:
+    """One of the N workers: its current process (a new one after each restart)."""
+
+    def __init__(self) -> None:
+        self.process: anyio.abc.Process | None = None
+        self.listening = False
+        self.given_up = False
+
+
 class _Workers:
-    """The worker processes and what they reported."""
+    """The worker slots and what they reported."""
 
     def __init__(self, count: int) -> None:
-        self.count = count
-        self.processes: list[anyio.abc.Process] = []
-        self.listening: set[int] = set()
+        self.slots = [_Slot() for _ in range(count)]
         self.url: str | None = None
         self.all_listening = anyio.Event()
         self.stopping = False
-        self.failed = False
+        self.stop_requested = anyio.Event()  # by SIGTERM / SIGINT: the grace runs from now
         self.interrupts = 0
+
+    @property
+    def processes(self) -> list[anyio.abc.Process]:
+        """The current process of each slot that has one."""
+        return [slot.process for slot in self.slots if slot.process is not None]
+
+    @property
+    def serving(self) -> list[_Slot]:
+        """The slots not given up."""
+        return [slot for slot in self.slots if not slot.given_up]
+
+    def check_listening(self) -> None:
+        """Announce the URL once every slot not given up listens (at least one)."""
+        serving = self.serving
+        if serving and all(slot.listening for slot in serving):
+            self.all_listening.set()
 
     def signal_all(self, signum: signal.Signals) -> None:
         for process in self.processes:
@@ -109,15 +144,11 @@ async def supervise(args: argparse.Namespace) -> int:
         command = worker_command(args, port, store_dir / "sessions.sqlite3")
         async with anyio.create_task_group() as group:
             group.start_soon(_forward_signals, workers, args.shutdown_grace)
-            for _ in range(args.workers):
-                process = await anyio.open_process(
-                    command, stdin=-1, stdout=-1, stderr=None, start_new_session=True
-                )
-                workers.processes.append(process)
-                group.start_soon(_follow, process, workers, group.cancel_scope)
+            group.start_soon(_enforce_grace, workers, args.shutdown_grace)
             group.start_soon(_announce, workers, reserved)
-            for process in workers.processes:
-                await process.wait()
+            async with anyio.create_task_group() as slots:
+                for slot in workers.slots:
+                    slots.start_soon(_run_slot, slot, command, workers)
             group.cancel_scope.cancel()
     finally:
         reserved.close()
@@ -126,7 +157,9 @@ async def supervise(args: argparse.Namespace) -> int:
         shutil.rmtree(store_dir, ignore_errors=True)
     if workers.interrupts > 1:
         return _INTERRUPTED  # stopped at once, as a single process would report it
-    if workers.failed or any(p.returncode != 0 for p in workers.processes):
+    if not workers.serving or any(slot.given_up for slot in workers.slots):
+        return 1
+    if any(p.returncode != 0 for p in workers.processes):
         return 1
     print("llmrtc serve: stopped", file=sys.stderr, flush=True)
     return 0
@@ -138,29 +171,91 @@ async def _announce(workers: _Workers, reserved: socket.socket) -> None:
     print(f"{LISTENING}{workers.url} (open it in Chromium)", flush=True)
 
 
-async def _follow(process: anyio.abc.Process, workers: _Workers, scope: anyio.CancelScope) -> None:
-    """Read a worker's stdout: its `listening` line, then anything else it prints (passed on);
-    a worker that exits before the supervisor stops it fails the whole server."""
+async def _run_slot(slot: _Slot, command: list[str], workers: _Workers) -> None:
+    """Run one worker until the server stops, starting it again when it exits before that
+    (bounded: see the module docstring)."""
+    quick = 0
+    while not workers.stopping:
+        process = await anyio.open_process(
+            command, stdin=-1, stdout=-1, stderr=None, start_new_session=True
+        )
+        slot.process = process
+        listened_at = await _follow(process, slot, workers)
+        code = process.returncode
+        if workers.stopping:
+            return
+        steady = listened_at is not None and time.monotonic() - listened_at >= _STEADY
+        quick = 0 if steady else quick + 1
+        exited = _how_it_exited(process.pid, code)
+        if code == WORKER_SETUP_FAILED:
+            _give_up(slot, workers, f"error: {exited}: it could not start (its error is above)")
+            return
+        if quick >= _QUICK_FAILURES:
+            _give_up(
+                slot,
+                workers,
+                f"error: {exited}, the {quick}th time in a row within {_STEADY:g} s of its "
+                "start: it is crash-looping (see its errors above)",
+            )
+            return
+        print(
+            f"llmrtc serve: {exited}; starting it again (the session store is kept: vanished "
+            "sessions stay resumable)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if process.stdin is not None:
+            await process.stdin.aclose()
+        await anyio.sleep(_RESTART_DELAYS[min(quick, len(_RESTART_DELAYS)) - 1] if quick else 0)
+
+
+def _how_it_exited(pid: int, code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"worker {pid} was killed by {signal.Signals(-code).name}"
+    return f"worker {pid} exited with status {code}"
+
+
+def _give_up(slot: _Slot, workers: _Workers, why: str) -> None:
+    """Start this slot no more; the server goes on with the others, or ends without any."""
+    slot.given_up = True
+    left = len(workers.serving)
+    if left:
+        why += f"; not starting it again, {left} of {len(workers.slots)} workers serve on"
+    else:
+        why += "; not starting it again, and no worker is left: stopping"
+        workers.stopping = True
+        workers.signal_all(signal.SIGTERM)
+    print(why, file=sys.stderr, flush=True)
+    workers.check_listening()
+
+
+async def _follow(process: anyio.abc.Process, slot: _Slot, workers: _Workers) -> float | None:
+    """Read a worker's stdout until it exits: its `listening` line, then anything else it
+    prints (passed on). Returns when it started listening (`time.monotonic()`), or None."""
     assert process.stdout is not None
     buffer = ""
+    listened_at: float | None = None
     async for text in TextReceiveStream(process.stdout):
         buffer += text
         *lines, buffer = buffer.split("\n")
         for line in lines:
             if line.startswith(LISTENING):
+                listened_at = time.monotonic()
                 workers.url = line[len(LISTENING) :].split(" ", 1)[0]
-                workers.listening.add(process.pid)
-                if len(workers.listening) == workers.count:
-                    workers.all_listening.set()
+                slot.listening = True
+                if workers.all_listening.is_set():  # a restarted worker: the URL is out
+                    print(
+                        f"llmrtc serve: worker {process.pid} listening",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                workers.check_listening()
             else:
                 print(line, flush=True)
-    code = await process.wait()
-    if not workers.stopping:
-        print(f"error: worker {process.pid} exited with status {code}", file=sys.stderr)
-        workers.failed = True
-        workers.stopping = True
-        workers.signal_all(signal.SIGTERM)
-        scope.cancel()
+    await process.wait()
+    slot.listening = False
+    return listened_at
 
 
 async def _forward_signals(workers: _Workers, grace: float) -> None:
@@ -173,13 +268,31 @@ async def _forward_signals(workers: _Workers, grace: float) -> None:
                 continue
             if not workers.stopping:
                 workers.stopping = True
+                workers.stop_requested.set()
                 print(
-                    f"llmrtc serve: shutting down {len(workers.processes)} workers; live sessions "
+                    f"llmrtc serve: shutting down {len(workers.serving)} workers; live sessions "
                     f"get up to {grace:g} s to end",
                     file=sys.stderr,
                     flush=True,
                 )
                 workers.signal_all(signum)
+
+
+async def _enforce_grace(workers: _Workers, grace: float) -> None:
+    """Kill the workers still running `_STOP_TIMEOUT` seconds past the grace (each has its own
+    backstop a little earlier; this one holds even for a worker that hangs harder)."""
+    await workers.stop_requested.wait()
+    await anyio.sleep(grace + _STOP_TIMEOUT)
+    for process in workers.processes:
+        if process.returncode is None:
+            print(
+                f"error: worker {process.pid} still running {grace + _STOP_TIMEOUT:g} s after "
+                "the signal: killing it",
+                file=sys.stderr,
+                flush=True,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
 
 
 async def _stop(workers: _Workers, grace: float) -> None:

@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 import threading
+import time
 from collections.abc import AsyncGenerator
 from typing import TextIO
 
@@ -134,43 +135,91 @@ class Screen:
 
 class ModelProgress:
     """The `progress(stage, fraction)` callback of `open_default_provider`: a bar on a
-    terminal, one plain line per stage otherwise. Called from any thread."""
+    terminal, one plain line per stage otherwise. Called from any thread.
 
-    def __init__(self, err: TextIO | None = None, *, width: int = 24) -> None:
-        """Draw on `err` (default stderr), the bar `width` characters wide."""
+    Some stages report no fraction for many seconds (llama.cpp loading the model): run
+    `animate()` beside the work so the seconds spent keep showing (on a terminal the line
+    counts them; otherwise a `still` line every `line_every` seconds) instead of silence.
+    """
+
+    def __init__(
+        self, err: TextIO | None = None, *, width: int = 24, line_every: float = 5.0
+    ) -> None:
+        """Draw on `err` (default stderr), the bar `width` characters wide; off a terminal,
+        `animate()` repeats a stage's line every `line_every` seconds while it lasts."""
         self.err = err or sys.stderr
         self.tty = self.err.isatty()
         self.width = width
+        self.line_every = line_every
         self._lock = threading.Lock()
         self._stage: str | None = None
+        self._fraction: float | None = None
+        self._stage_started = 0.0
+        self._last_line = 0.0
         self._drawn = False
+        self._finished = False
 
     def __call__(self, stage: str, fraction: float | None) -> None:
         """Show `stage` (e.g. "loading model") at `fraction` (0..1, or None if unknown)."""
         with self._lock:
-            if not self.tty:
-                if stage != self._stage:
+            now = time.monotonic()
+            if stage != self._stage:
+                self._stage_started = now
+                if not self.tty:
                     self.err.write(f"llmrtc: {stage}...\n")
                     self.err.flush()
-                self._stage = stage
+                    self._last_line = now
+            self._stage, self._fraction = stage, fraction
+            if self.tty:
+                self._draw(now)
+
+    def tick(self) -> None:
+        """Show that the current stage is still going (what `animate()` calls every second):
+        on a terminal the line is redrawn with the seconds it has taken; otherwise a line
+        `llmrtc: still STAGE (N s)` is written once `line_every` seconds passed since the last."""
+        with self._lock:
+            if self._stage is None or self._finished:
                 return
-            self._stage = stage
-            if fraction is None:
-                bar = f"{stage}..."
-            else:
-                filled = round(max(0.0, min(1.0, fraction)) * self.width)
-                bar = f"{stage:<16} [{'#' * filled}{'-' * (self.width - filled)}] {fraction:4.0%}"
-            self.err.write(f"{_CLEAR_LINE}{bar}")
-            self.err.flush()
-            self._drawn = True
+            now = time.monotonic()
+            if self.tty:
+                self._draw(now)
+            elif now - self._last_line >= self.line_every:
+                done = "" if self._fraction is None else f" {self._fraction:.0%}"
+                seconds = now - self._stage_started
+                self.err.write(f"llmrtc: still {self._stage}{done} ({seconds:.0f} s)\n")
+                self.err.flush()
+                self._last_line = now
+
+    async def animate(self, interval: float = 1.0) -> None:
+        """Call `tick()` every `interval` seconds until `done()` (run it in a task group)."""
+        while not self._finished:
+            await anyio.sleep(interval)
+            self.tick()
 
     def done(self) -> None:
-        """Take the bar off the screen (the chat is about to start)."""
+        """Take the bar off the screen (the chat is about to start); `animate()` ends."""
         with self._lock:
+            self._finished = True
+            self._stage = None
             if self._drawn:
                 self.err.write(_CLEAR_LINE)
                 self.err.flush()
                 self._drawn = False
+
+    def _draw(self, now: float) -> None:
+        stage, fraction = self._stage, self._fraction
+        seconds = f"{now - self._stage_started:3.0f} s"
+        if fraction is None:
+            bar = f"{stage}... {seconds}"
+        else:
+            filled = round(max(0.0, min(1.0, fraction)) * self.width)
+            bar = (
+                f"{stage:<16} [{'#' * filled}{'-' * (self.width - filled)}] {fraction:4.0%}"
+                f" {seconds}"
+            )
+        self.err.write(f"{_CLEAR_LINE}{bar}")
+        self.err.flush()
+        self._drawn = True
 
 
 async def read_lines(fd: int | None = None) -> AsyncGenerator[str, None]:
