@@ -22,7 +22,7 @@ def compose_schema(
 ) -> dict[str, Any]:
     """The composed `{calls, output}` schema of `tools` and an answer schema.
 
-    A call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to its
+    By default a call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to its
     tool's parameters (a `oneOf` over the tools with `name` a const; latent tools include
     their required `_output`). By default an answer holds either calls (`output` null) or an
     answer (`calls` empty), never both: on the offline model a schema allowing both made it
@@ -36,13 +36,15 @@ def compose_schema(
     Args:
         tools: `Tool`s (a `ToolRegistry` iterates its tools) or `ToolDefinition`s.
         output_schema: The schema of the answer (default: a string).
-        allow_both: Allow calls and an answer in one object (`output` may then be null):
-            seed 002's original form, and an object root (OpenAI strict structured outputs
-            accept no `anyOf` root).
+        allow_both: Seed 002's shape: an object root, `output` first and nullable, each
+            call the tool's parameters flattened beside `"_tool": {"const": name}`; calls
+            and an answer may come together (OpenAI strict structured outputs accept no
+            `anyOf` root, so this one suits them too).
 
     Raises:
         TypeError: for something that is neither a `Tool` nor a `ToolDefinition`.
-        ValueError: when two tools share a wire name.
+        ValueError: when two tools share a wire name, or, with `allow_both`, a tool has a
+            parameter named `_tool`.
     """
     definitions: list[ToolDefinition] = []
     seen: set[str] = set()

@@ -65,6 +65,7 @@ def request_params(
             request.tools,
             request.tool_choice,
             own if own is not None else provider.composed_output_schema,
+            allow_both=provider.composed_allow_both,
         )
     elif sent and not text_mode:
         params["tools"] = [tool.to_openai() for tool in request.tools]
@@ -87,7 +88,7 @@ def _messages(
     if sent and provider.tool_call_format == "composed":
         # The profile's tool hint asks for a bare call object: the composed prompt says how
         # this answer is shaped instead.
-        extra.append(composed_prompt(request.tools))
+        extra.append(composed_prompt(request.tools, allow_both=provider.composed_allow_both))
     elif sent:
         if compat.tool_hint:
             extra.append(compat.tool_hint)

@@ -77,6 +77,7 @@ class OpenAIProvider:
         stream_usage: bool = True,
         provider_name: str = "openai",
         composed_output_schema: Mapping[str, Any] | None = None,
+        composed_allow_both: bool = False,
     ) -> None:
         """Create a provider.
 
@@ -97,6 +98,11 @@ class OpenAIProvider:
                 (`output`); default a string, streamed as the answer text. Any other schema's
                 value is given as one JSON text at the end. A request's own
                 `response_format` (JSON schema or JSON object) takes its place for that request.
+            composed_allow_both: In the `composed` format, send seed 002's own shape: an
+                object root whose `output` may be null, each call the tool's parameters
+                flattened beside `"_tool": <name>`, so calls and an answer may come together.
+                By default the model writes calls or an answer, never both (small models
+                invent answers beside their calls). Both shapes are read either way.
 
         Raises:
             ValueError: without an API key for the OpenAI API itself, for bad options, or for
@@ -130,6 +136,7 @@ class OpenAIProvider:
         self.settings = settings or ModelSettings()
         self.stream_usage = stream_usage
         self.composed_output_schema = composed_output_schema
+        self.composed_allow_both = composed_allow_both
         import openai  # here, not at module import: `import llmrtc` stays light
 
         if client is None:

@@ -167,3 +167,20 @@ async def test_a_turn_runs_flattened_calls_and_a_latent_tools_output() -> None:
     results = [m.content for m in runner.history.messages if isinstance(m, ToolMessage)]
     assert [json.loads(r) for r in results] == ["greeted Zoe", "Paris"]
     assert runner.history.messages[-1].content == "Hi Zoe: Paris."
+
+
+async def test_the_provider_sends_seed_002s_shape_when_asked() -> None:
+    answer = {"output": "Hello Ada.", "calls": [{"_tool": "greetUser", "userName": "Ada"}]}
+    async with ScriptedOpenAIServer(
+        [text_reply(json.dumps(answer)), text_reply(json.dumps(answer))]
+    ) as server:
+        both = provider(server, composed_allow_both=True)
+        events = await events_of(both, request("Greet Ada"))
+        await events_of(provider(server), request("Greet Ada"))
+    seed, default = (r.body for r in server.requests)
+    schema = seed["response_format"]["json_schema"]["schema"]
+    assert schema["type"] == "object" and list(schema["properties"]) == ["output", "calls"]
+    assert "anyOf" in default["response_format"]["json_schema"]["schema"]  # calls XOR answer
+    assert '{"_tool": <tool name>, <its parameters>...}' in seed["messages"][0]["content"]
+    assert calls_in(events) == [("greetUser", {"userName": "Ada"})]
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "Hello Ada."
