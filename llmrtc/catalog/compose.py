@@ -22,11 +22,12 @@ def compose_schema(
 ) -> dict[str, Any]:
     """The composed `{calls, output}` schema of `tools` and an answer schema.
 
-    By default a call is `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to its
-    tool's parameters (a `oneOf` over the tools with `name` a const; latent tools include
-    their required `_output`). By default an answer holds either calls (`output` null) or an
-    answer (`calls` empty), never both: on the offline model a schema allowing both made it
-    write an invented answer beside its calls. `$defs` of the tools are moved to the root.
+    By default a call is `{"name": <wire name>, "arguments": {...}}`, its arguments
+    constrained to its tool's parameters (a `oneOf` over the tools with `name` a const; latent
+    tools include their required `_output`). By default an answer holds either calls
+    (`output` null) or an answer (`calls` empty), never both: on the offline model a schema
+    allowing both made it write an invented answer beside its calls. `$defs` of the tools
+    are moved to the root.
 
     Example:
         schema = compose_schema(registry, {"type": "object",
