@@ -31,6 +31,7 @@ from llmrtc.rtc.protocol import (
     TextMessage,
     parse_client_message,
 )
+from llmrtc.voice.loop import TurnQueueFull
 
 if TYPE_CHECKING:
     from aiortc import RTCDataChannel, RTCPeerConnection
@@ -94,7 +95,15 @@ class ClientInput:
     async def _dispatch(self, message: object, route: Route) -> None:
         match message:
             case TextMessage(text=text):
-                await self._loop.send_text(text)
+                try:
+                    await self._loop.send_text(text)
+                except TurnQueueFull as exc:
+                    raise ProtocolError(
+                        "too_many_turns",
+                        f"{exc.limit} typed turns already wait for the agent (this server's "
+                        "limit); this `text` was not taken: send it again after a "
+                        "`turn_completed`, or send `interrupt` to drop the waiting ones",
+                    ) from None
             case InterruptMessage():
                 await self._loop.interrupt()
             case EndMessage():

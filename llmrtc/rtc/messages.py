@@ -71,6 +71,7 @@ ErrorCode: TypeAlias = Literal[
     "model_error",
     "speech_error",
     "turn_error",
+    "too_many_turns",
     "internal",
 ]
 """Every `error.code` the server sends. Stable: clients may switch on them."""

@@ -115,6 +115,8 @@ ERROR_CODES: Final[dict[ErrorCode, str]] = {
     "model_error": "The language model failed during a turn; the agent apologised.",
     "speech_error": "Speech recognition or synthesis failed during a turn.",
     "turn_error": "The agent failed during a turn (not the model); it apologised.",
+    "too_many_turns": "Too many typed turns were waiting for the agent; this `text` was not "
+    "taken (send it after the agent answers).",
     "internal": "The server failed unexpectedly; the session was closed.",
 }
 """What each code means, as sent when the server has nothing more specific to say."""

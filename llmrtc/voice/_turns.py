@@ -112,6 +112,7 @@ class TurnWorker:
         self._timer_start: float | None = None
         self._quiet_since: float | None = None
         self._accepting = True
+        self._held: Typed | None = None  # taken from the queue, waiting for the turn before
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
 
@@ -120,6 +121,20 @@ class TurnWorker:
         if self._accepting:
             self._items.append(item)
             self._wake()
+
+    @property
+    def typed_waiting(self) -> int:
+        """Typed turns queued and not started yet."""
+        return sum(isinstance(item, Typed) for item in self._items) + (self._held is not None)
+
+    def drop_typed(self) -> int:
+        """Forget the typed turns not started yet (utterances stay: the user said them);
+        returns how many were dropped."""
+        dropped = self.typed_waiting
+        if dropped:
+            self._items = deque(item for item in self._items if not isinstance(item, Typed))
+            self._held = None
+        return dropped
 
     def _wake(self) -> None:
         if self._wakeup is not None:
@@ -141,8 +156,13 @@ class TurnWorker:
                 elif text:
                     self._start(item.turn_id, item.ended_at, user_text=text)
             elif isinstance(item, Typed):
-                await self._idle.wait()
-                self._start(new_turn_id(), item.at, user_text=item.text)
+                self._held = item
+                try:
+                    await self._idle.wait()
+                finally:
+                    held, self._held = self._held, None
+                if held is not None:  # else dropped meanwhile (`drop_typed`)
+                    self._start(new_turn_id(), item.at, user_text=item.text)
             else:
                 self._start(new_turn_id(), item.at, timeout=True)
 
@@ -151,6 +171,7 @@ class TurnWorker:
         settle. The caller has already cut its speech and aborted it. False if it timed out."""
         self._accepting = False
         self._items.clear()
+        self._held = None
         if self._idle is None:
             return True
         with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as waited:

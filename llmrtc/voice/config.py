@@ -40,6 +40,10 @@ class VoiceConfig:
     handler recovers from use its own apology)."""
     output_sample_rate: int = 48000
     """Rate of `audio_out()` frames (mono)."""
+    max_queued_texts: int = 8
+    """Typed turns (`send_text`) that may wait behind the turn running; one more is refused
+    with `TurnQueueFull` (the session goes on). Each waits its turn, so a client sending
+    faster than the agent answers would otherwise grow memory and latency without end."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -78,6 +82,12 @@ class VoiceConfig:
             )
         if self.max_utterance <= self.min_speech:
             raise ValueError("VoiceConfig.max_utterance must be longer than min_speech")
+        limit = self.max_queued_texts
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(
+                "VoiceConfig.max_queued_texts must be an int >= 1 (typed turns that may wait; "
+                f"a few is plenty), got {limit!r}"
+            )
         rate = self.output_sample_rate
         if isinstance(rate, bool) or not isinstance(rate, int) or rate < 8000 or rate % 50:
             raise ValueError(

@@ -47,7 +47,7 @@ from llmrtc.voice.stt import STT
 from llmrtc.voice.tts import TTS
 from llmrtc.voice.vad import VAD
 
-__all__ = ["VoiceLoop"]
+__all__ = ["TurnQueueFull", "VoiceLoop"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,26 @@ EVENT_BUFFER = 1000
 """Events each `events()` subscriber may lag before its oldest are dropped."""
 _CLOSE_TIMEOUT = 30.0
 """Leaving the loop waits this long at most for the turn to settle ("finish" tools included)."""
+
+
+class TurnQueueFull(RuntimeError):
+    """`VoiceLoop.send_text` refused a typed turn: `limit` typed turns already wait.
+
+    The loop goes on; the text was not taken. Send it again once the agent has answered
+    (a `turn_completed`), or `interrupt` first to drop the waiting ones.
+
+    Attributes:
+        limit: `VoiceConfig.max_queued_texts`.
+    """
+
+    def __init__(self, limit: int) -> None:
+        """Say how many typed turns wait and what to do."""
+        super().__init__(
+            f"{limit} typed turns already wait for the agent (the most allowed, "
+            "VoiceConfig.max_queued_texts); this one was not taken: send it once the agent "
+            "has answered, or interrupt to drop the waiting ones"
+        )
+        self.limit = limit
 
 
 class VoiceLoop:
@@ -191,18 +211,30 @@ class VoiceLoop:
     async def send_text(self, text: str) -> None:
         """A typed turn (no STT), answered after the turns queued before it.
 
+        At most `config.max_queued_texts` typed turns wait at once (the turn running is not
+        one of them); `interrupt` drops them.
+
         Raises:
             ValueError: `text` is empty or blank.
+            TurnQueueFull: that many typed turns already wait; this one is not taken.
             RuntimeError: the loop is not running.
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"send_text needs some text, got {text!r}")
         self._check_running("send_text")
+        limit = self.config.max_queued_texts
+        if self._turns.typed_waiting >= limit:
+            raise TurnQueueFull(limit)
         self._turns.queue(Typed(text.strip(), time.monotonic()))
 
     async def interrupt(self) -> None:
-        """Do what a barge-in does: silence now, abort the turn (tools by their policy)."""
+        """Stop and start over: do what a barge-in does (silence now, abort the turn, tools by
+        their policy) and drop the typed turns still waiting. Utterances already spoken stay
+        queued (a barge-in's own words are the next turn)."""
         self._check_running("interrupt")
+        dropped = self._turns.drop_typed()
+        if dropped:
+            logger.debug("interrupt dropped %d waiting typed turns", dropped)
         await self._barge_in("interrupted")
 
     # Lifetime --------------------------------------------------------------------------------
