@@ -73,16 +73,13 @@ async def save_state(
     session_id: str,
     token: str,
     ttl: float,
-    previous_token_hash: str | None = None,
 ) -> None:
-    """Save `handler`'s state under `session_id`, resumable with `token` (or the token whose
-    hash is `previous_token_hash`, if given) for `ttl` seconds."""
+    """Save `handler`'s state under `session_id`, resumable with `token` for `ttl` seconds."""
     state = handler_state(handler)
     await store.save(
         SessionState(
             session_id=session_id,
             token_hash=hash_token(token),
-            previous_token_hash=previous_token_hash,
             history=state.get("history"),
             playbook=state.get("playbook"),
         ),

@@ -3,9 +3,15 @@ the session (take-over), then claim the saved state, waiting briefly for a save 
 
 With `llmrtc serve --workers N` the workers share one `SQLiteSessionStore` and the kernel picks
 the worker for each connection, so a reconnect may land on a worker where the session is not
-live while the old worker is still ending it and saving its state. Such a resume waits up to
-`RESUME_WAIT` seconds for the state to appear before `resume_refused`. A wrong token cannot be
-told from "not saved yet", so it is refused only after the same wait (docs/protocol.md).
+live while the old worker is still ending it and saving its state. A resume therefore waits up
+to `ServerConfig.resume_wait` seconds for the state to appear before `resume_refused`. A wrong
+token cannot be told from "not saved yet", and a refusal must not tell which session ids are
+live, so *every* refusal comes after that same wait, whether the id is live here, saved, or
+unknown (docs/protocol.md). The wait holds no live slot: the server counts it among the
+connections that have no session yet.
+
+The claim removes the saved state, so the token claimed with is void from then on; the
+server puts the state back (with that token) if the new session never delivers its answer.
 
 Known limit: the take-over works within one process only. A session whose old connection still
 looks alive to another worker (half-open TCP) is not ended by a resume here; that resume is
@@ -26,68 +32,59 @@ if TYPE_CHECKING:
     from llmrtc.rtc.session import Session
     from llmrtc.rtc.store import SessionState, SessionStore
 
-RESUME_WAIT: Final = 3.0
-"""How long a resume of a session not live in this process waits for its state to be saved
-(by another worker still ending it) before `resume_refused`."""
 RESUME_POLL: Final = 0.1
-"""How often the store is asked again during that wait."""
+"""How often the store is asked again while a resume waits."""
 TAKE_OVER_TIMEOUT: Final = 40.0
 """How long a take-over waits for the replaced session to end and save."""
 
 
-async def take_over(sessions: Iterable[Session], resume: ResumeMessage) -> bool:
+async def take_over(sessions: Iterable[Session], resume: ResumeMessage) -> None:
     """End this process's live connection of the resumed session, if any, so its state is
     saved and can be claimed.
 
-    Only a session with the resume's current token is ended: a wrong token leaves the live
-    session alone.
+    Only a session whose *current* token is the resume's is ended: a wrong (or already used)
+    token leaves the live session alone.
 
     Args:
         sessions: The sessions live in this process.
         resume: The client's `resume` message.
-
-    Returns:
-        Whether the session named is live in this process (with any token): then its state is
-        saved here or not at all, and there is nothing to wait for elsewhere.
     """
-    live = False
     for session in list(sessions):
-        if session.session_id != resume.session_id:
-            continue
-        live = True
-        if session.token_matches(resume.token):
+        if session.session_id == resume.session_id and session.token_matches(resume.token):
             session.end("replaced")
             with anyio.move_on_after(TAKE_OVER_TIMEOUT):
                 await session.finished.wait()
-            return True
-    return live
+            return
 
 
 async def claim(
     store: SessionStore,
     resume: ResumeMessage,
     *,
-    wait: bool,
+    sessions: Iterable[Session],
+    wait: float,
 ) -> SessionState | None:
-    """Claim the resumed session's saved state, asking the store again every `RESUME_POLL`
-    seconds for up to `RESUME_WAIT` seconds when `wait` (another worker may still be saving it).
+    """Take over the session if it is live here, then claim its saved state, asking the store
+    again every `RESUME_POLL` seconds; a refusal (None) returns only once `wait` seconds have
+    passed since the call, whatever the reason.
 
     Args:
         store: The session store shared by the workers.
         resume: The client's `resume` message.
-        wait: Whether to wait for a save in flight (the session is not live in this process).
+        sessions: The sessions live in this process.
+        wait: `ServerConfig.resume_wait`.
 
     Returns:
         The claimed state (now removed from the store), or None: unknown, expired, already
-        taken or a wrong token.
+        taken, live elsewhere, or a wrong token.
     """
-    claimed = await store.claim(resume.session_id, resume.token)
-    if claimed is not None or not wait:
-        return claimed
-    deadline = anyio.current_time() + RESUME_WAIT
-    while anyio.current_time() < deadline:
-        await anyio.sleep(RESUME_POLL)
+    deadline = anyio.current_time() + wait
+    await take_over(sessions, resume)
+    while True:
         claimed = await store.claim(resume.session_id, resume.token)
         if claimed is not None:
             return claimed
-    return None
+        left = deadline - anyio.current_time()
+        if left <= 0:
+            return None
+        await anyio.sleep(min(RESUME_POLL, left))

@@ -31,12 +31,21 @@ class ServerConfig:
     idle_timeout: float = 300.0
     """A session with no client message and no user speech for this long gets `idle_timeout`
     and is closed (it stays resumable for `resume_ttl`)."""
-    offer_timeout: float = 15.0
-    """A connection that sends no `offer` within this long gets `idle_timeout` and is closed.
-    At most `4 * max_sessions` connections may be opening (not yet offered) at once; one more
-    gets `server_full`."""
+    offer_timeout: float = 10.0
+    """A connection that sends no `offer` within this long gets `idle_timeout` and is closed
+    (the web page asks for the microphone before it connects, so it offers at once)."""
+    max_pending_per_address: int = 8
+    """Connections from one IP address that have no session yet (not offered, or a resume
+    waiting for its state) at once; one more gets `server_full`. Such connections hold no
+    live slot; all addresses together may have `4 * max_sessions`. Behind a reverse proxy
+    every client has the proxy's address: raise this to that proxy's share."""
     resume_ttl: float = 120.0
     """How long a session whose client vanished can be resumed with its token."""
+    resume_wait: float = 3.0
+    """How long a `resume` whose state is not (yet) saved waits for it, asking the store every
+    0.1 s (another worker may still be saving it), before `resume_refused`. Every refused
+    resume takes this long, whatever the session id, so refusals do not tell which sessions
+    are live."""
     loopback: bool = False
     """Make ICE work over 127.0.0.1 with no STUN server (`create_peer(loopback=True)`): for a
     loopback-only host or a local test. Implied by a loopback `host`."""
@@ -48,7 +57,9 @@ class ServerConfig:
     port and the kernel spreads connections among them."""
     shutdown_grace: float = 30.0
     """When the server is left (`async with` exit), live sessions get this long to end on
-    their own; the rest are then closed with `shutting_down` (and stay resumable)."""
+    their own; the rest are then closed with `shutting_down` (and stay resumable), their tool
+    calls aborted, `"finish"` ones too (each gets its `aborted` result, kept in the saved
+    history)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip():
@@ -60,7 +71,18 @@ class ServerConfig:
         count = self.max_sessions
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"ServerConfig.max_sessions must be an int >= 1, got {count!r}")
-        for name in ("idle_timeout", "offer_timeout", "resume_ttl", "shutdown_grace"):
+        pending = self.max_pending_per_address
+        if isinstance(pending, bool) or not isinstance(pending, int) or pending < 1:
+            raise ValueError(
+                f"ServerConfig.max_pending_per_address must be an int >= 1, got {pending!r}"
+            )
+        for name in (
+            "idle_timeout",
+            "offer_timeout",
+            "resume_ttl",
+            "resume_wait",
+            "shutdown_grace",
+        ):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)

@@ -39,12 +39,11 @@ from llmrtc.rtc.config import ServerConfig
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     MAX_FRAME_BYTES,
-    ResumeMessage,
     error_message,
     to_wire,
 )
 from llmrtc.rtc.session import Session
-from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore, hash_token
+from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore
 from llmrtc.rtc.store import new_session_credentials as _new_credentials
 from llmrtc.telemetry.hooks import ErrorEvent, Hooks, SessionEndEvent, SessionStartEvent, emit
 from llmrtc.telemetry.hooks import hooks_for as _hooks_for
@@ -135,8 +134,9 @@ class RTCServer:
             for name in ("on_session_start", "on_session_end", "on_error")
         }
         self._sessions: set[Session] = set()
-        self._admitted = 0
-        self._opening = 0  # connections that have not offered yet
+        self._admitted = 0  # live slots held (freed when a session starts ending)
+        self._busy = 0  # admitted connections not yet done (closing, saving, putting back)
+        self._pending = _PendingCount()  # connections with no session yet
         self._idle = anyio.Event()
         self._idle.set()
         self._admitting = False
@@ -172,7 +172,8 @@ class RTCServer:
 
     @property
     def active_sessions(self) -> int:
-        """Sessions admitted and not yet ended (the count `max_sessions` limits)."""
+        """Sessions admitted and not yet ending (the count `max_sessions` limits): a session
+        frees its slot as soon as it starts ending, before its connection closes."""
         return self._admitted
 
     @property
@@ -185,8 +186,9 @@ class RTCServer:
         self._admitting = False
 
     async def wait_idle(self) -> None:
-        """Return once no session is live (at once if none is)."""
-        while self._admitted:
+        """Return once no admitted session is left, ending ones included: each has closed
+        and saved its state (at once if there is none)."""
+        while self._busy:
             await self._idle.wait()
 
     # Lifetime ------------------------------------------------------------------------------
@@ -240,12 +242,14 @@ class RTCServer:
                 self.stop_admitting()
                 with anyio.move_on_after(self.config.shutdown_grace):
                     await self.wait_idle()
+                # The grace is over: "finish" tools are aborted too, so this is bounded.
                 for session in list(self._sessions):
                     session.end("shutting_down")
+                    session.abort_tools()
                 with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT):
                     await self.wait_idle()
-                if self._admitted:
-                    logger.warning("%d session(s) did not end after shutdown", self._admitted)
+                if self._busy:
+                    logger.warning("%d session(s) did not end after shutdown", self._busy)
                 self._server.close()
                 await self._server.wait_closed()
             finally:
@@ -274,80 +278,124 @@ class RTCServer:
                 await websocket.close(CLOSE_CODES["internal"], "internal error")
 
     async def _signalling(self, websocket: ServerConnection) -> None:
-        # Pre-offer connections cost little each but are unlimited otherwise: capped and short.
-        if self._opening >= _OPENING_PER_SESSION * self.config.max_sessions:
+        # Connections without a session yet (not offered, or a resume waiting for its state)
+        # cost little each but are unlimited otherwise: capped in all and per address, so
+        # idle sockets from one address cannot lock everyone out. They hold no live slot.
+        address = _address_of(websocket)
+        if self._pending.total >= _OPENING_PER_SESSION * self.config.max_sessions:
             await refuse(websocket, "server_full", "Too many connections are opening; try later.")
             return
-        self._opening += 1
-        try:
-            opening = await read_opening(websocket, self.config.offer_timeout)
-        finally:
-            self._opening -= 1
-        if opening is None:
-            return
-        offer_message, resume = opening
-        from llmrtc.rtc.peer import description_from_dict
-
-        try:
-            offer = description_from_dict({"type": "offer", "sdp": offer_message.sdp})
-        except ValueError as exc:
-            await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
-            return
-        # Refused during the shutdown grace before any take-over: a refused resume must not
-        # end the live session it names.
-        if not self._admitting:
-            await refuse(websocket, "shutting_down")
-            return
-        live_here = False
-        if resume is not None:
-            live_here = await _resume.take_over(self._sessions, resume)
-        # Admission: the check and the count with no await between them (atomic on one loop).
-        if not self._admitting:
-            await refuse(websocket, "shutting_down")
-            return
-        if self._admitted >= self.config.max_sessions:
+        if self._pending.of(address) >= self.config.max_pending_per_address:
             await refuse(
                 websocket,
                 "server_full",
-                f"The server is at its limit of {self.config.max_sessions} sessions; "
-                "try again later.",
+                f"Too many connections from your address are opening at once (at most "
+                f"{self.config.max_pending_per_address}); try again once they are answered.",
             )
             return
-        self._admitted += 1
-        if self._admitted == 1:
-            self._idle = anyio.Event()  # the old one stays set for whoever saw it
+        claimed: SessionState | None = None
+        consumed = False  # whether a claimed state went to a session that answered
+        self._pending.add(address)
         try:
-            await self._admitted_session(websocket, offer, resume, live_here)
+            try:
+                opening = await read_opening(websocket, self.config.offer_timeout)
+                if opening is None:
+                    return
+                offer_message, resume = opening
+                from llmrtc.rtc.peer import description_from_dict
+
+                try:
+                    offer = description_from_dict({"type": "offer", "sdp": offer_message.sdp})
+                except ValueError as exc:
+                    await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
+                    return
+                # Refused during the shutdown grace before any take-over: a refused resume
+                # must not end the live session it names.
+                if not self._admitting:
+                    await refuse(websocket, "shutting_down")
+                    return
+                if resume is not None:
+                    claimed = await _resume.claim(
+                        self.store,
+                        resume,
+                        sessions=self._sessions,
+                        wait=self.config.resume_wait,
+                    )
+                    if claimed is None:
+                        await refuse(websocket, "resume_refused")
+                        return
+            finally:
+                self._pending.remove(address)
+            # Admission: the check and the count with no await between them (atomic on one
+            # loop).
+            if not self._admitting:
+                await refuse(websocket, "shutting_down")
+                return
+            if self._admitted >= self.config.max_sessions:
+                await refuse(
+                    websocket,
+                    "server_full",
+                    f"The server is at its limit of {self.config.max_sessions} sessions; "
+                    "try again later.",
+                )
+                return
+            release = self._take_slot()
+            self._busy += 1
+            if self._busy == 1:
+                self._idle = anyio.Event()  # the old one stays set for whoever saw it
+            try:
+                consumed = await self._admitted_session(websocket, offer, claimed, release)
+            finally:
+                release()
+                if claimed is not None and not consumed:
+                    await self._put_back(claimed)
+                    claimed = None
+                self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
         finally:
-            self._admitted -= 1
-            if not self._admitted:
-                self._idle.set()
+            if claimed is not None and not consumed:  # refused after the claim
+                await self._put_back(claimed)
+
+    def _take_slot(self) -> Callable[[], None]:
+        """Count one live session; the returned callable frees its slot (once)."""
+        self._admitted += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._admitted -= 1
+
+        return release
+
+    async def _put_back(self, claimed: SessionState) -> None:
+        """Save a claimed state again, as it was (same token): its resume never delivered an
+        answer, so the client may try again with the token it has."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.save(claimed, ttl=self.config.resume_ttl)
+            except Exception:
+                logger.exception("session %s: its state could not be put back", claimed.session_id)
 
     async def _admitted_session(
         self,
         websocket: ServerConnection,
         offer: RTCSessionDescription,
-        resume: ResumeMessage | None,
-        live_here: bool = False,
-    ) -> None:
-        claimed: SessionState | None = None
-        if resume is not None:
-            # Not live here: another worker may still be saving it (bounded wait, _resume.py).
-            claimed = await _resume.claim(self.store, resume, wait=not live_here)
-            if claimed is None:
-                await refuse(websocket, "resume_refused")
-                return
+        claimed: SessionState | None,
+        release: Callable[[], None],
+    ) -> bool:
+        """Run the admitted session; whether `claimed` was used up (its session answered, or
+        the handler refused the state for good) rather than to be put back."""
         assert self._speech is not None
         try:
             handler = await make_handler(self._factory, claimed)
         except RestoreError as exc:
+            # The state is unusable: putting it back would fail every retry the same way.
             logger.warning("session %s: its saved state was not restored: %s", exc.session_id, exc)
             await refuse(websocket, "resume_refused", "The saved session could not be restored.")
-            return
-        except Exception:
-            if claimed is not None:  # the client may try again: its state stays
-                await self.store.save(claimed, ttl=self.config.resume_ttl)
-            raise
+            return True
         session_id, token = _new_credentials()
         if claimed is not None:
             session_id = claimed.session_id  # same session, new (single-use) token
@@ -361,7 +409,7 @@ class RTCServer:
             session_id=session_id,
             token=token,
             resumed=claimed is not None,
-            previous_token_hash=None if resume is None else hash_token(resume.token),
+            on_end=release,
         )
 
         self._sessions.add(session)
@@ -373,9 +421,6 @@ class RTCServer:
                 SessionStartEvent(session_id=session_id, transport="webrtc"),
             )
             await session.run(offer)
-            if not session.saves and claimed is not None:
-                # refused or failed before the answer: the client may try again
-                await self.store.save(claimed, ttl=self.config.resume_ttl)
         finally:
             self._sessions.discard(session)
             with anyio.CancelScope(shield=True):
@@ -388,3 +433,35 @@ class RTCServer:
                         reason=session.end_reason,
                     ),
                 )
+        return session.started
+
+
+class _PendingCount:
+    """Connections that have no session yet, in all and per remote address."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._by_address: dict[str, int] = {}
+
+    def of(self, address: str) -> int:
+        return self._by_address.get(address, 0)
+
+    def add(self, address: str) -> None:
+        self.total += 1
+        self._by_address[address] = self.of(address) + 1
+
+    def remove(self, address: str) -> None:
+        self.total -= 1
+        left = self.of(address) - 1
+        if left > 0:
+            self._by_address[address] = left
+        else:
+            self._by_address.pop(address, None)
+
+
+def _address_of(websocket: ServerConnection) -> str:
+    """The client's IP address (its port left out: one host, many sockets)."""
+    peer = websocket.remote_address
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return str(peer or "")

@@ -91,12 +91,11 @@ class Session:
         hooks: Observers passed to the voice loop.
         store: Where the state goes when the client vanishes.
         session_id: The session's id (the old one when resuming).
-        token: The session's current resume token (new on every admission).
+        token: The session's resume token, new on every admission: the one a resume claimed
+            with is void from then on.
         resumed: Whether the handler's state came from the store.
-        previous_token_hash: When resuming, the hash of the token the client claimed with:
-            it stays valid beside `token` until the client shows it got the new one (its
-            first message after the answer, or its data channel opening), so a resume that
-            drops before the answer can be tried again with the token the client has.
+        on_end: Called once when the session starts ending (`end`), before its connection
+            closes: the server frees the session's live slot there.
     """
 
     def __init__(
@@ -111,7 +110,7 @@ class Session:
         session_id: str,
         token: str,
         resumed: bool,
-        previous_token_hash: str | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         """Prepare the session (`run` starts it)."""
         self.websocket = websocket
@@ -123,21 +122,24 @@ class Session:
         self._config = config
         self._hooks = hooks
         self._store = store
+        self._on_end = on_end
         self.outbox = Outbox(websocket, on_overflow=lambda: self.end("overflow"))
         self._relay = ToolEventRelay(self.outbox.put)
         self._ended = anyio.Event()
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
         self.started = False
-        """Whether the answer was delivered (False: refused, failed or gone before it)."""
-        self._opened = False  # the opening was (being) sent: from then on the session saves
-        self._previous_token_hash = previous_token_hash
+        """Whether the answer was delivered (False: refused, failed or gone before it). Only a
+        started session saves its state; before that a resumed state is the server's to put
+        back, with the token the client still has."""
         self._error_hooks = hooks_for([hooks], "on_error")
         self.end_reason: str | None = None
         """Why the session ended (a key of the module docstring's table, or an error code)."""
         self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
         self._last_activity = time.monotonic()
         self._pc: RTCPeerConnection | None = None
+        self._loop: VoiceLoop | None = None
+        self._tools_aborted = False
 
     # Ending --------------------------------------------------------------------------------
 
@@ -154,26 +156,25 @@ class Session:
             error, close_code, close_reason = code, CLOSE_CODES.get(code, 1008), code
         self._final = (error, close_code, close_reason, message)
         self._ended.set()
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            try:
+                on_end()
+            except Exception:
+                logger.exception("session %s: its on_end callback failed", self.session_id)
+
+    def abort_tools(self) -> None:
+        """Stop this session's tool calls now, `"finish"` ones too (each gets its one
+        `aborted` result, reported and kept in the history): for a shutdown whose grace is
+        over. Ending alone lets a started `"finish"` call complete (up to the voice loop's
+        close timeout). Call `end` too: this does not end the session."""
+        self._tools_aborted = True
+        if self._loop is not None:
+            _cancel_loop_tasks(self._loop)
 
     def token_matches(self, token: str) -> bool:
-        """Whether `token` is this session's current resume token, or the previous one while
-        the client has not shown it got the new one (constant time)."""
-        wanted = hash_token(token)
-        current = hmac.compare_digest(wanted, hash_token(self.token))
-        previous = self._previous_token_hash is not None and hmac.compare_digest(
-            wanted, self._previous_token_hash
-        )
-        return current or previous
-
-    def _confirm_token(self, *_: Any) -> None:
-        """The client has the new token (it spoke after the answer): the old one is void."""
-        self._previous_token_hash = None
-
-    @property
-    def saves(self) -> bool:
-        """Whether the session saves (or, after `end`, forgets) its own state when it ends:
-        once its opening was sent. Before that, a resumed state is the server's to put back."""
-        return self._opened
+        """Whether `token` is this session's current resume token (constant time)."""
+        return hmac.compare_digest(hash_token(token), hash_token(self.token))
 
     @property
     def ended(self) -> bool:
@@ -184,18 +185,19 @@ class Session:
 
     async def run(self, offer: RTCSessionDescription) -> None:
         """Answer `offer` and serve the session until it ends; then close everything and save
-        the state (unless the client hung up). Never raises: a failure is logged, reported
-        to `on_error` hooks, and ends this session with `internal`.
+        the state (unless the client hung up, or the answer was never delivered). Never
+        raises (but for cancellation): a failure is logged, reported to `on_error` hooks,
+        and ends this session with `internal`; a failure while closing is logged and the
+        rest of the closing (the save included) still happens.
 
         Args:
             offer: The client's offer (its SDP already checked for form). aiortc refusing it
                 (or it having no audio) is a `bad_offer` refusal: the session never starts
                 (`started` stays False) and nothing is saved.
         """
-        pc: RTCPeerConnection | None = None
         client: ClientInput | None = None
         try:
-            loop = VoiceLoop(
+            loop = self._loop = VoiceLoop(
                 self.handler,
                 stt=self._speech.stt,
                 tts=self._speech.tts,
@@ -216,48 +218,87 @@ class Session:
             # The loop's tasks are started inside this block, so every tool batch of every
             # turn reports each call's start and end to the relay as it happens.
             with observe_tools(self._relay):
-                async with loop:
-                    events = loop.events()  # before anything can happen: no event is missed
-                    # The track exists before the answer is made, so the answer sends audio.
-                    pc.addTrack(OutboundAudio(loop.audio_out()))
-                    pc.on("datachannel", client.on_datachannel)
-                    pc.on("datachannel", self._confirm_token)
-                    pc.on("connectionstatechange", self._on_connection_state)
-                    try:
-                        answer = await accept_offer(pc, offer)
-                        _check_audio(pc)
-                    except ValueError as exc:
-                        problem = f"the offer cannot be used: {exc}"
-                        self.end("bad_offer", code="bad_offer", message=problem)
-                        await self._close_websocket()
-                        return
-                    self._opened = True
-                    try:
-                        await self._send_opening(answer.sdp)
-                    except ConnectionClosed:  # gone before the answer (caught here: the
-                        self.end("vanished")  # loop's task group would wrap it in a group)
-                        return
-                    self.started = True
-                    await self._serve(loop, events, pc, client)
+                await self._run(offer, loop, pc, client)
         except ConnectionClosed:  # gone while the answer was being sent
             self.end("vanished")
         except Exception as exc:
             if _only_closed(exc):  # the WebSocket closed under a task group: the client left
                 self.end("vanished")
-                return
-            logger.exception("session %s failed; it is closed", self.session_id)
-            await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
-            self.end("internal")
-            await self._close_websocket()
+            else:
+                logger.exception("session %s failed; it is closed", self.session_id)
+                with suppress(Exception):
+                    await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
+                self.end("internal")
+                await self._close_websocket()
         finally:
             with anyio.CancelScope(shield=True):
-                if pc is not None:
-                    await pc.close()
-                if client is not None:
+                await self._close(client)
+
+    async def _run(
+        self,
+        offer: RTCSessionDescription,
+        loop: VoiceLoop,
+        pc: RTCPeerConnection,
+        client: ClientInput,
+    ) -> None:
+        forwarded = anyio.Event()
+        drained: anyio.Event | None = None
+        async with anyio.create_task_group() as outer:
+            async with loop:
+                events = loop.events()  # before anything can happen: no event is missed
+                outer.start_soon(self._forward_events, events, forwarded)
+                # The track exists before the answer is made, so the answer sends audio.
+                pc.addTrack(OutboundAudio(loop.audio_out()))
+                pc.on("datachannel", client.on_datachannel)
+                pc.on("connectionstatechange", self._on_connection_state)
+                answer = None
+                try:
+                    answer = await accept_offer(pc, offer)
+                    _check_audio(pc)
+                except ValueError as exc:
+                    problem = f"the offer cannot be used: {exc}"
+                    self.end("bad_offer", code="bad_offer", message=problem)
+                if answer is not None and not self.ended:
+                    try:
+                        await self._send_opening(answer.sdp)
+                    except ConnectionClosed:  # gone before the answer (caught here: the
+                        self.end("vanished")  # loop's task group would wrap it in a group)
+                    else:
+                        self.started = True
+                        drained = anyio.Event()
+                        outer.start_soon(self._run_outbox, drained)
+                        await self._serve_inputs(loop, pc, client)
+                if self._tools_aborted:
+                    _cancel_loop_tasks(loop)
+            # The loop is closed: the turn was aborted and every tool call has its result.
+            # Its events (the `tool_call_finished` of calls cut short among them) go out
+            # before the outbox closes.
+            with anyio.move_on_after(_DRAIN_TIMEOUT):
+                await forwarded.wait()
+            self.outbox.close()
+            if drained is not None:
+                with anyio.move_on_after(_DRAIN_TIMEOUT):
+                    await drained.wait()
+            outer.cancel_scope.cancel()
+        await self._close_websocket()
+
+    async def _close(self, client: ClientInput | None) -> None:
+        """Close what `run` opened, each step whatever the others did, and save."""
+        try:
+            if self._pc is not None:
+                try:
+                    await self._pc.close()
+                except Exception:
+                    logger.exception("session %s: its peer did not close", self.session_id)
+            if client is not None:
+                try:
                     client.close()
-                if self._opened:
-                    await self._save()
-                self.finished.set()
+                except Exception:
+                    logger.exception("session %s: its input did not close", self.session_id)
+            if self.started:
+                await self._save()
+        finally:
+            self.finished.set()
 
     async def _send_opening(self, sdp: str) -> None:
         # Straight on the WebSocket, before the outbox runs: `session` then `answer` come
@@ -272,39 +313,32 @@ class Session:
         await self.websocket.send(to_wire(opening))
         await self.websocket.send(to_wire(AnswerMessage(sdp=sdp)))
 
-    async def _serve(
-        self, loop: VoiceLoop, events: Any, pc: RTCPeerConnection, client: ClientInput
+    async def _run_outbox(self, drained: anyio.Event) -> None:
+        try:
+            await self.outbox.run()
+        finally:
+            drained.set()
+
+    async def _serve_inputs(
+        self, loop: VoiceLoop, pc: RTCPeerConnection, client: ClientInput
     ) -> None:
-        drained = anyio.Event()
-
-        async def run_outbox() -> None:
-            try:
-                await self.outbox.run()
-            finally:
-                drained.set()
-
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(run_outbox)
-            async with anyio.create_task_group() as readers:
-                readers.start_soon(self._guard, self._read_websocket, client)
-                readers.start_soon(self._guard, client.read_channel)
-                readers.start_soon(self._guard, self._forward_events, events)
-                readers.start_soon(self._guard, self._pump_audio, pc, loop)
-                readers.start_soon(self._guard, self._watch_idle)
-                await self._ended.wait()
-                readers.cancel_scope.cancel()
-            self.outbox.close()
-            with anyio.move_on_after(_DRAIN_TIMEOUT):
-                await drained.wait()
-            outer.cancel_scope.cancel()
-        await self._close_websocket()
+        """Read the client until the session ends; then stop reading (the turn is aborted by
+        the loop's close, after this)."""
+        async with anyio.create_task_group() as readers:
+            readers.start_soon(self._guard, self._read_websocket, client)
+            readers.start_soon(self._guard, client.read_channel)
+            readers.start_soon(self._guard, self._pump_audio, pc, loop)
+            readers.start_soon(self._guard, self._watch_idle)
+            await self._ended.wait()
+            readers.cancel_scope.cancel()
 
     async def _guard(self, task: Callable[..., Awaitable[None]], *args: Any) -> None:
         try:
             await task(*args)
         except Exception as exc:
             logger.exception("session %s: %s failed", self.session_id, task.__name__)
-            await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
+            with suppress(Exception):
+                await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
             self.end("internal")
 
     async def _close_websocket(self) -> None:
@@ -328,7 +362,6 @@ class Session:
                 session_id=self.session_id,
                 token=self.token,
                 ttl=self._config.resume_ttl,
-                previous_token_hash=self._previous_token_hash,
             )
         except Exception:
             logger.exception("session %s: its state could not be saved", self.session_id)
@@ -338,7 +371,6 @@ class Session:
     async def _read_websocket(self, client: ClientInput) -> None:
         try:
             async for raw in self.websocket:
-                self._confirm_token()
                 await client.handle(raw, "websocket")
         except ConnectionClosed:
             pass
@@ -347,7 +379,15 @@ class Session:
     def _touch(self) -> None:
         self._last_activity = time.monotonic()
 
-    async def _forward_events(self, events: Any) -> None:
+    async def _forward_events(self, events: Any, forwarded: anyio.Event) -> None:
+        """Send the loop's events until it closes (after the session's inputs stopped, so
+        what its close produces is sent too)."""
+        try:
+            await self._guard(self._forward, events)
+        finally:
+            forwarded.set()
+
+    async def _forward(self, events: Any) -> None:
         async for event in events:
             if isinstance(event, UserSpeechStarted | UserSpeechEnded | Transcript):
                 self._touch()  # the user spoke: not idle
@@ -377,6 +417,16 @@ class Session:
         pc = self._pc
         if pc is not None and pc.connectionState in ("failed", "closed"):
             self.end("peer_failed")
+
+
+def _cancel_loop_tasks(loop: VoiceLoop) -> None:
+    """Cancel the voice loop's tasks, its turn's tool calls with them: "finish" calls survive
+    an abort of the turn but not a cancellation of the task running the batch, which reports
+    them `aborted` and records that result (`ToolExecutor.execute`). VoiceLoop has no public
+    way to do this yet, so this reaches its task group."""
+    group = getattr(loop, "_group", None)
+    if group is not None:
+        group.cancel_scope.cancel()
 
 
 def _check_audio(pc: RTCPeerConnection) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "InMemorySessionStore",
@@ -76,9 +76,6 @@ class SessionState(BaseModel):
     """The session's id (URL-safe characters, as `new_session_credentials` makes them)."""
     token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     """`hash_token(token)` of the current resume token; the token itself is never stored."""
-    previous_token_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    """The hash of the token this session was resumed with, kept while the client has not
-    shown it received the new one (its resume may have dropped before the answer)."""
     history: dict[str, Any] | None = None
     """`ConversationHistory.to_dict()`; None for a session without one."""
     playbook: dict[str, Any] | None = None
@@ -88,15 +85,18 @@ class SessionState(BaseModel):
     updated_at: float = Field(default_factory=time.time)
     """When this state was taken (Unix time)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_legacy_fields(cls, data: Any) -> Any:
+        # Rows saved by an older server (up to `resume_ttl` old) may carry the retired
+        # `previous_token_hash`: they still load, resumable with their current token only.
+        if isinstance(data, dict) and "previous_token_hash" in data:
+            data = {key: value for key, value in data.items() if key != "previous_token_hash"}
+        return data
+
     def token_matches(self, token: str) -> bool:
-        """True when `token` is this session's resume token, or the previous one while that is
-        still accepted (compared in constant time)."""
-        wanted = hash_token(token)
-        current = hmac.compare_digest(wanted, self.token_hash)
-        previous = self.previous_token_hash is not None and hmac.compare_digest(
-            wanted, self.previous_token_hash
-        )
-        return current or previous
+        """True when `token` is this session's resume token (compared in constant time)."""
+        return hmac.compare_digest(hash_token(token), self.token_hash)
 
 
 @runtime_checkable
@@ -234,6 +234,31 @@ CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_at);
 """
 
 
+_BUSY_TIMEOUT = 30.0
+"""Seconds an SQLite call waits for another process's lock before `database is locked`."""
+_OPEN_RETRY = 0.02
+"""Seconds between attempts to prepare a file another process is preparing too."""
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL and create the table, retrying while another process does the
+    same: workers starting together open a new file at once, and switching the journal mode
+    takes a lock SQLite's busy handler does not wait for (`database is locked` at once)."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                raise
+            time.sleep(_OPEN_RETRY)
+
+
 class SQLiteSessionStore:
     """A `SessionStore` in an SQLite file, shared by the worker processes of one machine.
 
@@ -277,11 +302,10 @@ class SQLiteSessionStore:
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE takes the
         # write lock up front, so a claim's check and delete cannot interleave with another's).
         self._db = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            self.path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
         )
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
+            _prepare(self._db)
         except BaseException:
             self._db.close()
             raise
@@ -339,11 +363,7 @@ class SQLiteSessionStore:
                 "SELECT token_hash, state FROM sessions WHERE session_id = ? AND expires_at > ?",
                 (session_id, self._clock()),
             ).fetchone()
-            if found is None:
-                return None
-            # a wrong current token: the previous one (kept in the state) may still be valid
-            current = hmac.compare_digest(str(found[0]), wanted)
-            if not current and not SessionState.model_validate_json(found[1]).token_matches(token):
+            if found is None or not hmac.compare_digest(str(found[0]), wanted):
                 return None
             db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
             return str(found[1])

@@ -208,9 +208,14 @@ class RawClient:
 
 
 @asynccontextmanager
-async def raw_client(url: str) -> AsyncIterator[RawClient]:
+async def raw_client(url: str, *, from_address: str | None = None) -> AsyncIterator[RawClient]:
+    """A `RawClient` connected to the server at `url`; `from_address`: the loopback address
+    its WebSocket comes from (e.g. `127.0.0.2`, another client than the tests' 127.0.0.1)."""
     client = RawClient(url)
-    async with connect(client.ws_url) as ws, anyio.create_task_group() as group:
+    options: dict[str, Any] = {}
+    if from_address is not None:
+        options["local_addr"] = (from_address, 0)
+    async with connect(client.ws_url, **options) as ws, anyio.create_task_group() as group:
         client.ws, client._group = ws, group
         group.start_soon(client._read_ws)
         try:
@@ -251,3 +256,10 @@ async def settle_tasks(baseline: int, timeout: float = 10.0) -> int:
         while len(asyncio.all_tasks()) > baseline:
             await anyio.sleep(0.05)
     return len(asyncio.all_tasks())
+
+
+async def settled(server: RTCServer, timeout: float = TIMEOUT) -> None:
+    """Wait until every admitted session has closed and saved its state (a session frees its
+    live slot, `active_sessions`, as soon as it starts ending: before that)."""
+    with anyio.fail_after(timeout):
+        await server.wait_idle()

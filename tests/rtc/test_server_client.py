@@ -20,7 +20,7 @@ from llmrtc.testing import FakeTTS, FakeVAD, RTCTestClient, ScriptedLLM, Scripte
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.stt import STTError
 
-from .conftest import config, fake_speech, until
+from .conftest import config, fake_speech, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +92,7 @@ async def test_refusals_raise_rtc_error_with_the_servers_code() -> None:
             credentials = (first.session_id, first.resume_token)
             assert None not in credentials
             await first.drop()
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         with pytest.raises(RTCError) as wrong:
             async with RTCTestClient(server.url, resume=(credentials[0], "nope"), tts=FakeTTS()):
                 pass
@@ -230,7 +230,7 @@ async def test_a_session_left_on_one_server_resumes_on_another_sharing_the_store
                 await client.wait_for("turn_completed")
                 credentials = (client.session_id, client.resume_token)
                 await client.drop()
-            await until(lambda: one.active_sessions == 0)
+            await settled(one)
             async with RTCTestClient(two.url, resume=credentials, tts=FakeTTS()) as again:  # type: ignore[arg-type]
                 assert again.resumed
                 await again.send_text("And again?")

@@ -13,7 +13,7 @@ pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "l
 from llmrtc.rtc import RTCServer
 from llmrtc.testing import RecordingHooks, ScriptedLLM
 
-from .conftest import config, fake_speech, raw_client, until
+from .conftest import config, fake_speech, raw_client, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -109,13 +109,13 @@ async def test_a_resume_dropped_before_the_answer_can_be_tried_again_with_the_sa
         runners(llm), speech=fake_speech(), config=config(), hooks=hooks
     ) as server:
         session_id, token = await first_session(server.url)
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         async with raw_client(server.url) as dropped:
             await dropped.send({"type": "resume", "session_id": session_id, "token": token})
             await dropped.offer()
             assert dropped.ws is not None
             await dropped.ws.close()  # gone before the answer
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         async with raw_client(server.url) as again:
             opening = await again.connect(resume=(session_id, token))
             assert opening["resumed"] and opening["session_id"] == session_id
@@ -127,49 +127,72 @@ async def test_a_resume_dropped_before_the_answer_can_be_tried_again_with_the_sa
     assert len(ends) == 3 and ends[1].reason == "vanished"  # the one dropped before the answer
 
 
-async def test_the_old_token_stays_valid_until_the_client_shows_it_has_the_new_one() -> None:
-    llm = ScriptedLLM(["First.", "Second.", "Third."])
-    async with RTCServer(runners(llm), speech=fake_speech(), config=config()) as server:
+async def test_the_token_a_resume_used_is_void_as_soon_as_the_session_answered() -> None:
+    llm = ScriptedLLM(["First.", "Second."])
+    async with RTCServer(
+        runners(llm), speech=fake_speech(), config=config(resume_wait=0.5)
+    ) as server:
         session_id, token = await first_session(server.url)
-        await until(lambda: server.active_sessions == 0)
-        # answered, but the client said nothing and opened no data channel before it left
+        await settled(server)
+        # answered, but the client said nothing and opened no data channel yet
         async with raw_client(server.url) as silent:
             await silent.send({"type": "resume", "session_id": session_id, "token": token})
             await silent.offer(channel=False)
-            assert (await silent.wait_for("session"))["resumed"]
+            opening = await silent.wait_for("session")
+            assert opening["resumed"] and opening["resume_token"] != token
             await silent.wait_for("answer")
+            # whoever else holds the old token cannot take the session in this window
+            async with raw_client(server.url) as other:
+                await other.send({"type": "resume", "session_id": session_id, "token": token})
+                await other.offer()
+                assert (await other.wait_for("error"))["code"] == "resume_refused"
+            assert silent.close_code is None and server.active_sessions == 1
+            new_token = opening["resume_token"]
             assert silent.ws is not None
             await silent.ws.close()
-        await until(lambda: server.active_sessions == 0)
-        async with raw_client(server.url) as back:
-            opening = await back.connect(resume=(session_id, token))  # the old token: still fine
-            new_token = opening["resume_token"]
-            await back.send({"type": "text", "text": "Back"})
-            await back.wait_for("turn_completed")  # it spoke: it has the new token
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         async with raw_client(server.url) as stale:
             await stale.send({"type": "resume", "session_id": session_id, "token": token})
             await stale.offer()
             assert (await stale.wait_for("error"))["code"] == "resume_refused"
         async with raw_client(server.url) as fresh:
-            opening = await fresh.connect(resume=(session_id, new_token))
-            assert opening["resumed"]
+            assert (await fresh.connect(resume=(session_id, new_token)))["resumed"]
+            await fresh.send({"type": "text", "text": "Back"})
+            assert (await fresh.wait_for("turn_completed"))["text"] == "Second."
 
 
-async def test_the_store_accepts_the_previous_token_only_while_it_is_kept(tmp_path: Any) -> None:
+async def test_a_state_saved_by_an_older_server_loads_and_claims_with_its_token(
+    tmp_path: Any,
+) -> None:
+    import json
+    import sqlite3
+    import time
+
     from llmrtc.rtc import InMemorySessionStore, SQLiteSessionStore
     from llmrtc.rtc.store import SessionState, hash_token
 
-    for store in (InMemorySessionStore(), SQLiteSessionStore(tmp_path / "s.db")):
-        both = SessionState(
-            session_id="s1", token_hash=hash_token("new"), previous_token_hash=hash_token("old")
-        )
-        await store.save(both, ttl=60)
-        assert await store.claim("s1", "other") is None
-        assert await store.claim("s1", "old") == both
-        await store.save(both.model_copy(update={"previous_token_hash": None}), ttl=60)
-        assert await store.claim("s1", "old") is None
-        assert await store.claim("s1", "new") is not None
+    # older servers kept the hash of the previous token beside the current one
+    legacy = {
+        "session_id": "s1",
+        "token_hash": hash_token("new"),
+        "previous_token_hash": hash_token("old"),
+        "history": None,
+        "playbook": None,
+    }
+    state = SessionState.model_validate_json(json.dumps(legacy))
+    memory = InMemorySessionStore()
+    await memory.save(state, ttl=60)
+    assert await memory.claim("s1", "old") is None
+    assert await memory.claim("s1", "new") == state
+    # a row an older worker wrote, as it wrote it
+    sqlite = SQLiteSessionStore(tmp_path / "s.db")
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        row = ("s1", hash_token("new"), time.time() + 60, json.dumps(legacy))
+        db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)", row)
+    assert await sqlite.claim("s1", "old") is None
+    claimed = await sqlite.claim("s1", "new")
+    assert claimed is not None and claimed.token_hash == hash_token("new")
+    sqlite.close()
 
 
 async def test_a_connection_that_never_offers_is_closed_after_offer_timeout() -> None:

@@ -29,7 +29,7 @@ from .conftest import (
     peer_connections,
     raw_client,
     settle_tasks,
-    until,
+    settled,
 )
 
 pytestmark = pytest.mark.anyio
@@ -183,7 +183,7 @@ async def test_resume_with_a_wrong_or_expired_token_is_refused_and_spoils_nothin
             await first.send({"type": "text", "text": "Hello"})
             await first.wait_for("turn_completed")
         session_id, token = session["session_id"], session["resume_token"]
-        await until(lambda: server.active_sessions == 0)  # saved by then
+        await settled(server)  # saved by then
         async with raw_client(server.url) as thief:
             await thief.send({"type": "resume", "session_id": session_id, "token": "x" * 43})
             await thief.offer()
@@ -195,7 +195,7 @@ async def test_resume_with_a_wrong_or_expired_token_is_refused_and_spoils_nothin
             await owner.send({"type": "text", "text": "Are you there?"})
             assert (await owner.wait_for("turn_completed"))["text"] == "Still here."
         new_token = owner.of_type("session")[-1]["resume_token"]
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         assert await store.load(session_id) is not None
         now[0] += 60.5  # past resume_ttl
         async with raw_client(server.url) as late:
@@ -256,9 +256,7 @@ async def test_a_client_vanishing_mid_tool_stops_its_tools_and_leaves_nothing(ga
                 while len(gate.started) < 2:
                     await anyio.sleep(0.01)
         # the client is gone (WebSocket and peer closed without `end`)
-        with anyio.fail_after(20):
-            while server.active_sessions:
-                await anyio.sleep(0.02)
+        await settled(server)
         assert sorted(gate.finished) == ["Lima", "Oslo"]  # both stopped, not left running
         state = await store.load(session["session_id"])
         assert state is not None and state.history is not None
@@ -328,7 +326,7 @@ async def test_a_session_failing_mid_way_is_contained_and_reported() -> None:
             await fine.connect()
             await fine.send({"type": "text", "text": "Hello"})
             assert (await fine.wait_for("turn_completed"))["text"] == "Fine."
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
     errors = [
         event for name, event in zip(hooks.names(), hooks.events, strict=True) if name == "on_error"
     ]
@@ -435,5 +433,5 @@ async def test_a_media_connection_lost_under_a_live_websocket_ends_resumably() -
         assert client.pc is not None
         await client.pc.close()  # the media goes; the WebSocket stays open
         assert await client.wait_closed(timeout=60) == 1001
-        await until(lambda: server.active_sessions == 0)
+        await settled(server)
         assert await store.load(session["session_id"]) is not None

@@ -16,7 +16,7 @@ from llmrtc.rtc import RTCError, RTCServer, SQLiteSessionStore
 from llmrtc.rtc.store import SessionState
 from llmrtc.testing import FakeTTS, RTCTestClient, ScriptedLLM
 
-from .conftest import config, fake_speech, until
+from .conftest import config, fake_speech, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -105,7 +105,7 @@ async def test_a_wrong_token_on_another_worker_is_refused_after_the_wait(tmp_pat
                 await client.wait_for("turn_completed")
                 credentials = (client.session_id, client.resume_token)
                 await client.drop()
-            await until(lambda: a.active_sessions == 0)
+            await settled(a)
             with pytest.raises(RTCError) as refused:
                 async with RTCTestClient(b.url, resume=(credentials[0], "wrong"), tts=FakeTTS()):
                     pass
@@ -118,26 +118,35 @@ async def test_a_wrong_token_on_another_worker_is_refused_after_the_wait(tmp_pat
         shared.close()
 
 
-async def test_a_wrong_token_for_a_session_live_here_is_refused_without_waiting(
+async def test_a_refusal_takes_the_same_wait_whether_the_session_is_live_or_unknown(
     tmp_path: Path,
 ) -> None:
     shared = SQLiteSessionStore(tmp_path / "sessions.sqlite3")
     store = WorkerStore(shared)
+    wait = 1.0
     try:
         async with (
             RTCServer(
-                runners(ScriptedLLM([])), speech=fake_speech(), config=config(), store=store
+                runners(ScriptedLLM([])),
+                speech=fake_speech(),
+                config=config(resume_wait=wait),
+                store=store,
             ) as server,
             RTCTestClient(server.url, tts=FakeTTS()) as client,
         ):
             assert client.session_id is not None
-            with pytest.raises(RTCError) as refused:
-                async with RTCTestClient(
-                    server.url, resume=(client.session_id, "wrong"), tts=FakeTTS()
-                ):
-                    pass
-            assert refused.value.code == "resume_refused"
-            assert store.claims == 1  # live in this process: nothing to wait for elsewhere
+            for session_id in (client.session_id, "nobody-has-this-id"):
+                store.claims = 0
+                started = anyio.current_time()
+                with pytest.raises(RTCError) as refused:
+                    async with RTCTestClient(
+                        server.url, resume=(session_id, "wrong"), tts=FakeTTS()
+                    ):
+                        pass
+                assert refused.value.code == "resume_refused"
+                # a live id is not told apart by an early refusal: both wait it out
+                assert anyio.current_time() - started >= wait
+                assert store.claims >= 2
             await client.ping()  # the live session is untouched
     finally:
         shared.close()
