@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Connection",
     "HTTPTarget",
+    "cancel_reason",
     "import_sdk",
     "is_connection_loss",
     "serve_connection",
@@ -54,6 +56,54 @@ class Connection:
             return False
         dispatcher = getattr(session, "_dispatcher", None)
         return not getattr(dispatcher, "_closed", False)
+
+
+_cancel_reason: ContextVar[Callable[[], object] | None] = ContextVar(
+    "llmrtc_mcp_cancel_reason", default=None
+)
+
+_MAX_REASON = 200
+"""A cancel reason sent to a server is cut to this many characters."""
+
+
+@contextlib.contextmanager
+def cancel_reason(reason: Callable[[], object]) -> Iterator[None]:
+    """While in this block, a request this task abandons is cancelled on the server with
+    `reason()` (e.g. the call's abort reason: `"barge-in"`, `"timeout"`) instead of the SDK's
+    fixed `"caller cancelled"`; a `reason()` of None keeps the SDK's."""
+    token = _cancel_reason.set(reason)
+    try:
+        yield
+    finally:
+        _cancel_reason.reset(token)
+
+
+def _send_cancel_reasons(client: Any, server: str) -> None:
+    """Make the SDK's courtesy `notifications/cancelled` carry the reason `cancel_reason`
+    set. The SDK words it `"caller cancelled"` whatever the cause and has no option for it;
+    it sends it from the abandoning task (inside the cancelled `call_tool`), so that task's
+    context says why. Wraps the session dispatcher's `notify` (pinned by
+    tests/catalog/test_mcp_sdk_pin.py); an SDK without it keeps its own wording."""
+    try:
+        dispatcher = getattr(client.session, "_dispatcher", None)
+    except RuntimeError:
+        return
+    notify = getattr(dispatcher, "notify", None)
+    if dispatcher is None or notify is None:
+        logger.debug("MCP server %r: cancel reasons are the SDK's own", server)
+        return
+
+    async def notify_with_reason(
+        method: str, params: Mapping[str, Any] | None, *args: Any, **kwargs: Any
+    ) -> None:
+        reason_of = _cancel_reason.get()
+        if method == "notifications/cancelled" and params is not None and reason_of is not None:
+            reason = reason_of()
+            if reason is not None:
+                params = {**params, "reason": str(reason)[:_MAX_REASON]}
+        await notify(method, params, *args, **kwargs)
+
+    dispatcher.notify = notify_with_reason
 
 
 @dataclass(frozen=True)
@@ -117,6 +167,7 @@ async def serve_connection(
                     if stderr is not None:
                         stderr.spawned()
                     connection.client = client
+                    _send_cancel_reasons(client, server)
                     async with anyio.create_task_group() as group:
                         await _listen(client, group, connection, server)
                         task_status.started(connection)

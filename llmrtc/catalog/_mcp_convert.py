@@ -22,7 +22,9 @@ __all__ = [
     "result_value",
     "namespace_for",
     "semver_of",
+    "task_required",
     "tool_names",
+    "without_media",
 ]
 
 logger = logging.getLogger("llmrtc.catalog.mcp")
@@ -122,6 +124,13 @@ def mcp_definition(
         return None
 
 
+def task_required(mcp_tool: Any) -> bool:
+    """Whether the tool accepts only task-augmented calls (`execution.taskSupport:
+    "required"`, MCP 2025-11-25): a plain `tools/call` to it fails with -32601."""
+    execution = getattr(mcp_tool, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
+
+
 def _side_effects(annotations: Any) -> tuple[str, ...]:
     if annotations is None or getattr(annotations, "read_only_hint", None):
         return ()
@@ -133,9 +142,28 @@ def _side_effects(annotations: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _size(base64_data: str) -> str:
+    """The decoded size of base64 data, in words: `"1.0 MB"`, `"12.3 kB"`, `"512 B"`."""
+    n = len(base64_data.rstrip("=")) * 3 // 4
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _placeholder(kind: str, *labels: Any, data: Any = None) -> str:
+    """`[image image/png, 1.0 MB]`: what the model is told instead of media's bytes."""
+    first, *rest = labels or (None,)
+    parts = [f"{kind} {first}" if first else kind, *(str(label) for label in rest if label)]
+    if isinstance(data, str):
+        parts.append(_size(data))
+    return f"[{', '.join(parts)}]"
+
+
 def content_text(blocks: Iterable[Any]) -> str:
-    """The text of MCP content blocks, joined by newlines; non-text blocks are named in
-    brackets (`[image image/png]`, `[resource file:///a.txt]`) so the model knows they exist."""
+    """The text of MCP content blocks, joined by newlines; media and binary resources are
+    named in brackets with their size (`[image image/png, 1.0 MB]`, `[resource file:///a.bin,
+    application/pdf, 20.1 kB]`) so the model knows they exist, never their base64 bytes."""
     parts: list[str] = []
     for block in blocks:
         kind = getattr(block, "type", None)
@@ -145,23 +173,58 @@ def content_text(blocks: Iterable[Any]) -> str:
             resource = getattr(block, "resource", None)
             text = getattr(resource, "text", None)
             parts.append(
-                str(text) if text is not None else f"[resource {getattr(resource, 'uri', '')}]"
+                str(text)
+                if text is not None
+                else _placeholder(
+                    "resource",
+                    getattr(resource, "uri", ""),
+                    getattr(resource, "mime_type", None),
+                    data=getattr(resource, "blob", None),
+                )
             )
         elif kind == "resource_link":
             parts.append(f"[resource {getattr(block, 'uri', '')}]")
         elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
+            parts.append(
+                _placeholder(
+                    kind, getattr(block, "mime_type", None), data=getattr(block, "data", None)
+                )
+            )
         else:
             parts.append(f"[{kind or 'content'}]")
     return "\n".join(parts)
 
 
+def without_media(value: Any) -> Any:
+    """`value` (a result's `structuredContent`) with every media block or binary resource
+    in it, at any depth, replaced by its placeholder (`[image image/png, 1.0 MB]`), as
+    `content_text` does for content blocks: a server may mirror its content blocks in
+    `structuredContent` (server-filesystem's `read_media_file` does), and base64 bytes are
+    nothing a model can read."""
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        data = value.get("data")
+        if kind in ("image", "audio") and isinstance(data, str):
+            return _placeholder(str(kind), value.get("mimeType"), data=data)
+        resource = value.get("resource")
+        if kind == "resource" and isinstance(resource, Mapping) and "blob" in resource:
+            return without_media(resource)
+        if isinstance(value.get("blob"), str):  # BlobResourceContents
+            return _placeholder(
+                "resource", value.get("uri"), value.get("mimeType"), data=value["blob"]
+            )
+        return {key: without_media(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_media(item) for item in value]
+    return value
+
+
 def result_value(result: Any) -> Any:
     """A successful `CallToolResult` as a handler's return value: `structuredContent` when
-    the server sent it, else the content blocks' text."""
+    the server sent it (media in it replaced by placeholders), else the content blocks' text."""
     structured = getattr(result, "structured_content", None)
     if isinstance(structured, Mapping):
-        return dict(structured)
+        return without_media(dict(structured))
     return content_text(getattr(result, "content", None) or ())
 
 

@@ -11,7 +11,11 @@ async with MCPBackend("weather", command=["python", "weather_server.py"]) as wea
 Each tool is `mcp_<server>:<tool>@<version>` (named `mcp_<server>.<tool>`, wire name
 `mcp_<server>__<tool>`): the version is the server's own (`serverInfo.version`), cut to semver
 by `semver_of`. A call runs through `ToolExecutor` like any tool; an abort or a timeout cancels
-the handler, and the SDK then sends the server `notifications/cancelled` for the request.
+the handler, and the server is sent `notifications/cancelled` for the request with the abort's
+reason (`"barge-in"`, `"timeout"`). Calls ask for progress; the server's progress notifications
+are logged at DEBUG. Media in a result (content blocks or `structuredContent`) reaches the
+model as a placeholder (`[image image/png, 1.0 MB]`), never as base64. A tool that accepts only
+task-augmented calls (`execution.taskSupport: "required"`) is not offered: a warning names it.
 
 The connection lives in a task the backend owns (entered and left in the same task, as anyio
 requires); calls from any task of the same event loop share it. A server that dies mid-call
@@ -30,8 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 
+from llmrtc.abort import AbortSignal
 from llmrtc.catalog._mcp_connection import (
     Connection,
+    cancel_reason,
     import_sdk,
     is_connection_loss,
     list_all_tools,
@@ -44,6 +50,7 @@ from llmrtc.catalog._mcp_convert import (
     namespace_for,
     result_value,
     semver_of,
+    task_required,
     tool_names,
 )
 from llmrtc.tools.context import ToolContext
@@ -153,6 +160,7 @@ class MCPBackend:
         self._lock = anyio.Lock()
         self._listeners: list[Callable[[], Any]] = []
         self._tools: dict[str, Tool] = {}
+        self._unoffered: set[str] = set()  # task-only tools already warned about
 
     # -- the ToolBackend protocol -------------------------------------------------------------
 
@@ -180,6 +188,9 @@ class MCPBackend:
         names = tool_names(self.namespace, (t.name for t in listed))
         tools: dict[str, Tool] = {}
         for mcp_tool in listed:
+            if task_required(mcp_tool):
+                self._warn_task_only(mcp_tool.name)
+                continue
             definition = mcp_definition(
                 mcp_tool,
                 namespace=self.namespace,
@@ -191,6 +202,19 @@ class MCPBackend:
                 tools[definition.tool_id] = Tool(definition, self._handler(mcp_tool.name))
         self._tools = tools
         return list(tools.values())
+
+    def _warn_task_only(self, mcp_name: str) -> None:
+        """Once per tool: say why a task-only tool is not offered."""
+        if mcp_name in self._unoffered:
+            return
+        self._unoffered.add(mcp_name)
+        logger.warning(
+            "MCP server %r: tool %r is not offered to the model: it accepts only task-augmented "
+            "calls (execution.taskSupport 'required'), which this client does not make (the "
+            "mcp SDK's call_tool cannot receive a task), so every call to it would fail",
+            self._name,
+            mcp_name,
+        )
 
     async def get(self, tool_id: str) -> Tool | None:
         """The tool with exactly this id from the last listing (listing first if none was
@@ -353,17 +377,39 @@ class MCPBackend:
 
     def _handler(self, mcp_name: str) -> Callable[[Any, ToolContext], Any]:
         async def call_mcp_tool(args: Any, ctx: ToolContext) -> Any:
-            return await self.call(mcp_name, dict(args))
+            return await self.call(
+                mcp_name, dict(args), abort_signal=ctx.abort_signal, call_id=ctx.call_id
+            )
 
         return call_mcp_tool
 
-    async def call(self, mcp_name: str, arguments: Mapping[str, Any]) -> Any:
+    async def call(
+        self,
+        mcp_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        abort_signal: AbortSignal | None = None,
+        call_id: str | None = None,
+    ) -> Any:
         """Call the server's tool `mcp_name` (its MCP name) with `arguments`; what a catalog
         tool's handler runs (prefer calling through a `ToolExecutor`).
 
+        The call asks the server for progress (`_meta.progressToken`); each
+        `notifications/progress` is logged at DEBUG on `llmrtc.catalog.mcp`. When the call
+        is cancelled, the server's `notifications/cancelled` carries `abort_signal`'s reason
+        (`"barge-in"`, `"timeout"`, ...) when it has one.
+
+        Args:
+            mcp_name: The tool's MCP name.
+            arguments: Its arguments.
+            abort_signal: The call's signal (the handler's `ToolContext.abort_signal`): its
+                reason is the cancel reason the server is told.
+            call_id: The call's id, named in the progress log lines.
+
         Returns:
             The result's `structuredContent` (a dict) when the server sent one, else the text
-            of its content blocks.
+            of its content blocks; media in either becomes a placeholder such as
+            `[image image/png, 1.0 MB]` (the model is never sent base64 bytes).
 
         Raises:
             ToolError: the server reported the tool failed (`isError`), with its text.
@@ -376,8 +422,30 @@ class MCPBackend:
         from mcp import MCPError
 
         connection = await self._connected()
+        server = self._name
+        label = f"{mcp_name!r}" + (f" (call {call_id})" if call_id else "")
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            # Until tools have a progress hook of their own, the server's progress is logged.
+            logger.debug(
+                "MCP server %r: %s progress %g%s%s",
+                server,
+                label,
+                value,
+                f"/{total:g}" if total is not None else "",
+                f": {message}" if message else "",
+            )
+
+        def reason() -> object:
+            return (
+                abort_signal.reason if abort_signal is not None and abort_signal.aborted else None
+            )
+
         try:
-            result = await connection.client.call_tool(mcp_name, dict(arguments))
+            with cancel_reason(reason):
+                result = await connection.client.call_tool(
+                    mcp_name, dict(arguments), progress_callback=progress
+                )
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             if not is_connection_loss(exc):
                 raise  # a JSON-RPC error of the server's: the executor reports it, unshown

@@ -14,6 +14,7 @@ from llmrtc.catalog._mcp_convert import (
     namespace_for,
     result_value,
     semver_of,
+    task_required,
     tool_names,
 )
 from llmrtc.tools.ids import parse_tool_id
@@ -102,6 +103,50 @@ def test_results_prefer_structured_content_else_join_the_blocks() -> None:
     assert content_text([resource, blob, link]) == (
         "file text\n[resource file:///b.bin]\n[resource file:///c]"
     )
+
+
+def test_media_is_named_with_its_size_never_sent_as_base64() -> None:
+    png = NS(type="image", mime_type="image/png", data="A" * 1_333_336)
+    wav = NS(type="audio", mime_type="audio/wav", data="QUJD" * 3000)
+    blob = NS(
+        type="resource",
+        resource=NS(uri="file:///r.pdf", mime_type="application/pdf", blob="QUI="),
+    )
+    assert content_text([png, wav, blob]) == (
+        "[image image/png, 1.0 MB]\n[audio audio/wav, 9.0 kB]\n"
+        "[resource file:///r.pdf, application/pdf, 2 B]"
+    )
+
+
+def test_media_inside_structured_content_becomes_a_placeholder_too() -> None:
+    # server-filesystem's read_media_file mirrors its image block in structuredContent.
+    image = {"type": "image", "data": "A" * 1_333_336, "mimeType": "image/png"}
+    blob = {"uri": "file:///a.bin", "mimeType": "application/octet-stream", "blob": "A" * 400}
+    structured = {
+        "content": [image, {"type": "resource", "resource": blob}],
+        "nested": {"deeper": [blob]},
+        "count": 2,
+        "note": None,
+    }
+    assert result_value(NS(structured_content=structured, content=[])) == {
+        "content": [
+            "[image image/png, 1.0 MB]",
+            "[resource file:///a.bin, application/octet-stream, 300 B]",
+        ],
+        "nested": {"deeper": ["[resource file:///a.bin, application/octet-stream, 300 B]"]},
+        "count": 2,
+        "note": None,
+    }
+    # A mapping that merely has a "type" of image but no data is data, not media.
+    plain = {"type": "image", "caption": "a cat"}
+    assert result_value(NS(structured_content=plain, content=[])) == plain
+
+
+def test_a_tool_that_requires_tasks_is_recognised() -> None:
+    assert task_required(NS(execution=NS(task_support="required")))
+    assert not task_required(NS(execution=NS(task_support="optional")))
+    assert not task_required(NS(execution=None))
+    assert not task_required(NS())
 
 
 def test_error_text_is_the_servers_own_words_cut_to_length() -> None:

@@ -44,3 +44,24 @@ async def test_alive_reads_the_sdk_dispatcher_closed_flag(protocol: str) -> None
         assert not connection.alive()
     # After the session ended (the client left its context) alive() answers, not raises.
     assert not connection.alive()
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_cancel_reasons_wrap_the_sdk_dispatchers_notify(protocol: str) -> None:
+    """`_send_cancel_reasons` replaces the session dispatcher's `notify` (the SDK sends its
+    courtesy `notifications/cancelled` through `self.notify`, worded "caller cancelled").
+    If a new SDK moves that, the abort's reason silently stops reaching servers: fail here.
+    (That the reason arrives: test_mcp_official_servers.py, on server-everything's wire.)"""
+    import inspect
+
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    source = inspect.getsource(JSONRPCDispatcher._cancel_outbound)
+    assert "self.notify(" in source and '"notifications/cancelled"' in source
+    assert '"caller cancelled"' in inspect.getsource(JSONRPCDispatcher.send_raw_request)
+    async with MCPBackend("tt", command=stdio_command(), protocol=protocol) as backend:
+        connection = backend._connection
+        assert connection is not None
+        dispatcher = connection.client.session._dispatcher
+        assert isinstance(dispatcher, JSONRPCDispatcher), "mcp SDK changed: see cancel_reason()"
+        assert dispatcher.notify.__name__ == "notify_with_reason"
