@@ -335,7 +335,7 @@ _IDLE_THREAD_FILES = ("threading.py", "queue.py", f"concurrent{os.sep}futures{os
 
 def _awaiting(coro: Any) -> str:
     """A task as `outer -> ... -> innermost` coroutine names: where it waits is what is stuck."""
-    names = []
+    names: list[str] = []
     awaited = coro
     for _ in range(50):
         if awaited is None:
