@@ -19,7 +19,7 @@ from llmrtc.agent.events import AgentEvent, StageChanged
 from llmrtc.agent.handler import read_handler_state, replace_messages
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
-from llmrtc.agent.settings import TurnSettings
+from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import SystemMessage, UserMessage
@@ -80,6 +80,7 @@ class PlaybookOrchestrator:
         history: ConversationHistory | None = None,
         hooks: Hooks | None = None,
         max_tool_rounds: int = 5,
+        max_tool_result_chars: int | None = DEFAULT_MAX_TOOL_RESULT_CHARS,
         session_id: str | None = None,
         toolkits: Sequence[Toolkit] = (),
         **executor_options: Any,
@@ -94,6 +95,8 @@ class PlaybookOrchestrator:
             history: A restored history (`ConversationHistory.from_dict`).
             hooks: Observers of stages, transitions, turns, model requests and tools.
             max_tool_rounds: Tool batches per turn (see `TurnRunner`).
+            max_tool_result_chars: The most characters of one tool result the model is sent,
+                in every stage (see `TurnSettings.max_tool_result_chars`); None: no cap.
             session_id: Passed to tools and hooks.
             toolkits: Toolkits the stages' `tools:` may name by key (each stands for its
                 members the registry has).
@@ -129,7 +132,12 @@ class PlaybookOrchestrator:
         self.runner = TurnRunner(
             llm,
             self.executor,
-            settings=TurnSettings(system_prompt="", tools=(), max_tool_rounds=max_tool_rounds),
+            settings=TurnSettings(
+                system_prompt="",
+                tools=(),
+                max_tool_rounds=max_tool_rounds,
+                max_tool_result_chars=max_tool_result_chars,
+            ),
             history=history,
             hooks=hooks,
             session_id=session_id,

@@ -14,6 +14,7 @@ from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
 from llmrtc.agent import ToolCallFinished, TurnCompleted, TurnRunner, TurnSettings
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS
 from llmrtc.llm import ToolMessage
+from llmrtc.playbook import Playbook, PlaybookOrchestrator
 from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.testing.scripted import check_chat_messages
 
@@ -111,3 +112,20 @@ def test_the_cap_and_settings_are_not_both_given() -> None:
             settings=TurnSettings(system_prompt="x"),
             max_tool_result_chars=1000,
         )
+
+
+async def test_a_playbook_orchestrator_caps_results_in_every_stage() -> None:
+    playbook = Playbook.model_validate(
+        {
+            "id": "logs",
+            "initial_stage": "read",
+            "stages": [{"id": "read", "system_prompt": "Read logs.", "tools": ["read_log"]}],
+        }
+    )
+    llm = ScriptedLLM(
+        [ScriptedResponse(tool_calls=[ToolCall("c1", "read_log", {"lines": 2000})]), "Done."]
+    )
+    orchestrator = PlaybookOrchestrator(playbook, llm, REGISTRY, max_tool_result_chars=800)
+    [event async for event in orchestrator.run_turn("What does the log say?")]
+    (message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolMessage)]
+    assert len(message.content) <= 800 and json.loads(message.content)["truncated"] is True
