@@ -113,6 +113,7 @@ class TurnWorker:
         self._quiet_since: float | None = None
         self._accepting = True
         self._held: Typed | None = None  # taken from the queue, waiting for the turn before
+        self._turn_scope: anyio.CancelScope | None = None
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
 
@@ -165,6 +166,15 @@ class TurnWorker:
                     self._start(new_turn_id(), item.at, user_text=item.text)
             else:
                 self._start(new_turn_id(), item.at, timeout=True)
+
+    def abort(self) -> None:
+        """Take no more work and cancel the turn running, "finish" tool calls included (each
+        still gets its one result: the runner settles a cancelled turn)."""
+        self._accepting = False
+        self._items.clear()
+        self._held = None
+        if self._turn_scope is not None:
+            self._turn_scope.cancel()
 
     async def close(self, timeout: float) -> bool:
         """Take no more work and wait (at most `timeout` s, shielded) for the turn running to
@@ -261,6 +271,13 @@ class TurnWorker:
     async def _turn(
         self, reply: Reply, user_text: str | None, timeout: bool, apology: bool
     ) -> None:
+        with anyio.CancelScope() as scope:
+            self._turn_scope = scope
+            await self._run_turn(reply, user_text, timeout, apology)
+
+    async def _run_turn(
+        self, reply: Reply, user_text: str | None, timeout: bool, apology: bool
+    ) -> None:
         history = self._handler.history
         before = {id(m) for m in history.messages}
         config = self._voice.config
@@ -299,6 +316,8 @@ class TurnWorker:
                     logger.exception("turn %s: the history keeps the whole answer", reply.turn_id)
                     await self._voice.report_error(exc, "voice.history", reply.turn_id)
         finally:
+            if self._turn_scope is not None and self.reply is reply:
+                self._turn_scope = None
             if self.reply is reply:
                 self.reply = None
             assert self._idle is not None

@@ -237,6 +237,17 @@ class VoiceLoop:
             logger.debug("interrupt dropped %d waiting typed turns", dropped)
         await self._barge_in("interrupted")
 
+    async def abort(self, reason: str = "the voice loop was aborted") -> None:
+        """Stop everything now, "finish" tool calls included (a server shutting down whose
+        grace is over): silence, abort the turn, cancel what still runs of it, and take no
+        more input. Every started tool call still gets its one result ("aborted" for a
+        stopped one) and the history stays valid. Leaving the loop then waits for nothing.
+        A no-op once the loop has ended."""
+        if self._state not in ("running", "closing"):
+            return
+        await self._barge_in(reason)
+        self._turns.abort()
+
     # Lifetime --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> VoiceLoop:

@@ -11,9 +11,9 @@ import pytest
 from llmrtc.agent.events import ToolCallStarted, TurnCompleted
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
-from llmrtc.llm.messages import UserMessage
+from llmrtc.llm.messages import SystemMessage, ToolMessage, UserMessage
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
-from llmrtc.testing.scripted import ScriptedResponse
+from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import tool
@@ -113,3 +113,30 @@ async def test_waiting_typed_turns_are_forgotten_when_the_loop_ends() -> None:
 def test_max_queued_texts_must_be_a_positive_int(bad: Any) -> None:
     with pytest.raises(ValueError, match="max_queued_texts must be an int >= 1"):
         VoiceConfig(max_queued_texts=bad)
+
+
+async def test_abort_stops_a_finish_tool_too_and_the_history_stays_valid() -> None:
+    # What a server does when its shutdown grace is over: nothing may keep the loop open.
+    @tool(on_interrupt="finish")
+    async def pay() -> str:
+        """Pay (finishes even on a barge-in)."""
+        await anyio.sleep(60)
+        return "paid"
+
+    llm = ScriptedLLM([ScriptedResponse(text="Paying.", tool_calls=[ToolCall("p1", "pay", {})])])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([pay])), system_prompt="Be brief.")
+    tts = FakeTTS()
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    with anyio.fail_after(10):  # not the 30 s a closing loop gives a finish tool
+        async with loop:
+            events = loop.events()
+            await loop.send_text("Pay it.")
+            await until(events, lambda e: isinstance(e, ToolCallStarted))
+            await loop.abort()
+            await loop.send_text("More.")  # taken no more: nothing runs after an abort
+            await anyio.sleep(0.1)
+    check_chat_messages([SystemMessage("Be brief."), *loop.history.messages])
+    results = [m for m in loop.history.messages if isinstance(m, ToolMessage)]
+    assert [m.call_id for m in results] == ["p1"] and "paid" not in results[0].content
+    assert user_lines(loop) == ["Pay it."]
+    assert len(llm.requests) == 1
