@@ -87,4 +87,11 @@ async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> 
             if process.returncode is None:
                 process.kill()
             await process.aclose()  # its pipes and transport too, while the loop still runs
-    assert b"Traceback" not in stderr, stderr.decode(errors="replace")
+    text = stderr.decode(errors="replace")
+    assert "Traceback" not in text, text
+    # Before the URL line (the command writes them first): how long the start takes, then a
+    # line per stage of preparing the model and the speech engines (a bar on a terminal).
+    assert "llmrtc serve: opening the model and the speech engines" in text, text
+    assert "about" in text.splitlines()[0], text
+    for stage in ("loading model", "warming up", "speech: loading model"):
+        assert f"llmrtc: {stage}..." in text, text
