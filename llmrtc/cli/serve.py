@@ -42,7 +42,7 @@ SIGTERM or Ctrl-C: new sessions are refused with shutting_down, live ones get --
 seconds to end, then the server exits with status 0 (a second Ctrl-C exits at once, 130). What
 still runs 5 s past the grace (a tool that ignores cancellation) is listed and the process
 exits with status 1. With --workers, a worker that dies is started again and the session store
-is kept; one that exits 3 times in a row within 60 s of its start is not, the others serve on.
+is kept; one that exits 3 times in a row within 60 s of its start is not, the others serve on."""
 
 
 def _seconds(text: str) -> float:
