@@ -5,14 +5,17 @@ admission, resume and graceful shutdown.
         print("open", server.url)
         await anyio.sleep_forever()
 
-Each WebSocket connection is one would-be session. Before its `offer` it may send `resume`
-(once) and `ping`; anything needing a session gets `not_ready`. The offer is then checked
-(`bad_offer`), admitted against `max_sessions` in one step with no await between the check and
-the count (`server_full`, `shutting_down`), a resume is claimed from the store
-(`resume_refused`), and the `Session` runs in the connection's task until it ends. Refusals
-send `error {code, message}` and close with `CLOSE_CODES[code]`. A resume of a session whose old
-connection still looks alive, with that session's current token, closes the old one first;
-one of a session not live in this process waits briefly for another worker's save (`_resume`).
+Each WebSocket connection is one would-be session. Until it is admitted it holds no session
+slot; such connections are capped per address (`max_pending_per_address`) and in all
+(`4 * max_sessions`). Before its `offer` it may send `resume` (once) and `ping`; anything
+needing a session gets `not_ready`. The offer is then checked (`bad_offer`); a resume ends this
+process's live connection of the session if it has the session's current token, and claims the
+saved state (`_resume`: every refusal, `resume_refused`, comes after the same
+`resume_wait`). Then the session is admitted against `max_sessions` in one step with no await
+between the check and the count (`server_full`, `shutting_down`), and the `Session` runs in the
+connection's task until it ends; it frees its slot as soon as it starts ending. A claimed state
+whose session never delivered its answer is put back with the token it was claimed with.
+Refusals send `error {code, message}` and close with `CLOSE_CODES[code]`.
 
 Asyncio only (aiortc and websockets' server are). One event loop keeps about 10 full-duplex
 sessions on time (ARCHITECTURE.md): `reuse_port` lets several processes share the port.
@@ -78,7 +81,8 @@ class RTCServer:
                 await anyio.sleep_forever()
 
     Leaving `async with` is a graceful shutdown: no new sessions (`shutting_down`), live ones
-    get `config.shutdown_grace` seconds to end, the rest are closed (and stay resumable).
+    get `config.shutdown_grace` seconds to end, the rest are closed (and stay resumable) with
+    their tool calls aborted, `"finish"` ones too, so leaving is bounded.
     """
 
     def __init__(

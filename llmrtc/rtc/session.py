@@ -5,7 +5,12 @@ admits it and runs `Session.run` in the WebSocket's connection task. Everything 
 starts ends inside `run`: the readers (WebSocket, data channel, inbound audio), the event
 forwarder, the idle watchdog, the outbox, the voice loop (its turn aborted, every tool call
 given its one result) and the peer connection. A failure of one session is logged and ends
-that session only.
+that session only; `run` never raises.
+
+Ending goes in this order: the inputs stop, the voice loop closes (the turn is aborted; a
+started `"finish"` call runs on unless `abort_tools` was called, as a shutdown does), the events
+that produced (each `tool_call_finished`) are sent, the outbox drains, the WebSocket closes,
+the peer closes, and the state is saved, each step whatever the one before did.
 
 How a session ends decides what the client gets and whether it can come back:
 

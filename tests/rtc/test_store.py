@@ -397,3 +397,54 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
 def test_sqlite_max_sessions_must_be_a_positive_int(tmp_path: Path, size: object) -> None:
     with pytest.raises(ValueError, match="max_sessions must be an int >= 1"):
         SQLiteSessionStore(tmp_path / "s.sqlite3", max_sessions=size)  # type: ignore[arg-type]
+
+
+_OPEN_RACE = """
+import multiprocessing, sys
+from pathlib import Path
+
+
+def open_each(folder, count, barrier, failures):
+    from llmrtc.rtc.store import SQLiteSessionStore
+
+    for index in range(count):
+        barrier.wait()  # both processes open the same new file at once
+        try:
+            SQLiteSessionStore(Path(folder) / f"sessions-{index}.sqlite3").close()
+        except Exception as exc:
+            failures.put(repr(exc))
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    barrier, failures = context.Barrier(2), context.Queue()
+    workers = [
+        context.Process(target=open_each, args=(sys.argv[1], int(sys.argv[2]), barrier, failures))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    print(len(found), found[:3], flush=True)
+"""
+
+
+def test_workers_opening_a_new_file_at_once_both_get_the_store(tmp_path: Path) -> None:
+    # `llmrtc serve --workers N` starts its workers together on a fresh file: switching it to
+    # WAL took a lock SQLite does not wait for, and a worker died with "database is locked".
+    script = tmp_path / "open_race.py"
+    script.write_text(_OPEN_RACE)
+    folder = tmp_path / "stores"
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script), str(folder), "200"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 1)[0] == "0", done.stdout
