@@ -22,6 +22,7 @@ from llmrtc.llm.local import (
     LocalModelServer,
     chat_template_for_tools,
     ensure_model_file,
+    gguf_string_metadata,
 )
 
 pytestmark = pytest.mark.local_model
@@ -177,6 +178,15 @@ def test_corrupt_cached_file_is_reported_on_verify(model_path: Path, tmp_path: P
 def test_unknown_size_lists_allowed_sizes() -> None:
     with pytest.raises(ValueError, match=re.escape("'1.5b', '0.5b'")):
         ensure_model_file("7b")
+
+
+def test_the_header_reader_agrees_with_the_gguf_package(model_path: Path) -> None:
+    from gguf import GGUFReader
+
+    reference = GGUFReader(str(model_path)).fields
+    for key in ("tokenizer.chat_template", "general.architecture", "general.name"):
+        assert gguf_string_metadata(model_path, key) == reference[key].contents()
+    assert gguf_string_metadata(model_path, "no.such.key") is None
 
 
 def test_template_renders_tool_calls_bare(model_path: Path) -> None:
