@@ -249,7 +249,7 @@ class RTCServer:
                 # The grace is over: "finish" tools are aborted too, so this is bounded.
                 for session in list(self._sessions):
                     session.end("shutting_down")
-                    session.abort_tools()
+                    await session.abort_tools()
                 with anyio.move_on_after(_FINAL_CLOSE_TIMEOUT):
                     await self.wait_idle()
                 if self._busy:

@@ -71,6 +71,8 @@ __all__ = ["Session"]
 
 logger = logging.getLogger(__name__)
 
+_SHUTDOWN_ABORT: Final = "shutting_down"
+"""The abort reason tools stopped by a shutdown past its grace are given."""
 _DRAIN_TIMEOUT: Final = 2.0
 """Seconds the outbox gets to send what is queued when a session ends."""
 _CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
@@ -168,14 +170,14 @@ class Session:
             except Exception:
                 logger.exception("session %s: its on_end callback failed", self.session_id)
 
-    def abort_tools(self) -> None:
+    async def abort_tools(self) -> None:
         """Stop this session's tool calls now, `"finish"` ones too (each gets its one
         `aborted` result, reported and kept in the history): for a shutdown whose grace is
         over. Ending alone lets a started `"finish"` call complete (up to the voice loop's
         close timeout). Call `end` too: this does not end the session."""
         self._tools_aborted = True
         if self._loop is not None:
-            _cancel_loop_tasks(self._loop)
+            await self._loop.abort(_SHUTDOWN_ABORT)
 
     def token_matches(self, token: str) -> bool:
         """Whether `token` is this session's current resume token (constant time)."""
@@ -273,8 +275,8 @@ class Session:
                         drained = anyio.Event()
                         outer.start_soon(self._run_outbox, drained)
                         await self._serve_inputs(loop, pc, client)
-                if self._tools_aborted:
-                    _cancel_loop_tasks(loop)
+                if self._tools_aborted:  # asked for before the loop was serving
+                    await loop.abort(_SHUTDOWN_ABORT)
             # The loop is closed: the turn was aborted and every tool call has its result.
             # Its events (the `tool_call_finished` of calls cut short among them) go out
             # before the outbox closes.
@@ -422,16 +424,6 @@ class Session:
         pc = self._pc
         if pc is not None and pc.connectionState in ("failed", "closed"):
             self.end("peer_failed")
-
-
-def _cancel_loop_tasks(loop: VoiceLoop) -> None:
-    """Cancel the voice loop's tasks, its turn's tool calls with them: "finish" calls survive
-    an abort of the turn but not a cancellation of the task running the batch, which reports
-    them `aborted` and records that result (`ToolExecutor.execute`). VoiceLoop has no public
-    way to do this yet, so this reaches its task group."""
-    group = getattr(loop, "_group", None)
-    if group is not None:
-        group.cancel_scope.cancel()
 
 
 def _check_audio(pc: RTCPeerConnection) -> None:
