@@ -213,6 +213,7 @@ async def latency_section(embedder: TextEmbedder | None, quick: bool) -> None:
         ratio = pct(keyword_samples, 0.5) / pct(base, 0.5)
         print(f"     keyword search           {fmt(keyword_samples)}   ({ratio:.1f}x floor)")
         print(f"     rebuild (invalidate+list) {fmt(rebuild)}")
+        await short_word_queries(catalog, rounds=20 if copies > 1 else 100)
         if embedder is None or (quick and copies > 1):
             print("     hybrid: skipped" + (" (--quick)" if embedder else " (no model)"))
             continue
@@ -238,6 +239,34 @@ async def latency_section(embedder: TextEmbedder | None, quick: bool) -> None:
             fresh.append(time.perf_counter() - start)
         print(f"     hybrid, query cached     {fmt(cached)}")
         print(f"     hybrid, new query        {fmt(fresh)}")
+
+
+SHORT_WORD_QUERIES = [
+    ("plain words (baseline)", "refund the customer invoice"),
+    ("numbers and codes", "refund invoice 42 for customer id 7 in the EU"),
+    ("all caps", "CAN YOU REFUND THE CUSTOMER INVOICE"),
+    (
+        "300 two-letter codes",
+        "customer " + " ".join(a + b for a in "abcdefghijklmnopqrstuvwxy" for b in "abcdefghijkl"),
+    ),
+    ("600 numbers", "customer " + " ".join(str(1000 + i) for i in range(600))),
+]
+"""Queries with short words and numbers (issue 17: each word is a whole-word matcher), timed
+against the plain-word query in the same run: the ratio is the figure to watch."""
+
+
+async def short_word_queries(catalog: ToolCatalog, rounds: int) -> None:
+    """Keyword search p50 of `SHORT_WORD_QUERIES`, each as a ratio of the plain-word query's."""
+    base = 0.0
+    for label, query in SHORT_WORD_QUERIES:
+        samples = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            await catalog.search(query, 5, mode="keyword")
+            samples.append(time.perf_counter() - start)
+        p50 = pct(samples, 0.5)
+        base = base or p50
+        print(f"     keyword, {label:24s} p50 {p50 * 1e3:8.3f} ms   ({p50 / base:.2f}x plain)")
 
 
 async def injection_section(quick: bool) -> None:

@@ -15,11 +15,11 @@ from llmrtc.catalog._chunked import IndexSuperseded
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import ToolId, from_wire_name, parse_tool_id
 from llmrtc.catalog.search import (
+    KeywordMatch,
+    KeywordQuery,
     SearchHit,
     hybrid_score,
-    keyword_score,
     matches,
-    query_terms,
     rank_hybrid,
     search_candidates,
 )
@@ -280,32 +280,42 @@ class ToolCatalog:
         if mode not in ("hybrid", "keyword"):
             raise ValueError(f"search mode must be 'hybrid' or 'keyword', got {mode!r}")
         snapshot = await self._core.current()
-        phrase, terms = query_terms(query)
-        if not phrase:
+        keywords = KeywordQuery(query)
+        if not keywords.phrase:
             return []
         only = None if ids is None else frozenset(ids)
         candidates = search_candidates(snapshot, namespace, tag, only, self._permits)
         entries = snapshot.keywords.entries
         allowed = snapshot.latest_set if candidates is snapshot.latest else set(candidates)
-        keyword: dict[int, tuple[float, str]] = {}
-        for i in snapshot.keywords.containing((phrase, *terms)):
-            if i in allowed:
-                score, why = keyword_score(entries[i], phrase, terms)
-                if score > 0:
-                    keyword[i] = (score, why)
+        matched: dict[int, KeywordMatch] = {}
+        for i in snapshot.keywords.containing(keywords.needles):
+            if i in allowed and (match := keywords.match(entries[i])) is not None:
+                matched[i] = match
         similarities = None
         if mode == "hybrid" and candidates:
             similarities = await self._similarities(snapshot, query, wait=wait)
         if similarities is None:
-            ranked = heapq.nsmallest(limit, keyword, key=lambda i: (-keyword[i][0], i))
+            # Ranked by keyword alone: a tool missing a word another candidate holds sinks.
+            held = keywords.held(matched.values())
+            keyword = {i: keywords.score(match, held) for i, match in matched.items()}
+            ranked = heapq.nsmallest(limit, keyword, key=lambda i: (-keyword[i], i))
             return [
-                SearchHit(snapshot.tools[i], keyword[i][0], keyword[i][0], None, keyword[i][1])
+                SearchHit(
+                    snapshot.tools[i],
+                    keyword[i],
+                    keyword[i],
+                    None,
+                    keywords.why(entries[i], held),
+                )
                 for i in ranked
             ]
-        # Ties keep catalog order (the first backend first).
+        # Meaning ranks; the boost takes the keyword score without the missing word penalty.
+        keyword = {i: keywords.score(match) for i, match in matched.items()}
         hits = []
+        # Ties keep catalog order (the first backend first).
         for i in rank_hybrid(similarities, candidates, keyword, limit):
-            score, why = keyword.get(i, (0.0, ""))
+            score = keyword.get(i, 0.0)
+            why = keywords.why(entries[i]) if i in keyword else ""
             similarity = float(similarities[i])
             reason = f"similarity {similarity:.2f}" + (f"; {why}" if why else "")
             hybrid = hybrid_score(score, similarity)

@@ -31,6 +31,7 @@ from llmrtc.tools.tool import Tool
 
 __all__ = [
     "GENERAL_CATEGORY",
+    "MAX_QUERY_CHARS",
     "META_TOOL_NAMES",
     "ExecuteTool",
     "build_meta_tools",
@@ -50,6 +51,9 @@ GENERAL_CATEGORY = "general"
 """The category of tools without a namespace."""
 
 MAX_SEARCH_RESULTS = 20
+MAX_QUERY_CHARS = 300
+"""`search_tools`' longest query: a few words saying what a tool should do (search scores only
+the first `llmrtc.catalog.search.MAX_QUERY_WORDS` words anyway)."""
 MAX_PAGE_SIZE = 50
 DEFAULT_PAGE_SIZE = 10
 
@@ -208,7 +212,10 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
         parameters={
             "type": "object",
             "properties": {
-                "query": _string("What the tool should do, e.g. 'refund a payment'."),
+                "query": {
+                    **_string("What the tool should do, in a few words, e.g. 'refund a payment'."),
+                    "maxLength": MAX_QUERY_CHARS,
+                },
                 "max_results": {
                     "type": "integer",
                     "minimum": 1,

@@ -13,23 +13,34 @@ Keyword scores (seed 000), the best rule that matches a tool:
 
 Matching ignores case and treats `_`, `-` and whitespace alike (`issue refund` finds
 `issue_refund`). Words of 3+ letters match inside longer ones (`ship` in `reship_order`);
-numbers and words of one or two letters (`42`, `EU`, `HR`, `id`) match only whole words, a
-number also with leading zeros (`42` finds `action_042` and `thing number 42`, not `420`,
-`video` or `three`).
+numbers and words of one or two letters (`42`, `EU`, `HR`, `id`) match only whole words, and
+numbers ignore leading zeros either way (`42` finds `action_042` and `thing number 42`, `042`
+finds `room 42`; `42` never finds `420`, nor `id` `video`, nor `hr` `three`). Number words
+(`forty-two`) are not read as numbers.
 
 A query of several words is also scored word by word: every word counts (numbers and
-two-letter codes too) but stop words (`the`, `is`, `a`, `un`, ...; a stop word written in
-capitals, `US` or `IT`, is a code and counts). A tool's score is then the better of the whole
-query's score and the mean of its words' scores when it matched every word. A tool that misses
-a word scores that mean x `PARTIAL_WEIGHT` (below 20): it ranks under every tool that holds
-the whole query or all its words, so `thing number 42` puts the tool described "thing number
-42" before the hundred described "thing number ...", and `refund payment` still finds
-`billing.issue_refund` (60 for "refund", 0 for "payment": mean 30, scored 6).
+two-letter codes too) but single letters and stop words (`the`, `is`, `up`, `un`, ...); a one-
+or two-letter stop word in capitals in a query that has lowercase letters is a code (`US`,
+`IT`), and an all-caps query's stop words stay stop words ("REFUND MY ORDER"). Only the first
+`MAX_QUERY_WORDS` distinct words count. A number word scores at most 20 (a description
+match): it is mostly an argument value (order 42) that tells apart the tools the other words
+found. A tool's score is then the better of the whole query's score and the mean of its
+words' scores (a word it misses counts 0), so `refund payment` still finds
+`billing.issue_refund` (60 for "refund", 0 for "payment": 30).
+
+Ranked by keyword alone, a tool that misses a word that another candidate holds scores that
+mean x `PARTIAL_WEIGHT` (below 20): it ranks under every tool that holds the whole query or
+all such words, so `thing number 42` puts the tool described "thing number 42" before the
+hundred described "thing number ...". A word that no candidate holds (a city, a name, an
+order number no tool mentions) tells no tool apart and is not missed: "weather in Paris"
+scores `weather.forecast` 40, as "weather" alone scores 80.
 
 Hybrid scores follow seed 001: `10 x cosine similarity + keyword boost`, the boost being
 `3 x keyword / 100` (an exact name adds 3, a description match 0.6), so meaning ranks and exact
-words break ties and lift literal hits. A tool is a hybrid hit when a keyword matched or its
-similarity reaches `MIN_SIMILARITY`.
+words break ties and lift literal hits. The boost takes the keyword score without the missing
+word penalty: a word the query holds as an argument value ("where is order 42") must not
+sink the tool its other words name below one that only shares the number. A tool is a hybrid
+hit when a keyword matched or its similarity reaches `MIN_SIMILARITY`.
 """
 
 from __future__ import annotations
@@ -38,7 +49,6 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmrtc.tools.definition import ToolDefinition
@@ -51,14 +61,16 @@ if TYPE_CHECKING:  # _cache imports this module
 __all__ = [
     "EXACT_NAME",
     "KEYWORD_BOOST",
+    "MAX_QUERY_WORDS",
     "MIN_SIMILARITY",
     "PARTIAL_WEIGHT",
     "SEMANTIC_WEIGHT",
     "KeywordEntry",
     "KeywordIndex",
+    "KeywordMatch",
+    "KeywordQuery",
     "SearchHit",
     "hybrid_score",
-    "keyword_score",
     "matches",
     "rank_hybrid",
     "search_candidates",
@@ -67,8 +79,12 @@ __all__ = [
 EXACT_NAME, NAME_PREFIX, NAME_SUBSTRING = 100.0, 80.0, 60.0
 EXACT_TAG, TAG_SUBSTRING, DESCRIPTION = 50.0, 40.0, 20.0
 PARTIAL_WEIGHT = DESCRIPTION / EXACT_NAME
-"""A tool that misses a word of a several-word query scores its words' mean x this (< 20): it
-ranks under every tool that matched the whole query or every word of it."""
+"""Keyword ranking: a tool that misses a word of a several-word query (one some other
+candidate holds) scores its words' mean x this (< 20): it ranks under every tool that matched
+the whole query or every such word."""
+MAX_QUERY_WORDS = 32
+"""Only a query's first 32 distinct content words are scored: a request to find a tool is a
+few words, and each word costs a pass over the candidates."""
 SEMANTIC_WEIGHT = 10.0
 """Seed 001: the semantic score weighs x10."""
 KEYWORD_BOOST = 3.0
@@ -85,7 +101,7 @@ _STOP_WORDS = frozenset(
     {
         # Two letters: English and French function words; codes (`id`, `eu`, `hr`) count.
         *("an", "is", "it", "to", "of", "in", "on", "at", "by", "or", "be", "do", "my", "me"),
-        *("we", "us", "so", "if", "as", "am", "he", "no"),
+        *("we", "us", "so", "if", "as", "am", "he", "no", "up", "ok", "go", "hi", "oh"),
         *("un", "le", "la", "de", "du", "je", "ce", "en", "et", "il", "au", "ne", "se", "sa"),
         *("ma", "ta", "tu", "ou"),
         *("the", "and", "for", "with", "from", "into", "about", "please", "can", "could"),
@@ -159,103 +175,206 @@ class KeywordIndex:
         return found
 
 
+def _bare(word: str) -> str:
+    """What a word of the query must occur as: a number without its leading zeros."""
+    return (word.lstrip("0") or "0") if word.isdigit() else word
+
+
 def _whole_word(word: str) -> bool:
     # Inside a longer word these are noise: `id` in `video`, `hr` in `three`, `42` in `420`.
     return len(word) <= 2 or word.isdigit()
 
 
-@lru_cache(maxsize=256)
-def _pattern(query: str) -> re.Pattern[str] | None:
-    """How `query` is found in a tool's text when plain substring search would be wrong: a
-    number or one- or two-letter word at its start or end must be a whole word there, and a
-    number may have leading zeros (`042`). None: a substring search is right."""
-    pieces = _WORD_PIECES.split(query)  # text, word, text, word, ..., text
-    words = pieces[1::2]
-    if not any(_whole_word(word) for word in words):
-        return None
-    regex = "".join(
-        "0*" + piece if i % 2 and piece.isdigit() else re.escape(piece)
-        for i, piece in enumerate(pieces)
-    )
-    if _whole_word(words[0]) and not pieces[0]:
-        regex = r"(?<!\w)" + regex
-    if _whole_word(words[-1]) and not pieces[-1]:
-        regex += r"(?!\w)"
-    return re.compile(regex)
+class _Matcher:
+    """How one normalized query (the phrase or one of its words) is found in a tool's text,
+    built once per search (a regex compiled per tool per word froze the event loop)."""
+
+    __slots__ = ("needle", "pattern", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        pieces = _WORD_PIECES.split(text)  # text, word, text, word, ..., text
+        words = pieces[1::2]
+        self.needle = max((_bare(word) for word in words), key=len, default=text)
+        """A substring of every text this query matches (`KeywordIndex.containing`'s key)."""
+        self.pattern: re.Pattern[str] | None = None
+        """None: a plain substring search is right."""
+        if any(_whole_word(word) for word in words):
+            # A number (any leading zeros, both ways) or a one- or two-letter word at the
+            # phrase's start or end must be a whole word there.
+            regex = "".join(
+                "0*" + re.escape(_bare(piece)) if i % 2 and piece.isdigit() else re.escape(piece)
+                for i, piece in enumerate(pieces)
+            )
+            if _whole_word(words[0]) and not pieces[0]:
+                regex = r"(?<!\w)" + regex
+            if _whole_word(words[-1]) and not pieces[-1]:
+                regex += r"(?!\w)"
+            self.pattern = re.compile(regex)
+
+    def starts(self, text: str) -> bool:
+        if self.pattern is None:
+            return text.startswith(self.text)
+        return self.pattern.match(text) is not None
+
+    def within(self, text: str) -> bool:
+        if self.pattern is None:
+            return self.text in text
+        return self.needle in text and self.pattern.search(text) is not None
+
+    def rule(self, entry: KeywordEntry) -> tuple[float, str]:
+        """Seed 000's best rule for `entry`: its score and the name or tag it matched ("" for
+        none or the description; the words of `why` are written only for returned hits)."""
+        if self.needle not in entry.text:
+            return 0.0, ""
+        query, names, tags = self.text, entry.names, entry.tags
+        if query in names:
+            return EXACT_NAME, query
+        for name in names:
+            if self.starts(name):
+                return NAME_PREFIX, name
+        for name in names:
+            if self.within(name):
+                return NAME_SUBSTRING, name
+        if query in tags:
+            return EXACT_TAG, query
+        for tag in tags:
+            if self.within(tag):
+                return TAG_SUBSTRING, tag
+        if self.within(entry.description):
+            return DESCRIPTION, ""
+        return 0.0, ""
 
 
-def _starts(text: str, query: str, pattern: re.Pattern[str] | None) -> bool:
-    return text.startswith(query) if pattern is None else pattern.match(text) is not None
+_RULE_WORDS = {
+    EXACT_NAME: "name {query!r}",
+    NAME_PREFIX: "name {field!r} starts with {query!r}",
+    NAME_SUBSTRING: "name {field!r} contains {query!r}",
+    EXACT_TAG: "tag {query!r}",
+    TAG_SUBSTRING: "tag {field!r} contains {query!r}",
+    DESCRIPTION: "description contains {query!r}",
+}
 
 
-def _within(text: str, query: str, pattern: re.Pattern[str] | None) -> bool:
-    return query in text if pattern is None else pattern.search(text) is not None
-
-
-def _score_phrase(entry: KeywordEntry, query: str) -> tuple[float, str]:
-    names, tags = entry.names, entry.tags
-    if query in names:
-        return EXACT_NAME, f"name {query!r}"
-    pattern = _pattern(query)
-    for name in names:
-        if _starts(name, query, pattern):
-            return NAME_PREFIX, f"name {name!r} starts with {query!r}"
-    for name in names:
-        if _within(name, query, pattern):
-            return NAME_SUBSTRING, f"name {name!r} contains {query!r}"
-    if query in tags:
-        return EXACT_TAG, f"tag {query!r}"
-    for tag in tags:
-        if _within(tag, query, pattern):
-            return TAG_SUBSTRING, f"tag {tag!r} contains {query!r}"
-    if _within(entry.description, query, pattern):
-        return DESCRIPTION, f"description contains {query!r}"
-    return 0.0, ""
-
-
-def _content_word(word: str) -> bool:
+def _content_word(word: str, codes: bool) -> bool:
     if word.isdigit():
         return True
     if len(word) < 2:  # `a`, and the `l` / `s` of `l'adresse`, `user's`
         return False
-    # A stop word in capitals is a code: `US`, `IT`, `NO`.
-    return word.isupper() or word.lower() not in _STOP_WORDS
+    if word.lower() not in _STOP_WORDS:
+        return True
+    # `US`, `IT` in a query with lowercase letters are codes; in an all-caps query
+    # ("REFUND MY ORDER") capitals say nothing, and longer stop words are never codes.
+    return codes and len(word) <= 2 and word.isupper()
 
 
-def query_terms(query: str) -> tuple[str, tuple[str, ...]]:
-    """The normalized query and its content words (empty when the query is one word).
+@dataclass(frozen=True, slots=True)
+class KeywordMatch:
+    """How a tool matched a `KeywordQuery`: the whole query's rule, then each word's."""
 
-    Every word counts, numbers and two-letter codes included, but stop words (one written in
-    capitals is a code and counts) and single letters.
+    phrase: float
+    """The whole query's seed 000 score (0 when no rule matched)."""
+    words: tuple[float, ...]
+    """Each content word's score, in `KeywordQuery.terms` order (empty when the phrase is an
+    exact name or the query has one word)."""
+
+
+class KeywordQuery:
+    """A search query split and compiled once per search: the normalized phrase, its content
+    words (at most `MAX_QUERY_WORDS`), and a matcher for each.
+
+    Scores (see the module's docstring): the better of the whole query's rule and its words'
+    mean (a number's word scores at most `DESCRIPTION`). Ranked by keyword alone, a tool that
+    misses a word some other candidate holds scores that mean x `PARTIAL_WEIGHT`; a word no
+    candidate holds (an order number, a city, a name) tells no tool apart and is not missed.
     """
-    phrase = _normalize(query)
-    words = [w.lower() for w in _WORDS.findall(query) if _content_word(w)]
-    if len(words) == 1 and words[0] == phrase:
-        return phrase, ()
-    return phrase, tuple(dict.fromkeys(words))
 
+    __slots__ = ("_phrase", "_terms", "phrase", "terms")
 
-def keyword_score(entry: KeywordEntry, phrase: str, terms: tuple[str, ...]) -> tuple[float, str]:
-    """A tool's keyword score (0-100) for a query split by `query_terms`, and why.
+    def __init__(self, query: str) -> None:
+        """Split `query` (any text; only its first `MAX_QUERY_WORDS` content words count)."""
+        self.phrase = _normalize(query)
+        codes = any(char.islower() for char in query)
+        words: dict[str, None] = {}
+        for word in _WORDS.findall(query):
+            if _content_word(word, codes):
+                words[word.lower()] = None
+                if len(words) == MAX_QUERY_WORDS:
+                    break
+        terms = tuple(words)
+        if len(terms) == 1 and terms[0] == self.phrase:
+            terms = ()
+        self.terms: tuple[str, ...] = terms
+        """The content words (empty when the query is one word)."""
+        self._phrase = _Matcher(self.phrase)
+        self._terms = tuple(_Matcher(term) for term in terms)
 
-    The better of the whole query's score and its words' mean; a tool that misses a word gets
-    that mean x `PARTIAL_WEIGHT`, below any tool that holds the whole query or all its words.
-    """
-    if not phrase:
-        return 0.0, ""
-    score, why = _score_phrase(entry, phrase)
-    if terms and score < EXACT_NAME:
-        scored = [(_score_phrase(entry, term), term) for term in terms]
-        mean = sum(s for (s, _), _ in scored) / len(terms)
-        missed = [term for (s, _), term in scored if not s]
-        if missed:
+    @property
+    def needles(self) -> tuple[str, ...]:
+        """Substrings a matching tool's text holds at least one of (`KeywordIndex.containing`)."""
+        return (self._phrase.needle, *(m.needle for m in self._terms))
+
+    def match(self, entry: KeywordEntry) -> KeywordMatch | None:
+        """How `entry` matched (None: not at all)."""
+        phrase, _ = self._phrase.rule(entry)
+        if not self._terms or phrase >= EXACT_NAME:
+            return KeywordMatch(phrase, ()) if phrase else None
+        words = tuple(self._word_score(i, entry) for i in range(len(self._terms)))
+        if not phrase and not any(words):
+            return None
+        return KeywordMatch(phrase, words)
+
+    def _word_score(self, i: int, entry: KeywordEntry) -> float:
+        score, _ = self._terms[i].rule(entry)
+        # A number is mostly an argument value (order 42, the last 30 days): it tells apart
+        # the tools the other words found, it does not make a tool about something.
+        return min(score, DESCRIPTION) if self.terms[i].isdigit() else score
+
+    def held(self, matches: Iterable[KeywordMatch]) -> frozenset[int]:
+        """The positions in `terms` of the words some of `matches` hold."""
+        found: set[int] = set()
+        for match in matches:
+            if match.phrase:  # the whole query: every word of it
+                return frozenset(range(len(self.terms)))
+            found.update(i for i, score in enumerate(match.words) if score)
+            if len(found) == len(self.terms):
+                break
+        return frozenset(found)
+
+    def score(self, match: KeywordMatch, held: frozenset[int] | None = None) -> float:
+        """The keyword score (0-100) of `match`: the better of the phrase's score and the
+        words' mean; x `PARTIAL_WEIGHT` when the tool misses a word in `held` (None: no
+        penalty, what the hybrid blend uses)."""
+        if not match.words:
+            return match.phrase
+        mean = sum(match.words) / len(match.words)
+        if held and any(i in held and not score for i, score in enumerate(match.words)):
             mean *= PARTIAL_WEIGHT
-        if mean > score:
-            reasons = "; ".join(w for (s, w), _ in scored if s)
-            if missed:
-                reasons += f"; missing {', '.join(map(repr, missed))}"
-            return mean, f"words: {reasons}"
-    return score, why
+        return max(match.phrase, mean)
+
+    def why(self, entry: KeywordEntry, held: frozenset[int] | None = None) -> str:
+        """What matched `entry`, in words (for the hits returned only)."""
+        match = self.match(entry)
+        if match is None:
+            return ""
+        if not match.words or match.phrase >= self.score(match, held):
+            return self._words(self._phrase.rule(entry), self.phrase)
+        parts = []
+        missed = []
+        for i, term in enumerate(self.terms):
+            found = self._terms[i].rule(entry)
+            if found[0]:
+                parts.append(self._words(found, term))
+            elif held and i in held:
+                missed.append(repr(term))
+        if missed:
+            parts.append(f"missing {', '.join(missed)}")
+        return "words: " + "; ".join(parts)
+
+    @staticmethod
+    def _words(found: tuple[float, str], query: str) -> str:
+        score, field = found
+        return _RULE_WORDS[score].format(query=query, field=field)
 
 
 def hybrid_score(keyword: float, similarity: float) -> float:
@@ -266,7 +385,7 @@ def hybrid_score(keyword: float, similarity: float) -> float:
 def rank_hybrid(
     similarities: Any,
     candidates: Sequence[int],
-    keyword: dict[int, tuple[float, str]],
+    keyword: dict[int, float],
     limit: int,
 ) -> list[int]:
     """The `limit` best positions by `hybrid_score`, best first, ties in catalog order.
@@ -277,14 +396,14 @@ def rank_hybrid(
     Args:
         similarities: Cosine similarity per catalog position (a numpy vector).
         candidates: The positions the search may return.
-        keyword: Position → (keyword score, why) for the positions that matched a keyword.
+        keyword: Position → keyword score for the positions that matched a keyword.
         limit: How many to return.
     """
     import numpy as np
 
     scores = SEMANTIC_WEIGHT * np.asarray(similarities, dtype=np.float64)
     matched = np.zeros(len(scores), dtype=bool)
-    for i, (score, _) in keyword.items():
+    for i, score in keyword.items():
         scores[i] += KEYWORD_BOOST * score / EXACT_NAME
         matched[i] = True
     allowed = np.zeros(len(scores), dtype=bool)

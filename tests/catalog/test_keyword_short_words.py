@@ -132,3 +132,125 @@ async def test_the_whole_query_outranks_a_match_of_some_of_its_words(make_tool: 
     # Every word matched (not as one phrase) also outranks a partial match.
     hits = await catalog.search_scored("board report")
     assert [h.tool.definition.name for h in hits] == ["notify.board", "reports.export"]
+
+
+# -- review findings (issue 17 items 1-2, second round) --------------------------------------
+
+
+async def test_a_long_query_compiles_each_word_once_and_scores_only_its_first_words(
+    make_tool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 two-letter codes over 200 tools: a matcher per word per search (not per tool: that
+    froze the event loop for seconds), and only the first MAX_QUERY_WORDS words count."""
+    import re
+
+    tools = [make_tool(f"t.tool_{n:03d}", f"Customer record {n} of zone ab.") for n in range(200)]
+    tools.append(make_tool("t.last_word", "Handles code zz only."))
+    catalog = ToolCatalog([LocalBackend(tools)], embedder=None)
+    codes = [a + b for a in "abcdefghijklmnopqrstuvwxy" for b in "abcdefghijklm"][:300]
+    query = "customer " + " ".join(codes) + " zz"
+    await catalog.search("warm", mode="keyword")
+    compiled: list[str] = []
+    real = re.compile
+
+    def counting(pattern: Any, flags: int = 0) -> Any:
+        compiled.append(pattern)
+        return real(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", counting)
+    found = await names(catalog, query, limit=3)
+    # At most a matcher per scored word and one for the phrase (MAX_QUERY_WORDS is 32); the
+    # reviewed code compiled 300 words x 200 tools.
+    assert len(compiled) <= 33, len(compiled)
+    assert found[0].startswith("t.tool_")  # `customer` and `ab` count
+    assert "t.last_word" not in await names(catalog, query, limit=300)  # `zz` is word 302
+
+
+async def test_search_tools_refuses_a_query_longer_than_its_limit() -> None:
+    from llmrtc.catalog.meta_tools import MAX_QUERY_CHARS
+
+    catalog = ToolCatalog([LocalBackend(numbered_tools(10))], embedder=None)
+    injection = await ToolInjection.build(catalog, mode="discovery")
+    executor = ToolExecutor(injection.registry, timeout=30)
+    ok = await executor.execute_single(
+        ToolCall("c1", "search_tools", json.dumps({"query": "thing number 4"}))
+    )
+    assert ok.status == "ok" and ok.result["tools"][0]["name"] == "mod0.action_004"
+    long = await executor.execute_single(
+        ToolCall("c2", "search_tools", json.dumps({"query": "thing " * MAX_QUERY_CHARS}))
+    )
+    assert long.status == "invalid_arguments"
+    assert "query" in str(long.error) and "too long" in str(long.error)
+
+
+ARGUMENT_VALUE_TOOLS = [
+    ("orders.lookup", "Find an order by its number and show its status."),
+    ("weather.forecast", "Weather forecast for a city."),
+    ("crm.call_contact", "Phone a contact from the address book."),
+    ("billing.pay_invoice", "Pay an invoice."),
+    ("billing.list_invoices", "List the invoices of the last 30 days."),
+]
+
+
+async def test_a_word_no_tool_holds_is_not_a_missing_word(make_tool: Any) -> None:
+    """Argument values (a city, a name, an order number) describe no tool: they cannot tell
+    tools apart, so they do not sink the tool the other words name (seed 000's mean)."""
+    tools = [make_tool(name, description) for name, description in ARGUMENT_VALUE_TOOLS]
+    catalog = ToolCatalog([LocalBackend(tools)], embedder=None)
+    hits = await catalog.search_scored("weather in Paris", mode="keyword")
+    assert [(h.tool.definition.name, h.score) for h in hits] == [("weather.forecast", 40.0)]
+    assert "missing" not in hits[0].why
+    hits = await catalog.search_scored("where is order 1234", mode="keyword")
+    assert [(h.tool.definition.name, h.score) for h in hits] == [("orders.lookup", 40.0)]
+    top = (await catalog.search_scored("call contact John Smith", mode="keyword"))[0]
+    assert top.tool.definition.name == "crm.call_contact" and top.score > 20
+
+
+async def test_an_order_number_does_not_outrank_the_order_tool(make_tool: Any, minilm: Any) -> None:
+    """Where is order 42, among a hundred numbered tools: `action_042` shares only the
+    number; `orders.lookup` is what the words ask for, by keyword and in the hybrid blend."""
+    tools = numbered_tools()
+    tools += [make_tool(name, description) for name, description in ARGUMENT_VALUE_TOOLS]
+    keyword = ToolCatalog([LocalBackend(tools)], embedder=None)
+    assert (await names(keyword, "where is order 42"))[0] == "orders.lookup"
+    assert (await names(keyword, "thing number 42"))[0] == "mod0.action_042"
+    hybrid = ToolCatalog([LocalBackend(tools)], embedder=minilm)
+    assert (await names(hybrid, "where is order 42"))[0] == "orders.lookup"
+    assert (await names(hybrid, "thing number 42"))[0] == "mod0.action_042"
+    assert (await names(hybrid, "invoice 30"))[0] == "billing.pay_invoice"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("REFUND MY ORDER", "billing.refund_order"),
+        ("CAN YOU REFUND THE ORDER", "billing.refund_order"),
+        ("look up order", "orders.lookup"),
+        ("ok refund order", "billing.refund_order"),
+    ],
+)
+async def test_capitals_and_fillers_are_not_codes(
+    make_tool: Any, query: str, expected: str
+) -> None:
+    tools = [
+        make_tool("calendar.set_up_meeting", "Set up a meeting."),
+        make_tool("account.my_profile", "Show my profile and my order history."),
+        make_tool("weather.forecast", "Weather forecast for a city."),
+        make_tool("orders.lookup", "Find an order by its number."),
+        make_tool("billing.refund_order", "Refund a customer's order."),
+    ]
+    catalog = ToolCatalog([LocalBackend(tools)], embedder=None)
+    hits = await catalog.search_scored(query, mode="keyword")
+    assert hits[0].tool.definition.name == expected
+    assert hits[0].score >= 70  # every content word held: no missing-word penalty
+    assert "weather.forecast" not in [h.tool.definition.name for h in hits]  # `THE`
+
+
+async def test_leading_zeros_are_ignored_both_ways(make_tool: Any) -> None:
+    tools = [make_tool("rooms.book_a", "Book room 42."), make_tool("rooms.book_b", "Book room 7.")]
+    catalog = ToolCatalog([LocalBackend(tools)], embedder=None)
+    assert await names(catalog, "042") == ["rooms.book_a"]
+    assert (await names(catalog, "room 042"))[0] == "rooms.book_a"
+    assert (await names(catalog, "book room 007"))[0] == "rooms.book_b"
+    assert await names(catalog, "0042") == ["rooms.book_a"]
+    assert await names(catalog, "420") == []
