@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from llmrtc.tools._errors import speakable_reason
+
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup, TaskStatus
 
@@ -62,20 +64,43 @@ _cancel_reason: ContextVar[Callable[[], object] | None] = ContextVar(
     "llmrtc_mcp_cancel_reason", default=None
 )
 
-_MAX_REASON = 200
-"""A cancel reason sent to a server is cut to this many characters."""
-
 
 @contextlib.contextmanager
 def cancel_reason(reason: Callable[[], object]) -> Iterator[None]:
     """While in this block, a request this task abandons is cancelled on the server with
     `reason()` (e.g. the call's abort reason: `"barge-in"`, `"timeout"`) instead of the SDK's
-    fixed `"caller cancelled"`; a `reason()` of None keeps the SDK's."""
+    fixed `"caller cancelled"`, but only a reason that passes `speakable_reason` (a short
+    one-line `str`): any other (None, an exception, an object, a long text that may hold an
+    address or a token) keeps the SDK's wording."""
     token = _cancel_reason.set(reason)
     try:
         yield
     finally:
         _cancel_reason.reset(token)
+
+
+def _told_reason(reason_of: Callable[[], object], server: str) -> str | None:
+    """The reason the server may be told, or None (the SDK's own is sent). Never raises: the
+    cancel must go out whatever the reason is."""
+    try:
+        reason = reason_of()
+        told = speakable_reason(reason)
+    except Exception:
+        logger.warning(
+            "MCP server %r: the cancelled call's reason could not be read; sending "
+            "'caller cancelled'",
+            server,
+            exc_info=True,
+        )
+        return None
+    if told is None and reason is not None:
+        logger.debug(
+            "MCP server %r: the abort reason (a %s) is not sent to the server, only short "
+            "one-line strings are; sending 'caller cancelled'",
+            server,
+            type(reason).__name__,
+        )
+    return told
 
 
 def _send_cancel_reasons(client: Any, server: str) -> None:
@@ -98,9 +123,9 @@ def _send_cancel_reasons(client: Any, server: str) -> None:
     ) -> None:
         reason_of = _cancel_reason.get()
         if method == "notifications/cancelled" and params is not None and reason_of is not None:
-            reason = reason_of()
-            if reason is not None:
-                params = {**params, "reason": str(reason)[:_MAX_REASON]}
+            told = _told_reason(reason_of, server)
+            if told is not None:
+                params = {**params, "reason": told}
         await notify(method, params, *args, **kwargs)
 
     dispatcher.notify = notify_with_reason

@@ -12,9 +12,10 @@ Each tool is `mcp_<server>:<tool>@<version>` (named `mcp_<server>.<tool>`, wire 
 `mcp_<server>__<tool>`): the version is the server's own (`serverInfo.version`), cut to semver
 by `semver_of`. A call runs through `ToolExecutor` like any tool; an abort or a timeout cancels
 the handler, and the server is sent `notifications/cancelled` for the request with the abort's
-reason (`"barge-in"`, `"timeout"`). Calls ask for progress; the server's progress notifications
-are logged at DEBUG. Media in a result (content blocks or `structuredContent`) reaches the
-model as a placeholder (`[image image/png, 1.0 MB]`), never as base64. A tool that accepts only
+reason when it is a short string (`"barge-in"`, `"timeout"`), else `"caller cancelled"`. Calls
+ask for progress; the server's progress notifications are logged at DEBUG (rate-limited). MCP
+image/audio/blob blocks in a result (content blocks or `structuredContent`) reach the model as
+a placeholder (`[image image/png, 1.0 MB]`), never as base64. A tool that accepts only
 task-augmented calls (`execution.taskSupport: "required"`) is not offered: a warning names it.
 
 The connection lives in a task the backend owns (entered and left in the same task, as anyio
@@ -27,6 +28,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -210,8 +212,8 @@ class MCPBackend:
         self._unoffered.add(mcp_name)
         logger.warning(
             "MCP server %r: tool %r is not offered to the model: it accepts only task-augmented "
-            "calls (execution.taskSupport 'required'), which this client does not make (the "
-            "mcp SDK's call_tool cannot receive a task), so every call to it would fail",
+            "calls (execution.taskSupport 'required') and this client does not implement "
+            "task-augmented calls, so every call to it would fail",
             self._name,
             mcp_name,
         )
@@ -394,16 +396,20 @@ class MCPBackend:
         """Call the server's tool `mcp_name` (its MCP name) with `arguments`; what a catalog
         tool's handler runs (prefer calling through a `ToolExecutor`).
 
-        The call asks the server for progress (`_meta.progressToken`); each
-        `notifications/progress` is logged at DEBUG on `llmrtc.catalog.mcp`. When the call
-        is cancelled, the server's `notifications/cancelled` carries `abort_signal`'s reason
-        (`"barge-in"`, `"timeout"`, ...) when it has one.
+        The call asks the server for progress (`_meta.progressToken`); its
+        `notifications/progress` are logged at DEBUG on `llmrtc.catalog.mcp`: the first, then
+        at most one a second, and the last (progress reaching total), each line naming how
+        many were not logged; the server's message is cut to 120 characters. When the call is
+        cancelled, the server's `notifications/cancelled` carries `abort_signal`'s reason if
+        it is a short one-line string (`"barge-in"`, `"timeout"`, the executor's
+        `speakable_reason` check); any other reason (an exception, an object, a long text that
+        may hold an address or a token) is not sent: the server is told `"caller cancelled"`.
 
         Args:
             mcp_name: The tool's MCP name.
             arguments: Its arguments.
             abort_signal: The call's signal (the handler's `ToolContext.abort_signal`): its
-                reason is the cancel reason the server is told.
+                reason, if short and a string, is the cancel reason the server is told.
             call_id: The call's id, named in the progress log lines.
 
         Returns:
@@ -425,18 +431,10 @@ class MCPBackend:
         server = self._name
         label = f"{mcp_name!r}" + (f" (call {call_id})" if call_id else "")
 
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            # Until tools have a progress hook of their own, the server's progress is logged.
-            logger.debug(
-                "MCP server %r: %s progress %g%s%s",
-                server,
-                label,
-                value,
-                f"/{total:g}" if total is not None else "",
-                f": {message}" if message else "",
-            )
+        progress = _ProgressLog(server, label)
 
         def reason() -> object:
+            # The raw reason: the connection sends it only if it passes `speakable_reason`.
             return (
                 abort_signal.reason if abort_signal is not None and abort_signal.aborted else None
             )
@@ -460,3 +458,49 @@ class MCPBackend:
     def __repr__(self) -> str:
         where = f"command={list(self.command)!r}" if self.command else f"url={self.url!r}"
         return f"MCPBackend({self._name!r}, {where})"
+
+
+_PROGRESS_LOG_INTERVAL = 1.0
+"""Seconds between two progress lines of one call (a server may report every few ms)."""
+
+_MAX_PROGRESS_MESSAGE = 120
+"""A server's progress message is logged cut to this many characters."""
+
+
+class _ProgressLog:
+    """One call's `progress_callback`: the server's progress at DEBUG, rate-limited (the
+    first, then at most one per `_PROGRESS_LOG_INTERVAL`, and the last), messages cut."""
+
+    def __init__(self, server: str, label: str) -> None:
+        self._server = server
+        self._label = label
+        self._last: float | None = None
+        self._skipped = 0
+
+    async def __call__(self, value: float, total: float | None, message: str | None) -> None:
+        # Until tools have a progress hook of their own, the server's progress is logged.
+        if not logger.isEnabledFor(logging.DEBUG):
+            return
+        now = time.monotonic()
+        done = total is not None and value >= total
+        if self._last is not None and now - self._last < _PROGRESS_LOG_INTERVAL and not done:
+            self._skipped += 1
+            return
+        self._last = now
+        text = ""
+        if message:
+            text = " ".join(message[: _MAX_PROGRESS_MESSAGE + 1].split())
+            if len(message) > _MAX_PROGRESS_MESSAGE:
+                text = text[:_MAX_PROGRESS_MESSAGE] + f"... ({len(message)} characters)"
+            text = f": {text}"
+        skipped = f" ({self._skipped} updates not logged)" if self._skipped else ""
+        self._skipped = 0
+        logger.debug(
+            "MCP server %r: %s progress %g%s%s%s",
+            self._server,
+            self._label,
+            value,
+            f"/{total:g}" if total is not None else "",
+            text,
+            skipped,
+        )

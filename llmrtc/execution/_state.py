@@ -13,6 +13,7 @@ from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.execution._reporting import Dispatch, message_for_model
 from llmrtc.execution.errors import ToolAbortedError
 from llmrtc.telemetry.hooks import ToolStartEvent
+from llmrtc.tools._errors import speakable_reason
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.registry import ToolRegistry
@@ -218,8 +219,9 @@ class Batch:
         reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
         name = item.call.name
         text = f"tool call {name!r} aborted"
-        if _speakable(reason):
-            text += f" ({reason})"
+        said = speakable_reason(reason)
+        if said is not None:
+            text += f" ({said})"
         error = ToolAbortedError(name, text, reason)
         duration_s = time.perf_counter() - item.started if item.started else 0.0
         finish(item, "aborted", error=error, duration_s=duration_s)
@@ -260,18 +262,3 @@ def finish(
     )
     item.duration_s = duration_s
     item.error = error
-
-
-_SPEAKABLE_REASON_CHARS = 40
-
-
-def _speakable(reason: object) -> bool:
-    """Whether an abort reason may reach the model: a short one-line `str` the application
-    chose as a word for it (`"barge-in"`, `"timeout"`). Anything else (an exception, a long
-    text) may hold addresses or tokens; the model is then told only that the call was aborted
-    (hooks still get the reason in `ToolAbortedError.reason`)."""
-    return (
-        isinstance(reason, str)
-        and 0 < len(reason) <= _SPEAKABLE_REASON_CHARS
-        and reason.isprintable()
-    )

@@ -1,4 +1,5 @@
-"""Error texts for arguments that failed their schema: what is wrong and where, for a model.
+"""Error texts a model (or a tool's server) may read: arguments that failed their schema (what
+is wrong and where), and which abort reasons may be told (`speakable_reason`).
 
 `jsonschema-rs` decides validity; the texts come from `jsonschema` where it names the same
 failure (its wording reads better: `'kelvin' is not one of ['celsius', 'fahrenheit']`), and
@@ -20,7 +21,13 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import extend
 
-__all__ = ["error_texts", "format_path", "rs_error_texts", "wording_validator"]
+__all__ = [
+    "error_texts",
+    "format_path",
+    "rs_error_texts",
+    "speakable_reason",
+    "wording_validator",
+]
 
 _MAX_QUOTED = 80
 _MAX_TEXT = 160
@@ -55,6 +62,13 @@ def _literal(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_literal(item) for item in value) + "]"
     return repr(value)
+
+
+def _shown(value: Any) -> str:
+    """`value` as a message quotes it: JSON's literals, cut when its repr is long."""
+    if len(repr(value)) > _MAX_QUOTED:
+        return _short_repr.repr(value)
+    return _literal(value)
 
 
 _Key = tuple[tuple[str | int, ...], str | None]
@@ -105,16 +119,28 @@ def _python_text(error: ValidationError) -> str:
         # Skip the branches whose type did not even fit the value ("is not of type 'null'").
         fitting = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
         error = best_match(fitting or error.context)
-    message = error.message
-    # jsonschema quotes values with Python's repr (`None is not of type 'integer'`): write
-    # JSON's literals instead. A model that sent 100 kB must not get it back: long values are
-    # cut. The schema's own value (an enum, a const) is quoted too.
-    quoted = repr(error.instance)
-    shown = _short_repr.repr(error.instance) if len(quoted) > _MAX_QUOTED else None
-    message = message.replace(quoted, shown or _literal(error.instance))
-    if error.validator in ("enum", "const"):
-        expected = error.validator_value
-        message = message.replace(repr(expected), _literal(expected))
+    # jsonschema quotes values with Python's repr (`None is not of type 'integer'`): a JSON
+    # client sent `null`, `true`, `false`. The messages that quote a schema value (type, enum,
+    # const, not) are written again from the error's own fields; the others start with the
+    # value and only that start is rewritten. Never by replacing text elsewhere: a schema's
+    # string "None" must stay 'None'. A model that sent 100 kB must not get it back: long
+    # values are cut.
+    shown = _shown(error.instance)
+    expected = error.validator_value
+    if error.validator == "type":
+        types = [expected] if isinstance(expected, str) else list(expected)
+        message = f"{shown} is not of type {', '.join(repr(t) for t in types)}"
+    elif error.validator == "enum":
+        message = f"{shown} is not one of {_literal(expected)}"
+    elif error.validator == "const":
+        message = f"{_literal(expected)} was expected"
+    elif error.validator == "not":
+        message = f"{shown} should not be valid under {_literal(expected)}"
+    else:
+        message = error.message
+        quoted = repr(error.instance)
+        if message.startswith(quoted):
+            message = shown + message[len(quoted) :]
     return _with_path(error.absolute_path, message)
 
 
@@ -185,3 +211,21 @@ def error_texts(
         else:
             texts.update(rs_error_texts([failure]))
     return sorted(texts)
+
+
+_SPEAKABLE_REASON_CHARS = 40
+
+
+def speakable_reason(reason: object) -> str | None:
+    """An abort reason as it may be told outside the application, else None: a short one-line
+    `str` the application chose as a word for it (`"barge-in"`, `"timeout"`). Anything else (an
+    exception, an object, a long text) may hold addresses or tokens: the model is then told only
+    that the call was aborted, and an MCP server only `"caller cancelled"`. Never calls `str()`
+    on the reason (an object's `__str__` may raise or reveal)."""
+    if (
+        isinstance(reason, str)
+        and 0 < len(reason) <= _SPEAKABLE_REASON_CHARS
+        and reason.isprintable()
+    ):
+        return str.__str__(reason)  # a plain str even for a subclass with its own __str__
+    return None

@@ -4,6 +4,8 @@ cancellation the server sees, a crash mid-call, reconnection and `tools/list_cha
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ IDS = [
     "mcp_tt:header@2.1.0",
     "mcp_tt:exit_soon@2.1.0",
     "mcp_tt:grow@2.1.0",
+    "mcp_tt:chatty@2.1.0",
 ]
 
 
@@ -284,3 +287,82 @@ async def test_a_stdio_servers_stderr_goes_to_the_log_not_the_terminal(
                 await anyio.sleep(0.05)
     line = next(r.getMessage() for r in caplog.records if "refuse" in r.getMessage())
     assert line.startswith("MCP server 'tt': ")
+
+
+class _Unprintable:
+    """An abort reason whose `__str__` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this reason")
+
+
+def recorded_backend(wire: Path, marks: Path) -> MCPBackend:
+    """The tools server with every message the client sends it copied to `wire` (`tee`)."""
+    python, server = stdio_command()
+    return MCPBackend(
+        "tt",
+        command=["sh", "-c", 'tee "$1" | "$2" "$3"', "sh", str(wire), python, server],
+        env={"MCP_TEST_MARKS": str(marks)},
+        protocol="legacy",
+    )
+
+
+def cancel_reasons_sent(wire: Path) -> list[str | None]:
+    messages = [json.loads(line) for line in wire.read_text().splitlines() if line.strip()]
+    return [
+        m["params"].get("reason") for m in messages if m.get("method") == "notifications/cancelled"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "told"),
+    [
+        ("barge-in", "barge-in"),
+        (ConnectionError("lost https://user:secret@db.internal/x"), "caller cancelled"),
+        ("token=SECRET " + "x" * 300, "caller cancelled"),
+        ("two\nlines", "caller cancelled"),
+        (_Unprintable(), "caller cancelled"),
+    ],
+    ids=["word", "exception", "long", "multiline", "raising-str"],
+)
+async def test_only_a_short_string_abort_reason_reaches_the_server(
+    tmp_path: Path, reason: object, told: str
+) -> None:
+    # The model is told only short one-line string reasons (they may hold addresses or tokens
+    # otherwise): the server is told no more. A reason whose __str__ raises still cancels.
+    wire = tmp_path / "wire.jsonl"
+    async with recorded_backend(wire, tmp_path) as backend:
+        executor = ToolExecutor(ToolRegistry(await backend.list()), timeout=60.0)
+        controller = AbortController()
+
+        async def abort_once_started() -> None:
+            await wait_for(tmp_path / "started")
+            controller.abort(reason)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(abort_once_started)
+            result = await executor.execute_single(
+                ToolCall("c1", "mcp_tt.slow", {"seconds": 60}), abort_signal=controller.signal
+            )
+        assert result.status == "aborted"
+        await wait_for(tmp_path / "cancelled")  # the server stopped working on it
+    assert cancel_reasons_sent(wire) == [told]
+
+
+async def test_server_progress_is_logged_rate_limited_with_its_message_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="llmrtc.catalog.mcp")
+    async with stdio_backend() as backend:
+        executor = ToolExecutor(ToolRegistry(await backend.list()), timeout=60.0)
+        result = await executor.execute_single(
+            ToolCall("c9", "mcp_tt.chatty", {"steps": 40, "seconds": 1.5, "message_chars": 5000})
+        )
+    assert result.status == "ok", result.error
+    lines = [r.getMessage() for r in caplog.records if " progress " in r.getMessage()]
+    # 40 updates in ~1.5 s: the first, about one a second, and the last.
+    assert 2 <= len(lines) <= 6, lines
+    assert lines[0].startswith("MCP server 'tt': 'chatty' (call c9) progress 1/40: step 1 mmm")
+    assert lines[-1].startswith("MCP server 'tt': 'chatty' (call c9) progress 40/40: step 40")
+    assert "updates not logged)" in lines[-1]
+    assert all(len(line) < 300 for line in lines), [len(line) for line in lines]

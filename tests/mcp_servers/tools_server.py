@@ -92,6 +92,15 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+@server.tool()
+async def chatty(steps: int, seconds: float, message_chars: int, ctx: Context) -> str:
+    """Report progress `steps` times over `seconds`, each with a message this long."""
+    for step in range(1, steps + 1):
+        await anyio.sleep(seconds / steps)
+        await ctx.report_progress(step, steps, f"step {step} " + "m" * message_chars)
+    return "talked"
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -302,3 +302,33 @@ def test_messages_write_json_literals_not_python_values(
     errors = validate_tool_arguments(LITERALS, arguments).errors
     assert len(errors) == 1 and errors[0].startswith(expected), errors
     assert not any(word in errors[0] for word in ("None", "True", "False"))
+
+
+WORDY = ToolDefinition(
+    "set_priority",
+    parameters={
+        "type": "object",
+        "properties": {
+            "priority": {"enum": ["None", "Low", "High"]},
+            "answer": {"enum": ["True", None]},
+            "label": {"const": "None"},
+            "flag": {"type": "boolean"},
+        },
+    },
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        # The schema's strings "None"/"true" are strings: a model told 'null' would send "null".
+        ({"priority": None}, "priority: null is not one of ['None', 'Low', 'High']"),
+        ({"answer": True}, "answer: true is not one of ['True', null]"),
+        ({"label": None}, "label: 'None' was expected"),
+        ({"flag": "None"}, "flag: 'None' is not of type 'boolean'"),
+    ],
+)
+def test_schema_strings_that_read_like_literals_stay_strings(
+    arguments: dict[str, Any], expected: str
+) -> None:
+    assert validate_tool_arguments(WORDY, arguments).errors == [expected]
