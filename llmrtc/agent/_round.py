@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import TextDelta, TurnStopReason
@@ -80,15 +81,19 @@ class TurnState:
         for result in results:
             content = result.to_content()
             if limit is not None and len(content) > limit:
+                cut = cut_tool_result(result, limit)
                 logger.info(
-                    "the result of tool %r (call %s) was cut to %d of its %d characters for "
-                    "the model (max_tool_result_chars)",
+                    "the result of tool %r (call %s) was too long for the model "
+                    "(max_tool_result_chars=%d): it was shown the first %d of the %d characters "
+                    "of %s",
                     result.tool_name,
                     result.call_id,
                     limit,
-                    len(content),
+                    cut.shown_chars,
+                    cut.total_chars,
+                    cut.what,
                 )
-                content = cut_tool_content(content, limit)
+                content = cut.content
             self.history.append(ToolMessage(result.call_id, content))
         self.results.extend(results)
         self.pending = []
@@ -97,12 +102,49 @@ class TurnState:
         return f"<turn {self.id} {self.stop_reason}>"
 
 
-def cut_tool_content(content: str, limit: int) -> str:
-    """`content` (a tool message's JSON) as a JSON object of at most `limit` characters that
-    says it was cut and holds the start of it: `{"truncated": true, "shown_chars": K,
-    "total_chars": M, "note": ..., "partial_result": content[:K]}`. A JSON object, not a bare
-    prefix: the model reads the note, and the message stays valid JSON like every other."""
-    total = len(content)
+@dataclass(frozen=True)
+class CutResult:
+    """What the model is sent instead of a result longer than the cap."""
+
+    content: str
+    """The tool message's content, at most the cap long (JSON)."""
+    shown_chars: int
+    """How many characters of `what` it holds."""
+    total_chars: int
+    """How many characters `what` has."""
+    what: str
+    """What was cut: `"its text"`, `"its JSON"` or `"its error text"`."""
+
+
+def cut_tool_result(result: ToolCallResult, limit: int) -> CutResult:
+    """`result` as a tool message of at most `limit` characters, for a result whose whole
+    content (`to_content()`) is longer.
+
+    - A string result: `{"truncated": true, "shown_chars": K, "total_chars": M, "note": ...,
+      "partial_result": "<the first K characters of the string itself>"}` (K and M count the
+      string's characters; it is escaped once, as any JSON string).
+    - Any other successful result: the same object, with `partial_result` the first K
+      characters of the result's JSON text (a prefix that is not valid JSON by itself) and K,
+      M counting that JSON text.
+    - A failed result: `{"error": "<the first K characters of the error text> ... [cut: K of
+      M characters]", "status": "<status>"}`: the status stays, the error text is shortened.
+
+    A JSON object, not a bare prefix: the model reads the note, and the message stays valid
+    JSON like every other."""
+    if result.status != "ok":
+        error = result.error or ""
+
+        def cut_error(shown: int) -> str:
+            text = f"{error[:shown]} ... [cut: {shown} of {len(error)} characters]"
+            return json.dumps({"error": text, "status": result.status}, ensure_ascii=False)
+
+        shown = _longest(cut_error, len(error), limit)
+        return CutResult(cut_error(shown), shown, len(error), "its error text")
+    if isinstance(result.result, str):
+        text, what, kind = result.result, "its text", "text"
+    else:
+        text, what, kind = result.to_content(), "its JSON", "JSON text (a prefix, not valid JSON)"
+    total = len(text)
 
     def cut(shown: int) -> str:
         return json.dumps(
@@ -111,27 +153,36 @@ def cut_tool_content(content: str, limit: int) -> str:
                 "shown_chars": shown,
                 "total_chars": total,
                 "note": (
-                    f"The tool's result was too long for you: partial_result holds only its "
-                    f"first {shown} of {total} characters."
+                    f"The tool's result was too long for you: partial_result holds only the "
+                    f"first {shown} of the {total} characters of its {kind}."
                 ),
-                "partial_result": content[:shown],
+                "partial_result": text[:shown],
             },
             ensure_ascii=False,
         )
 
-    # Most results escape little: the longest prefix that the notice leaves room for fits.
-    best = max(0, limit - len(cut(0)) - 2 * (len(str(limit)) - 1))
-    if len(candidate := cut(best)) <= limit:
-        return candidate
-    # Escaping (quotes, backslashes) made the prefix longer than itself: the longest that fits.
-    low, high = 0, best
+    shown = _longest(cut, total, limit)
+    return CutResult(cut(shown), shown, total, what)
+
+
+def _longest(render: Callable[[int], str], total: int, limit: int) -> int:
+    """The largest `shown` (at most `total`) whose `render(shown)` fits in `limit` (0 if none:
+    the cap's minimum leaves room for the note)."""
+    # Most texts escape little: the longest prefix the rest of the message leaves room for.
+    best = min(total, max(0, limit - len(render(0)) - 2 * (len(str(limit)) - 1)))
+    if len(render(best)) <= limit:
+        low, high = best, best
+    else:
+        low, high = 0, best
+    # Escaping (quotes, backslashes, control characters) made the prefix longer than itself:
+    # the longest that fits.
     while low < high:
         middle = (low + high + 1) // 2
-        if len(cut(middle)) <= limit:
+        if len(render(middle)) <= limit:
             low = middle
         else:
             high = middle - 1
-    return cut(low)
+    return low
 
 
 def _needs_space(texts: Sequence[str], text: str) -> bool:

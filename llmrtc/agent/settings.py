@@ -60,12 +60,14 @@ class TurnSettings:
     """Said when a turn would end with nothing said, even after one retry without tools;
     None ends such a turn silently."""
     max_tool_result_chars: int | None = DEFAULT_MAX_TOOL_RESULT_CHARS
-    """The most characters of one tool result the model is sent (whatever the tool: local
+    """The most characters of one tool message the model is sent (whatever the tool: local
     handler, MCP server, LLM-backed tool; at least `MIN_TOOL_RESULT_CHARS`); None sends every
-    result whole. A longer result is replaced by a JSON object the model can read:
-    `{"truncated": true, "shown_chars": K, "total_chars": M, "note": "...",
-    "partial_result": "<the first K characters of the result's JSON>"}`, itself within the
-    limit. The caller's `ToolCallResult` (and hooks) keep the whole result."""
+    result whole. A longer successful result is replaced by a JSON object the model can read,
+    itself within the limit: `{"truncated": true, "shown_chars": K, "total_chars": M, "note":
+    "...", "partial_result": ...}`, where `partial_result` is the first K of the M characters
+    of the string itself when the tool returned a string, else of the result's JSON text (a
+    prefix that is not valid JSON). A longer failed result keeps its `status` and the start of
+    its `error` text. The caller's `ToolCallResult` (and hooks) keep the whole result."""
 
     def __post_init__(self) -> None:
         if isinstance(self.tools, str) or (

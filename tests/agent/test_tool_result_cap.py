@@ -6,6 +6,7 @@ on an MCP server's result: tests/catalog/test_mcp_official_servers.py.)"""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -64,18 +65,108 @@ async def tool_message_sent(
 
 async def test_a_long_result_is_cut_for_the_model_with_a_note_saying_so() -> None:
     content, finished, completed = await tool_message_sent(20_000)
-    whole = json.dumps(finished.result.result, ensure_ascii=False)
-    assert len(whole) > 500_000
+    text = finished.result.result
+    assert isinstance(text, str) and len(text) > 500_000
     assert len(content) <= DEFAULT_MAX_TOOL_RESULT_CHARS
     cut = json.loads(content)  # still JSON, like every tool message
-    assert cut["truncated"] is True and cut["total_chars"] == len(whole)
-    assert cut["partial_result"] == whole[: cut["shown_chars"]]
-    # Quotes and backslashes double when escaped: the prefix still fills most of the room.
-    assert cut["shown_chars"] > DEFAULT_MAX_TOOL_RESULT_CHARS // 3
-    assert f"first {cut['shown_chars']} of {len(whole)} characters" in cut["note"]
+    # A string result: the string's own start, counted in its own characters (not its JSON).
+    assert cut["truncated"] is True and cut["total_chars"] == len(text)
+    assert cut["partial_result"] == text[: cut["shown_chars"]]
+    assert f"first {cut['shown_chars']} of the {len(text)} characters of its text" in cut["note"]
+    # Quotes and backslashes double when escaped once: most of the room still holds the text.
+    assert cut["shown_chars"] > DEFAULT_MAX_TOOL_RESULT_CHARS * 0.6
     # The caller (and hooks) keep the whole result.
-    assert completed.tool_results[0].result == finished.result.result
-    assert len(finished.result.result) == len(json.loads(whole))
+    assert completed.tool_results[0].result == text
+
+
+@tool
+async def quotes(count: int) -> str:
+    """Quotes and backslashes.
+
+    Args:
+        count: How many pairs.
+    """
+    return '"\\' * count
+
+
+async def test_a_string_result_is_escaped_once_not_twice() -> None:
+    # Its JSON inside a JSON string would escape every quote and backslash twice (4 characters
+    # each): the model saw 3,950 of them with a cap of 16,000.
+    llm = ScriptedLLM(
+        [ScriptedResponse(tool_calls=[ToolCall("c1", "quotes", {"count": 50_000})]), "Done."]
+    )
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([quotes])), system_prompt="s")
+    [event async for event in runner.run_turn("quote")]
+    (message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolMessage)]
+    cut = json.loads(message.content)
+    assert len(message.content) <= DEFAULT_MAX_TOOL_RESULT_CHARS
+    assert cut["partial_result"] == ('"\\' * 50_000)[: cut["shown_chars"]]
+    assert cut["shown_chars"] > 7_800 and cut["total_chars"] == 100_000
+
+
+@tool
+async def stats(rows: int) -> dict[str, Any]:
+    """Many numbers.
+
+    Args:
+        rows: How many.
+    """
+    return {f"row{i}": i for i in range(rows)}
+
+
+async def test_a_structured_result_shows_the_start_of_its_json() -> None:
+    llm = ScriptedLLM(
+        [ScriptedResponse(tool_calls=[ToolCall("c1", "stats", {"rows": 5000})]), "Done."]
+    )
+    runner = TurnRunner(
+        llm, ToolExecutor(ToolRegistry([stats])), system_prompt="s", max_tool_result_chars=1000
+    )
+    events = [event async for event in runner.run_turn("stats")]
+    finished = next(e for e in events if isinstance(e, ToolCallFinished))
+    (message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolMessage)]
+    cut = json.loads(message.content)
+    whole = finished.result.to_content()
+    assert len(message.content) <= 1000 and cut["total_chars"] == len(whole)
+    assert whole.startswith(cut["partial_result"]) and cut["partial_result"].startswith('{"row0"')
+    assert "characters of its JSON text" in cut["note"]
+
+
+@tool
+async def failing(size: int) -> str:
+    """Fails with a long message.
+
+    Args:
+        size: How long.
+    """
+    from llmrtc import ToolError
+
+    raise ToolError("the disk said: " + "e" * size)
+
+
+async def test_a_long_error_keeps_its_status_and_the_start_of_its_text() -> None:
+    llm = ScriptedLLM(
+        [ScriptedResponse(tool_calls=[ToolCall("c1", "failing", {"size": 50_000})]), "Sorry."]
+    )
+    runner = TurnRunner(
+        llm, ToolExecutor(ToolRegistry([failing])), system_prompt="s", max_tool_result_chars=600
+    )
+    [event async for event in runner.run_turn("go")]
+    (message,) = [m for m in llm.requests[1].messages if isinstance(m, ToolMessage)]
+    sent = json.loads(message.content)
+    assert len(message.content) <= 600
+    assert sent["status"] == "error"  # the model still knows the call failed
+    assert sent["error"].startswith("the disk said: eee")
+    assert sent["error"].endswith("characters]") and "[cut: " in sent["error"]
+
+
+async def test_the_cut_is_logged_with_what_the_model_was_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="llmrtc.agent._round")
+    await tool_message_sent(2000, max_tool_result_chars=1000)
+    (line,) = [r.getMessage() for r in caplog.records if "max_tool_result_chars" in r.message]
+    assert "'read_log' (call c1)" in line and "max_tool_result_chars=1000" in line
+    assert "it was shown the first " in line and " characters of its text" in line
 
 
 async def test_a_short_result_is_sent_whole() -> None:

@@ -207,7 +207,9 @@ async def test_server_progress_reaches_the_debug_log(caplog: pytest.LogCaptureFi
         for r in caplog.records
         if r.name == LOGGER and r.levelno == logging.DEBUG and "progress" in r.message
     ]
-    assert progress == [
-        f"MCP server 'ev': 'trigger-long-running-operation' (call c7) progress {i}/3"
-        for i in (1, 2, 3)
-    ]
+    # Rate-limited: the first, then at most one a second, and the last.
+    assert progress[0] == "MCP server 'ev': 'trigger-long-running-operation' (call c7) progress 1/3"
+    assert progress[-1].startswith(
+        "MCP server 'ev': 'trigger-long-running-operation' (call c7) progress 3/3"
+    )
+    assert 2 <= len(progress) <= 3, progress
