@@ -195,27 +195,78 @@ def content_text(blocks: Iterable[Any]) -> str:
     return "\n".join(parts)
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+_MEDIA_KEYS = frozenset({"type", "data", "mimeType", "annotations", "_meta"})
+"""The keys of an MCP `ImageContent`/`AudioContent` block."""
+
+_BLOB_KEYS = frozenset({"uri", "mimeType", "blob", "_meta"})
+"""The keys of an MCP `BlobResourceContents`."""
+
+_EMBEDDED_KEYS = frozenset({"type", "resource", "annotations", "_meta"})
+"""The keys of an MCP `EmbeddedResource` block."""
+
+
+def _is_base64(data: Any) -> bool:
+    return isinstance(data, str) and _BASE64.fullmatch(data) is not None
+
+
+def _media_placeholder(value: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the key holding the bytes, its placeholder) if `value` has the shape of an MCP
+    image/audio block (a `type`, an `image/...` or `audio/...` `mimeType`, base64 `data`) or of
+    a `BlobResourceContents` (a `uri`, base64 `blob`), else None."""
+    kind = value.get("type")
+    mime = value.get("mimeType")
+    if (
+        kind in ("image", "audio")
+        and isinstance(mime, str)
+        and mime.startswith(f"{kind}/")
+        and _is_base64(value.get("data"))
+    ):
+        return "data", _placeholder(str(kind), mime, data=value["data"])
+    if isinstance(value.get("uri"), str) and _is_base64(value.get("blob")):
+        return "blob", _placeholder(
+            "resource", value["uri"], value.get("mimeType"), data=value["blob"]
+        )
+    return None
+
+
 def without_media(value: Any) -> Any:
-    """`value` (a result's `structuredContent`) with every media block or binary resource
-    in it, at any depth, replaced by its placeholder (`[image image/png, 1.0 MB]`), as
-    `content_text` does for content blocks: a server may mirror its content blocks in
-    `structuredContent` (server-filesystem's `read_media_file` does), and base64 bytes are
-    nothing a model can read."""
+    """`value` (a result's `structuredContent`) with every MCP image/audio/blob block in it,
+    at any depth, reduced to its placeholder (`[image image/png, 1.0 MB]`), as `content_text`
+    does for content blocks: a server may mirror its content blocks in `structuredContent`
+    (server-filesystem's `read_media_file` does), and base64 bytes are nothing a model can read.
+
+    Only the spec's shapes count (an image/audio block needs an `image/...`/`audio/...`
+    `mimeType` and base64 `data`; a blob a `uri` and base64 `blob`): other mappings are data.
+    A block holding only the spec's keys becomes the placeholder string; one with keys of its
+    own (a caption) keeps them, its bytes replaced by the placeholder; a mapping stays a mapping
+    (the top level is always one)."""
+    return _without_media(value, top=True)
+
+
+def _without_media(value: Any, *, top: bool = False) -> Any:
     if isinstance(value, Mapping):
-        kind = value.get("type")
-        data = value.get("data")
-        if kind in ("image", "audio") and isinstance(data, str):
-            return _placeholder(str(kind), value.get("mimeType"), data=data)
+        found = _media_placeholder(value)
+        if found is not None:
+            key, placeholder = found
+            spec_keys = _MEDIA_KEYS if key == "data" else _BLOB_KEYS
+            if not top and value.keys() <= spec_keys:
+                return placeholder
+            return {k: placeholder if k == key else _without_media(v) for k, v in value.items()}
         resource = value.get("resource")
-        if kind == "resource" and isinstance(resource, Mapping) and "blob" in resource:
-            return without_media(resource)
-        if isinstance(value.get("blob"), str):  # BlobResourceContents
-            return _placeholder(
-                "resource", value.get("uri"), value.get("mimeType"), data=value["blob"]
-            )
-        return {key: without_media(item) for key, item in value.items()}
+        if (
+            not top
+            and value.get("type") == "resource"
+            and isinstance(resource, Mapping)
+            and value.keys() <= _EMBEDDED_KEYS
+        ):
+            inner = _without_media(resource)
+            if isinstance(inner, str):  # an embedded blob: its placeholder alone
+                return inner
+        return {key: _without_media(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [without_media(item) for item in value]
+        return [_without_media(item) for item in value]
     return value
 
 

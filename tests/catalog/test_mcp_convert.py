@@ -142,6 +142,34 @@ def test_media_inside_structured_content_becomes_a_placeholder_too() -> None:
     assert result_value(NS(structured_content=plain, content=[])) == plain
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "image", "data": "not really", "mimeType": "text/plain", "caption": "keep me"},
+        {"type": "image", "data": "A" * 400},  # no mimeType: not the spec's block
+        {"type": "audio", "data": "plain words, not base64", "mimeType": "audio/wav"},
+        {"type": "image", "data": "QUJD", "mimeType": "audio/wav"},  # not an image type
+    ],
+)
+def test_a_mapping_that_only_looks_like_media_is_data(value: dict[str, object]) -> None:
+    structured = {"items": [value], "top": value}
+    assert result_value(NS(structured_content=structured, content=[])) == structured
+    assert result_value(NS(structured_content=value, content=[])) == value
+
+
+def test_media_with_keys_of_its_own_keeps_them_and_the_result_stays_a_dict() -> None:
+    image = {"type": "image", "data": "A" * 4000, "mimeType": "image/png", "caption": "a cat"}
+    # The whole structuredContent is one image block: call() still returns a dict.
+    top = result_value(NS(structured_content=image, content=[]))
+    assert top == {**image, "data": "[image image/png, 3.0 kB]"}
+    nested = result_value(NS(structured_content={"figures": [image]}, content=[]))
+    assert nested == {"figures": [{**image, "data": "[image image/png, 3.0 kB]"}]}
+    blob = {"uri": "file:///a.bin", "blob": "QUI=", "size": 2}
+    assert result_value(NS(structured_content={"files": [blob]}, content=[])) == {
+        "files": [{"uri": "file:///a.bin", "blob": "[resource file:///a.bin, 2 B]", "size": 2}]
+    }
+
+
 def test_a_tool_that_requires_tasks_is_recognised() -> None:
     assert task_required(NS(execution=NS(task_support="required")))
     assert not task_required(NS(execution=NS(task_support="optional")))
