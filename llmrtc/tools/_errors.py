@@ -126,7 +126,7 @@ def _python_text(error: ValidationError) -> str:
     # string "None" must stay 'None'. A model that sent 100 kB must not get it back: long
     # values are cut.
     shown = _shown(error.instance)
-    expected = error.validator_value
+    expected: Any = error.validator_value
     if error.validator == "type":
         types = [expected] if isinstance(expected, str) else list(expected)
         message = f"{shown} is not of type {', '.join(repr(t) for t in types)}"
