@@ -22,25 +22,36 @@ def compose_schema(
 ) -> dict[str, Any]:
     """The composed `{calls, output}` schema of `tools` and an answer schema.
 
-    By default a call is `{"name": <wire name>, "arguments": {...}}`, its arguments
-    constrained to its tool's parameters (a `oneOf` over the tools with `name` a const; latent
-    tools include their required `_output`). By default an answer holds either calls
-    (`output` null) or an answer (`calls` empty), never both: on the offline model a schema
-    allowing both made it write an invented answer beside its calls. `$defs` of the tools
-    are moved to the root.
+    By default the model writes calls or an answer, never both (on the offline model a schema
+    allowing both made it write an invented answer beside its calls): a call is
+    `{"name": <wire name>, "arguments": {...}}`, its arguments constrained to its tool's
+    parameters (latent tools include their required `_output`). `$defs` of the tools move to
+    the root.
 
-    Example:
-        schema = compose_schema(registry, {"type": "object",
-                                           "properties": {"summary": {"type": "string"}}})
-        # {"anyOf": [{calls: [≥1 call], output: null}, {calls: [], output: {...}}]}
+    Example (seed 002's: `greetUser(userName)`, answer `{summary}`):
+        summary = {"type": "object", "properties": {"summary": {"type": "string"}},
+                   "required": ["summary"]}
+        compose_schema([greetUser], summary)
+        # {"anyOf": [{"calls": [≥1 {"name": "greetUser", "arguments": {"userName": ...}}],
+        #             "output": null},
+        #            {"calls": [], "output": {"summary": ...}}]}
+        compose_schema([greetUser], summary, allow_both=True)
+        # {"type": "object", "required": ["calls", "output"], "properties": {
+        #   "calls": {"type": "array", "items": {"type": "object",
+        #             "properties": {"_tool": {"const": "greetUser"},
+        #                            "userName": {"type": "string"}},
+        #             "required": ["_tool", "userName"]}},
+        #   "output": {"type": ["object", "null"], "properties": {...},
+        #              "required": ["summary"], "additionalProperties": false}}}
 
     Args:
         tools: `Tool`s (a `ToolRegistry` iterates its tools) or `ToolDefinition`s.
-        output_schema: The schema of the answer (default: a string).
-        allow_both: Seed 002's shape: an object root, `output` first and nullable, each
-            call the tool's parameters flattened beside `"_tool": {"const": name}`; calls
-            and an answer may come together (OpenAI strict structured outputs accept no
-            `anyOf` root, so this one suits them too).
+        output_schema: The answer's schema (default: a string).
+        allow_both: Seed 002's shape: an object root, `calls` first (the calls are decided
+            before the answer is written), `output` nullable (an answer object with
+            `properties` is closed: `additionalProperties: false`), each call the tool's
+            parameters flattened beside `"_tool": {"const": name}`; calls and an answer may
+            come together.
 
     Raises:
         TypeError: for something that is neither a `Tool` nor a `ToolDefinition`.

@@ -27,6 +27,7 @@ logger = logging.getLogger("llmrtc.llm")
 SCHEMA_NAME = "tool_calls_or_answer"
 _WHITESPACE = " \t\r\n"
 _KEYS = ("calls", "output")
+_KEYS_SET = frozenset(_KEYS)
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -42,11 +43,11 @@ def composed_prompt(tools: Sequence[ToolDefinition], *, allow_both: bool = False
     )
     if allow_both:
         shape = (
-            'Reply with one JSON object {"output": ..., "calls": [...]}. Only call a tool when '
+            'Reply with one JSON object {"calls": [...], "output": ...}. Only call a tool when '
             'the user\'s request needs it: then put each call in "calls" as '
-            '{"_tool": <tool name>, <its parameters>...}. Write your answer to the user in '
-            '"output", or null when you only call tools; leave "calls" empty when no tool is '
-            "needed."
+            '{"_tool": <tool name>, <its parameters>...}. Leave "calls" empty when no tool is '
+            'needed. Write your answer to the user in "output", or null when you only call '
+            "tools."
         )
     else:
         shape = (
@@ -90,7 +91,8 @@ def composed_response_format(
 ) -> dict[str, Any]:
     """The `response_format` of a request in the composed format. A forcing `tool_choice`
     leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`); with
-    `allow_both` (seed 002's shape, an object root) it makes `calls` hold at least one call.
+    `allow_both` (seed 002's shape, an object root) it makes `calls` hold at least one call
+    and `output` null.
 
     No `"strict": true`: OpenAI's strict mode needs an object at the root (the default
     composed root is an `anyOf` of the calls and the answer branch), every property required
@@ -112,7 +114,10 @@ def composed_response_format(
     schema = composed_schema(tools, output_schema, allow_both=allow_both)
     forcing = isinstance(choice, Mapping) or choice == "required"
     if forcing and allow_both:
+        # Forced: calls only, as in the default shape (an answer beside a forced call would
+        # be written, and spoken, before the call's result exists).
         schema["properties"]["calls"]["minItems"] = 1
+        schema["properties"]["output"] = {"type": "null"}
     elif forcing:
         calls_only = schema["anyOf"][0]
         if "$defs" in schema:
@@ -129,9 +134,11 @@ class ComposedAnswerParser:
     002's `{"_tool": ..., <arguments>...}`; an `output` may come beside calls.
 
     A server that ignored the schema: an answer that does not start with `{` is read as text
-    by `fallback` (calls written as text are still found), except a composed object after a
-    preamble or inside a code fence, which is found and parsed as here (never spoken). Text
-    after the composed object is dropped.
+    by `fallback` (calls written as text are still found, seed 002's `{"_tool": ...}` too),
+    except a composed object after a preamble or inside a code fence, which is found and
+    parsed as here (never spoken). An answer that is one bare call object (either shape) is
+    that call when it names an offered tool; any other object without `calls` or `output` is
+    dropped with a warning. Text after the composed object is dropped.
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class ComposedAnswerParser:
         self._fallback = fallback
         self._held = ""  # text answer not given to `fallback` yet: may open a composed object
         self._closed = False  # the composed object is complete: the rest is ignored
+        self._bare_call = False  # the object names a tool at its top: a call, not `{calls}`
         self.complete = False
         """After `finish`: the composed object was complete JSON (False: cut short)."""
 
@@ -245,7 +253,7 @@ class ComposedAnswerParser:
                     self._in_string = False
                     self._last_string = source[self._string_start : self._i]
             elif char == '"':
-                if self._depth == 1 and self._key == "output":
+                if self._depth == 1 and self._key == "output" and not self._bare_call:
                     self._streaming = True  # the answer text starts
                     self.streamed = True
                 else:
@@ -261,6 +269,9 @@ class ComposedAnswerParser:
                     self._key = json.loads(self._last_string)
                 except ValueError:
                     self._key = None
+                # A bare flattened call (`{"_tool": ..., "output": ...}`): its `output` is an
+                # argument, never the answer.
+                self._bare_call = self._bare_call or self._key == TOOL_FIELD
             elif char == "," and self._depth == 1:
                 self._key = None
         return [LLMTextDelta("".join(out))] if out else []
@@ -305,7 +316,10 @@ class ComposedAnswerParser:
             return []
         self.complete = True
         if not isinstance(answer, dict):
+            logger.warning("the composed answer is no JSON object: dropped: %.200r", self.text)
             return []
+        if not _KEYS_SET & answer.keys():
+            return self._bare(answer)
         events: list[LLMTextDelta | LLMToolCall] = []
         output = answer.get("output")
         if output is not None and not self.streamed:
@@ -329,6 +343,28 @@ class ComposedAnswerParser:
             raw = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
             events.append(LLMToolCall(ToolCall(new_call_id(), self._names.get(name, name), raw)))
         return events
+
+    def _bare(self, answer: dict[str, Any]) -> list[LLMTextDelta | LLMToolCall]:
+        """An object without `calls` or `output` (a server that ignored the schema): one call
+        in either shape, `{"_tool": <name>, <arguments>...}` or `{"name", "arguments"}`, when
+        it names an offered tool; anything else is dropped with a warning (never spoken)."""
+        name: Any
+        arguments: Any
+        if TOOL_FIELD in answer:
+            name = answer[TOOL_FIELD]
+            arguments = {key: value for key, value in answer.items() if key != TOOL_FIELD}
+        else:
+            name, arguments = answer.get("name"), answer.get("arguments", {})
+        declared = self._names.get(name) if isinstance(name, str) else None
+        if declared is None or not isinstance(arguments, dict | str):
+            logger.warning(
+                "the composed answer has neither 'calls' nor 'output' and is no call to an "
+                "offered tool: dropped: %.200r",
+                self.text,
+            )
+            return []
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return [LLMToolCall(ToolCall(new_call_id(), declared, raw))]
 
 
 def _composed_opening(text: str, at: int) -> int | None:

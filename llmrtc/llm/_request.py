@@ -3,6 +3,7 @@ system prompt, or a composed `response_format`), the messages, and the sampling 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,14 @@ from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.text_tools import render_tool_prompt
 from llmrtc.llm.types import LLMRequest
 from llmrtc.llm.wire import message_to_openai
+from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import to_wire_name
+from llmrtc.tools.latent import TOOL_FIELD
 
 if TYPE_CHECKING:
     from llmrtc.llm.openai_provider import OpenAIProvider
+
+logger = logging.getLogger("llmrtc.llm")
 
 
 def sends_tools(provider: OpenAIProvider, request: LLMRequest) -> bool:
@@ -61,9 +66,13 @@ def request_params(
         # it) can produce no malformed call and no call to an undeclared tool. The request's
         # own response_format (an LLM-backed tool's schema) is the answer branch's schema.
         own = output_schema_of(request.response_format)
+        tools = composed_tools(provider, request.tools)
+        choice = request.tool_choice
+        if isinstance(choice, Mapping) and not any(t.name == choice["name"] for t in tools):
+            choice = "auto"  # the forced tool was left out (warned): it cannot be called
         params["response_format"] = composed_response_format(
-            request.tools,
-            request.tool_choice,
+            tools,
+            choice,
             own if own is not None else provider.composed_output_schema,
             allow_both=provider.composed_allow_both,
         )
@@ -80,6 +89,31 @@ def request_params(
     return params
 
 
+def composed_tools(
+    provider: OpenAIProvider, tools: Sequence[ToolDefinition]
+) -> Sequence[ToolDefinition]:
+    """The tools a composed request offers: with `composed_allow_both`, all but those with a
+    parameter named `_tool` (seed 002's flattened call names its tool there), each left out
+    with a warning, once per tool and provider. A live turn goes on without them (a call to
+    one is then not offered); `compose_schema(..., allow_both=True)` itself refuses them."""
+    if not provider.composed_allow_both:
+        return tools
+    kept = []
+    for tool in tools:
+        if TOOL_FIELD not in (tool.json_schema.get("properties") or {}):
+            kept.append(tool)
+        elif tool.name not in provider.composed_left_out:
+            provider.composed_left_out.add(tool.name)
+            logger.warning(
+                "tool %r is not offered in the composed format with composed_allow_both=True: "
+                "it has a parameter named %r, where seed 002's calls name their tool; rename "
+                "the parameter or use composed_allow_both=False",
+                tool.name,
+                TOOL_FIELD,
+            )
+    return tools if len(kept) == len(tools) else kept
+
+
 def _messages(
     provider: OpenAIProvider, request: LLMRequest, *, text_mode: bool, sent: bool
 ) -> list[Any]:
@@ -88,7 +122,8 @@ def _messages(
     if sent and provider.tool_call_format == "composed":
         # The profile's tool hint asks for a bare call object: the composed prompt says how
         # this answer is shaped instead.
-        extra.append(composed_prompt(request.tools, allow_both=provider.composed_allow_both))
+        tools = composed_tools(provider, request.tools)
+        extra.append(composed_prompt(tools, allow_both=provider.composed_allow_both))
     elif sent:
         if compat.tool_hint:
             extra.append(compat.tool_hint)

@@ -102,7 +102,9 @@ class OpenAIProvider:
                 object root whose `output` may be null, each call the tool's parameters
                 flattened beside `"_tool": <name>`, so calls and an answer may come together.
                 By default the model writes calls or an answer, never both (small models
-                invent answers beside their calls). Both shapes are read either way.
+                invent answers beside their calls). Both shapes are read either way. A tool
+                with a parameter named `_tool` is not offered in this shape (warned once).
+                Only with `tool_call_format="composed"`.
 
         Raises:
             ValueError: without an API key for the OpenAI API itself, for bad options, or for
@@ -118,6 +120,16 @@ class OpenAIProvider:
             raise ValueError(
                 "composed_output_schema must be a JSON Schema dict or None, "
                 f"got {type(composed_output_schema).__name__}"
+            )
+        if not isinstance(composed_allow_both, bool):
+            raise ValueError(
+                f"composed_allow_both must be True or False, got {composed_allow_both!r}"
+            )
+        if composed_allow_both and tool_call_format != "composed":
+            raise ValueError(
+                "composed_allow_both=True shapes the composed format's schema, but "
+                f"tool_call_format is {tool_call_format!r}: pass tool_call_format='composed' "
+                "or leave composed_allow_both out"
             )
         if tool_call_format == "composed" and compat is not None and not compat.response_format:
             # The composed format IS a response_format: without one the server writes free
@@ -137,6 +149,8 @@ class OpenAIProvider:
         self.stream_usage = stream_usage
         self.composed_output_schema = composed_output_schema
         self.composed_allow_both = composed_allow_both
+        self.composed_left_out: set[str] = set()
+        """Tools left out of composed `allow_both` requests (a `_tool` parameter), warned once."""
         import openai  # here, not at module import: `import llmrtc` stays light
 
         if client is None:

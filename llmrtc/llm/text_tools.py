@@ -1,12 +1,14 @@
 """Tool calls written as text, for models without native tool calling.
 
 Small models write calls as `<tool_call>{json}</tool_call>`, as bare JSON objects, inside
-`<tools>…</tools>`, in a json code fence, as `<function=NAME>{args}</function>`, or keyed by the
-tool's name (`{"issue_refund": {args}}`). `TextToolCallParser` finds them in streamed text:
-text around the calls still streams as text; text that may be the start of a call is held back
-until decided (a voice must never speak JSON); only declared tool names are accepted; and a call
-that names a declared tool but does not parse still becomes a `ToolCall` carrying the raw
-string, so the executor answers it with `invalid_arguments` and the model can correct itself.
+`<tools>…</tools>`, in a json code fence, as `<function=NAME>{args}</function>`, keyed by the
+tool's name (`{"issue_refund": {args}}`), or in seed 002's composed shape
+(`{"_tool": "issue_refund", <args>...}`, what a composed prompt teaches).
+`TextToolCallParser` finds them in streamed text: text around the calls still streams as text;
+text that may be the start of a call is held back until decided (a voice must never speak
+JSON); only declared tool names are accepted; and a call that names a declared tool but does
+not parse still becomes a `ToolCall` carrying the raw string, so the executor answers it with
+`invalid_arguments` and the model can correct itself.
 
 Tool-protocol markup is never spoken: `<tool_response>…</tool_response>` (a result the model
 imagined) is dropped with what it wraps, and stray closing tags are dropped. A declared tool
@@ -29,6 +31,7 @@ from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id, render_text_call, render_tool_prompt
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.ids import from_wire_name, to_wire_name
+from llmrtc.tools.latent import TOOL_FIELD
 
 # The renderers live in wire.py (history rendering needs them, and the parser needs none of
 # wire.py's messages); re-exported here, where the text-tools API always was.
@@ -60,6 +63,7 @@ _TAGS = (
 )
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+_TOOL_KEY = re.compile(r'"_tool"\s*:\s*"')
 # `{"issue_refund": {` : a call keyed by the tool's name (the name is checked afterwards).
 _KEYED = re.compile(r'\{\s*"([^"\\]+)"\s*:\s*\{')
 
@@ -105,10 +109,9 @@ def _may_open_json(text: str, start: int) -> bool:
 def _call_shaped(item: Any) -> bool:
     if isinstance(item, dict) and isinstance(item.get("function"), dict):
         item = item["function"]  # {"type": "function", "function": {"name", "arguments"}}
-    return (
-        isinstance(item, dict)
-        and isinstance(item.get("name"), str)
-        and ("arguments" in item or "parameters" in item)
+    return isinstance(item, dict) and (
+        isinstance(item.get(TOOL_FIELD), str)  # seed 002's {"_tool": name, <arguments>...}
+        or (isinstance(item.get("name"), str) and ("arguments" in item or "parameters" in item))
     )
 
 
@@ -261,7 +264,8 @@ class TextToolCallParser:
             # Never closed. A call cut short (it names a tool) is a call or is dropped; any
             # other brace was text.
             keyed = self._keyed_match(buffer) is not None
-            if keyed or (_NAME.search(buffer) and _ARGUMENTS.search(buffer)):
+            named = _NAME.search(buffer) and _ARGUMENTS.search(buffer)
+            if keyed or named or _TOOL_KEY.search(buffer):
                 self._emit_calls(events, buffer, explicit=True)
             else:
                 self._emit_text(events, buffer)
@@ -328,7 +332,8 @@ class TextToolCallParser:
             parsed: Any = json.loads(text)
         except ValueError:
             # Broken or several objects: a name and arguments are enough to keep it unsaid.
-            return bool(_NAME.search(text) and _ARGUMENTS.search(text))
+            named = _NAME.search(text) and _ARGUMENTS.search(text)
+            return bool(named or _TOOL_KEY.search(text))
         items = parsed if isinstance(parsed, list) else [parsed]
         return bool(items) and all(_call_shaped(item) for item in items)
 
@@ -403,6 +408,11 @@ class TextToolCallParser:
             return None
         if isinstance(item.get("function"), dict):  # {"function": {"name", "arguments"}}
             item = item["function"]
+        if isinstance(item.get(TOOL_FIELD), str):  # seed 002: {"_tool": name, <arguments>...}
+            if self._resolve(item[TOOL_FIELD]) is None:
+                return None
+            flat = {key: value for key, value in item.items() if key != TOOL_FIELD}
+            return self._call(item[TOOL_FIELD], flat)
         if len(item) == 1:  # {"issue_refund": {args}}: keyed by a declared tool's name
             ((key, value),) = item.items()
             if self._resolve(key) is not None and isinstance(value, dict):

@@ -276,7 +276,7 @@ def composed_schema(
     never both: measured on the offline model, a schema allowing both made it invent an answer
     beside its calls. The root is an `anyOf` of those two branches.
 
-    With `allow_both=True` it is seed 002's own shape: an object root, `output` first and
+    With `allow_both=True` it is seed 002's own shape: an object root, `calls` first, `output`
     nullable (`"type": [<its type>, "null"]`, `additionalProperties: false` on an answer
     object with `properties`), and each call the tool's own schema flattened, its name in
     `_tool` (`{"_tool": {"const": <wire name>}, <parameters>...}`, `_tool` required first);
@@ -285,15 +285,19 @@ def composed_schema(
 
         {"type": "object",
          "properties": {
-             "output": {"type": ["object", "null"],
-                        "properties": {"summary": {"type": "string"}},
-                        "required": ["summary"], "additionalProperties": false},
              "calls": {"type": "array",
                        "items": {"type": "object",
                                  "properties": {"_tool": {"const": "greetUser"},
                                                 "userName": {"type": "string"}},
-                                 "required": ["_tool", "userName"]}}},
+                                 "required": ["_tool", "userName"]}},
+             "output": {"type": ["object", "null"],
+                        "properties": {"summary": {"type": "string"}},
+                        "required": ["summary"], "additionalProperties": false}},
          "required": ["calls", "output"]}
+
+    (the seed lists `output` first; the same schema as a dict, but a server that constrains
+    decoding writes the keys in this order). An `output` schema with a combinator, `not`,
+    `if`, `$ref` or `const` becomes nullable as `{"anyOf": [<schema>, {"type": "null"}]}`.
 
     Several tools make `items` a `oneOf` of such objects. Without tools `calls` must be empty
     (and `output` is not nullable). Sub-schemas' `$defs` move to the root.
@@ -319,7 +323,10 @@ def composed_schema(
             output = _nullable(output)
         schema: dict[str, Any] = {
             "type": "object",
-            "properties": {"output": output, "calls": calls},
+            # `calls` first, as in the default shape: a server that constrains decoding writes
+            # (and a voice speaks) the answer only once the calls are known, so an answer cut
+            # short never says an action was done that no call asked for.
+            "properties": {"calls": calls, "output": output},
             "required": ["calls", "output"],
         }
     else:
@@ -383,24 +390,25 @@ def _flat_call_schema(definition: ToolDefinition, hoisted: dict[str, Any]) -> di
     return call
 
 
+_NOT_NULLABLE_BY_TYPE = ("oneOf", "anyOf", "allOf", "not", "if", "$ref", "const")
+"""Keywords that would still reject null after `"null"` joins the schema's `type`."""
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` that also accepts null: seed 002's `"type": [<type>, "null"]` where the schema
-    has a type (and `additionalProperties: false` on an object with `properties`, as in the
-    seed), else `anyOf` with null."""
+    has a type and nothing else that would reject null (and `additionalProperties: false` on
+    an object with `properties`, as in the seed), else `{"anyOf": [schema, {"type": "null"}]}`."""
     kind = schema.get("type")
-    if isinstance(kind, str) and "const" not in schema and "$ref" not in schema:
-        out = {"type": [kind, "null"], **{k: v for k, v in schema.items() if k != "type"}}
-        if "enum" in out and None not in out["enum"]:
-            out["enum"] = [*out["enum"], None]
-        if kind == "object" and "properties" in out:
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(kind, list) and "const" not in schema and "$ref" not in schema:
-        out = {**schema, "type": kind if "null" in kind else [*kind, "null"]}
-        if "enum" in out and None not in out["enum"]:
-            out["enum"] = [*out["enum"], None]
-        return out
-    return {"anyOf": [schema, {"type": "null"}]}
+    if any(key in schema for key in _NOT_NULLABLE_BY_TYPE) or not isinstance(kind, str | list):
+        return {"anyOf": [schema, {"type": "null"}]}
+    types = [kind] if isinstance(kind, str) else list(kind)
+    out: dict[str, Any] = {"type": types if "null" in types else [*types, "null"]}
+    out.update({key: value for key, value in schema.items() if key != "type"})
+    if "enum" in out and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    if kind == "object" and "properties" in out:
+        out.setdefault("additionalProperties", False)
+    return out
 
 
 def _hoist(schema: dict[str, Any], prefix: str, hoisted: dict[str, Any]) -> dict[str, Any]:

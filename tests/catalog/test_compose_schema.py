@@ -126,7 +126,10 @@ def test_allow_both_gives_seed_002s_example_exactly() -> None:
     schema = compose_schema([greet_user], OUTPUT, allow_both=True)
     seed = json.loads(SEED_002_COMPOSED)
     assert schema == seed
-    assert json.dumps(schema) == json.dumps(seed)  # key order too: `output` first, `_tool` first
+    # Key order: `calls` before `output` (review of issue 17: a constrained server writes the
+    # keys in this order, so the answer comes once the calls are known), `_tool` first.
+    assert list(schema["properties"]) == ["calls", "output"]
+    assert next(iter(schema["properties"]["calls"]["items"]["properties"])) == "_tool"
     jsonschema.Draft202012Validator.check_schema(schema)
 
 
@@ -187,3 +190,36 @@ def test_bad_input_is_refused_with_what_is_allowed() -> None:
         compose_schema([{"name": "x"}])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="two tools"):
         compose_schema([lookupWeather, lookupWeather.definition])
+
+
+@pytest.mark.parametrize(
+    ("output", "still_rejected"),
+    [
+        (
+            {
+                "type": "object",
+                "properties": {"a": {}, "b": {}},
+                "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+            },
+            {},
+        ),
+        ({"type": "object", "anyOf": [{"required": ["a"]}]}, {}),
+        ({"type": "object", "allOf": [{"required": ["a"]}]}, {}),
+        ({"type": "string", "not": {"const": "no"}}, "no"),
+        ({"type": "integer", "if": {"minimum": 0}, "then": {"maximum": 9}}, 10),
+        ({"type": "string", "const": "ok"}, "ko"),
+        ({"$ref": "#/$defs/Answer", "$defs": {"Answer": {"type": "string"}}}, 5),
+    ],
+)
+def test_an_output_that_would_still_reject_null_is_made_nullable_with_any_of(
+    output: dict[str, Any], still_rejected: Any
+) -> None:
+    """Adding "null" to `type` keeps `oneOf`/`anyOf`/`allOf`/`not`/`if`/`$ref`/`const`,
+    which reject null: such an output becomes `anyOf: [output, null]`, keeping what it
+    rejected before."""
+    schema = compose_schema([lookupWeather], output, allow_both=True)
+    call = {"_tool": "lookupWeather", "city": "Oslo"}
+    assert valid(schema, {"calls": [call], "output": None})
+    assert not valid(schema, {"calls": [call], "output": still_rejected})
+    nullable = schema["properties"]["output"]
+    assert nullable["anyOf"][1] == {"type": "null"}

@@ -65,7 +65,7 @@ def calls_in(events: list[Any]) -> list[tuple[str, Any]]:
 def test_the_response_format_is_seed_002s_shape() -> None:
     sent = composed_response_format(TOOLS, "auto", SUMMARY, allow_both=True)
     schema = sent["json_schema"]["schema"]
-    assert schema["type"] == "object" and list(schema["properties"]) == ["output", "calls"]
+    assert schema["type"] == "object" and list(schema["properties"]) == ["calls", "output"]
     assert schema["properties"]["output"]["type"] == ["object", "null"]
     greet, order = schema["properties"]["calls"]["items"]["oneOf"]
     assert greet["properties"]["_tool"] == {"const": "greetUser"}
@@ -179,8 +179,111 @@ async def test_the_provider_sends_seed_002s_shape_when_asked() -> None:
         await events_of(provider(server), request("Greet Ada"))
     seed, default = (r.body for r in server.requests)
     schema = seed["response_format"]["json_schema"]["schema"]
-    assert schema["type"] == "object" and list(schema["properties"]) == ["output", "calls"]
+    assert schema["type"] == "object" and list(schema["properties"]) == ["calls", "output"]
     assert "anyOf" in default["response_format"]["json_schema"]["schema"]  # calls XOR answer
     assert '{"_tool": <tool name>, <its parameters>...}' in seed["messages"][0]["content"]
     assert calls_in(events) == [("greetUser", {"userName": "Ada"})]
     assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "Hello Ada."
+
+
+def test_a_forced_call_leaves_no_answer_beside_it() -> None:
+    """With a forced tool_choice the answer is null: an answer written (and spoken) beside
+    the forced call would come before its result."""
+    for choice in ("required", {"name": "greetUser"}):
+        sent = composed_response_format(TOOLS, choice, SUMMARY, allow_both=True)  # type: ignore[arg-type]
+        schema = sent["json_schema"]["schema"]
+        call = {"_tool": "greetUser", "userName": "Ada"}
+        assert jsonschema.Draft202012Validator(schema).is_valid({"calls": [call], "output": None})
+        answer = {"calls": [call], "output": {"summary": "Greeted Ada."}}
+        assert not jsonschema.Draft202012Validator(schema).is_valid(answer)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"_tool": "greetUser", "userName": "Ada"}',
+        '{"name": "greetUser", "arguments": {"userName": "Ada"}}',
+        'Sure. {"_tool": "greetUser", "userName": "Ada"}',
+        '[{"_tool": "greetUser", "userName": "Ada"}]',
+    ],
+)
+@pytest.mark.parametrize("allow_both", [True, False])
+async def test_a_bare_call_from_a_server_that_ignored_the_schema_is_a_call(
+    reply: str, allow_both: bool
+) -> None:
+    async with ScriptedOpenAIServer([text_reply(reply, pieces=5)]) as server:
+        events = await events_of(provider(server, composed_allow_both=allow_both), request("?"))
+    found = [(e.call.name, e.call.arguments) for e in events if isinstance(e, LLMToolCall)]
+    assert [(n, a if isinstance(a, dict) else json.loads(a)) for n, a in found] == [
+        ("greetUser", {"userName": "Ada"})
+    ]
+    spoken = "".join(e.text for e in events if isinstance(e, LLMTextDelta))
+    assert "{" not in spoken and "_tool" not in spoken
+
+
+async def test_a_bare_object_that_is_no_call_is_dropped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    replies = [
+        text_reply('{"_tool": "launchMissiles", "target": "x"}'),
+        text_reply('{"answer": "hello"}'),
+    ]
+    async with ScriptedOpenAIServer(replies) as server:
+        llm = provider(server, composed_allow_both=True)
+        with caplog.at_level("WARNING", logger="llmrtc.llm"):
+            for _ in replies:
+                events = await events_of(llm, request("?"))
+                assert not calls_in(events)
+                assert not [e for e in events if isinstance(e, LLMTextDelta)]
+    assert sum("neither 'calls' nor 'output'" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_a_tool_with_a_tool_parameter_is_left_out_of_a_live_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under composed_allow_both a parameter named `_tool` cannot be flattened: the turn
+    goes on without that tool (warned once per tool), it does not fail mid-session."""
+    route = define_tool(
+        ToolDefinition(
+            name="route",
+            description="Route a call.",
+            parameters={"type": "object", "properties": {"_tool": {"type": "string"}}},
+        ),
+        lambda args, ctx: "routed",
+    )
+    replies = [
+        text_reply(json.dumps({"calls": [{"_tool": "greetUser", "userName": "Max"}]})),
+        text_reply(json.dumps({"calls": [], "output": "Hi Max."})),
+        text_reply(json.dumps({"calls": [], "output": "Bye."})),
+    ]
+    greeted.clear()
+    async with ScriptedOpenAIServer(replies) as server:
+        registry = ToolRegistry([route, greetUser])
+        llm = provider(server, composed_allow_both=True)
+        runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="Hi.")
+        with caplog.at_level("WARNING", logger="llmrtc.llm"):
+            [event async for event in runner.run_turn("Greet Max")]
+            [event async for event in runner.run_turn("Bye")]
+    assert greeted == ["Max"]
+    assert runner.history.messages[-1].content == "Bye."
+    assert len(server.requests) == 3
+    for sent in server.requests:
+        schema = sent.body["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["calls"]["items"]["properties"]["_tool"] == {
+            "const": "greetUser"
+        }
+        assert '"name": "route"' not in sent.body["messages"][0]["content"]
+    warnings = [r.getMessage() for r in caplog.records if "'route'" in r.getMessage()]
+    assert len(warnings) == 1 and "_tool" in warnings[0]
+
+
+def test_allow_both_needs_the_composed_format_and_a_bool() -> None:
+    with pytest.raises(ValueError, match="tool_call_format='composed'"):
+        OpenAIProvider("m", base_url="http://127.0.0.1:9", composed_allow_both=True)
+    with pytest.raises(ValueError, match="True or False"):
+        OpenAIProvider(
+            "m",
+            base_url="http://127.0.0.1:9",
+            tool_call_format="composed",
+            composed_allow_both="yes",  # type: ignore[arg-type]
+        )

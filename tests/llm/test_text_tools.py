@@ -259,3 +259,19 @@ def test_routable_names_are_calls_in_any_shape_but_only_offered_ones_hold_text()
     parser = TextToolCallParser(["search_tools"], ["crm.lookup"])
     assert texts(parser.feed("Use `crm.lookup` for that.")) == "Use `crm.lookup` for that."
     assert texts(TextToolCallParser(["search_tools"]).feed("Try `search_tools` next.")) == "Try "
+
+
+@pytest.mark.parametrize("step", [None, 3])
+def test_seed_002s_flattened_calls_are_calls_and_never_spoken(step: int | None) -> None:
+    """What a composed `allow_both` prompt teaches, written as text by a server that ignored
+    the schema: a call to a declared tool; to any other name, dropped; never spoken."""
+    events = parse('Sure. {"_tool": "lookupWeather", "city": "Oslo"} Done.', step=step)
+    assert calls(events) == [("lookupWeather", {"city": "Oslo"})]
+    assert texts(events) == "Sure.  Done."
+    events = parse('[{"_tool": "book", "room": 7}, {"_tool": "lookupWeather", "city": "Rome"}]')
+    assert calls(events) == [("book", {"room": 7}), ("lookupWeather", {"city": "Rome"})]
+    assert texts(events) == ""
+    events = parse('Ok. {"_tool": "launchMissiles", "target": "x"}', step=step)
+    assert calls(events) == [] and texts(events) == "Ok. "
+    events = parse('Ok. {"_tool": "lookupWeather", "ci', step=step)  # cut short
+    assert texts(events) == "Ok. "
