@@ -189,14 +189,17 @@ class _Matcher:
     """How one normalized query (the phrase or one of its words) is found in a tool's text,
     built once per search (a regex compiled per tool per word froze the event loop)."""
 
-    __slots__ = ("needle", "pattern", "text")
+    __slots__ = ("needle", "pattern", "pieces", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         pieces = _WORD_PIECES.split(text)  # text, word, text, word, ..., text
         words = pieces[1::2]
-        self.needle = max((_bare(word) for word in words), key=len, default=text)
+        bare = {_bare(word) for word in words}
+        self.needle = max(bare, key=len, default=text)
         """A substring of every text this query matches (`KeywordIndex.containing`'s key)."""
+        self.pieces = tuple(sorted(bare - {self.needle}, key=len, reverse=True))
+        """The other words, each a substring of a matching text too (a cheap first test)."""
         self.pattern: re.Pattern[str] | None = None
         """None: a plain substring search is right."""
         if any(_whole_word(word) for word in words):
@@ -225,7 +228,8 @@ class _Matcher:
     def rule(self, entry: KeywordEntry) -> tuple[float, str]:
         """Seed 000's best rule for `entry`: its score and the name or tag it matched ("" for
         none or the description; the words of `why` are written only for returned hits)."""
-        if self.needle not in entry.text:
+        text = entry.text
+        if self.needle not in text or not all(piece in text for piece in self.pieces):
             return 0.0, ""
         query, names, tags = self.text, entry.names, entry.tags
         if query in names:
