@@ -8,10 +8,14 @@ resumable: the client gets its session back, the conversation starts over).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, get_args
 
-from llmrtc.rtc.messages import TranscriptEntry
+from llmrtc.agent.history import ConversationHistory
+from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
+from llmrtc.rtc.messages import TranscriptEntry, TranscriptLine, TranscriptTool
+from llmrtc.tools.calls import ToolCallStatus
 from llmrtc.rtc.store import SessionState, SessionStore, hash_token
 
 if TYPE_CHECKING:
@@ -94,23 +98,64 @@ def stage_of(handler: object) -> str | None:
 
 
 def transcript_of(handler: object) -> tuple[TranscriptEntry, ...]:
-    """The conversation `handler` remembers, as the lines a page shows: each user message, and
-    each assistant message with text or cut short (an answer cut before a word was heard is
-    kept, empty and `interrupted`), oldest first. System prompts, tool calls and tool results
-    are the agent's own business. Empty for a handler that keeps no history."""
-    history = handler_state(handler).get("history")
-    messages = history.get("messages") if isinstance(history, dict) else None
-    if not isinstance(messages, list):
+    """The conversation `handler` remembers (its `.history`, a `ConversationHistory`), as the
+    page shows it, oldest first. Per turn: the user's line; one agent line joining the turn's
+    assistant texts (a lead-in, then the answer after a tool call: one bubble live, one line
+    here), `interrupted` if any part was cut (an answer cut before a word was heard is kept,
+    empty and `interrupted`); and the turn's tool calls in order, each with its status. System
+    prompts, arguments and results are the agent's own business. Empty for a handler that keeps
+    no history."""
+    history = getattr(handler, "history", None)
+    if not isinstance(history, ConversationHistory):
         return ()
     entries: list[TranscriptEntry] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        role, text = message.get("role"), message.get("content")
-        if role not in ("user", "assistant") or not isinstance(text, str):
-            continue
-        interrupted = role == "assistant" and message.get("interrupted") is True
-        if not text and not interrupted:  # a message of tool calls only
-            continue
-        entries.append(TranscriptEntry(role=role, text=text, interrupted=interrupted))
+    names: dict[str, str] = {}  # call_id -> tool name, from the assistant message that called
+    # The turn being read: its user line, its agent line (growing), its tool calls.
+    user: TranscriptLine | None = None
+    reply: TranscriptLine | None = None
+    tools: list[TranscriptTool] = []
+
+    def flush() -> None:
+        entries.extend(entry for entry in (user, reply) if entry is not None)
+        entries.extend(tools)
+
+    turn_over = True  # the last assistant message called no tool: the next one starts a turn
+    for message in history.messages:
+        if isinstance(message, UserMessage) or (
+            isinstance(message, AssistantMessage) and turn_over and (reply or tools)
+        ):  # a new turn: the user's, or one the agent began itself (a stage timeout's nudge)
+            flush()
+            user, reply, tools = None, None, []
+        if isinstance(message, UserMessage):
+            user, turn_over = TranscriptLine(role="user", text=message.content), False
+        elif isinstance(message, AssistantMessage):
+            names.update((call.call_id, call.name) for call in message.tool_calls)
+            if message.content or message.interrupted:
+                reply = TranscriptLine(
+                    role="assistant",
+                    text=(reply.text if reply else "") + message.content,
+                    interrupted=(reply is not None and reply.interrupted) or message.interrupted,
+                )
+            turn_over = not message.tool_calls
+        elif isinstance(message, ToolMessage):
+            name = names.get(message.call_id, "")
+            tools.append(TranscriptTool(name=name, status=_result_status(message.content)))
+    flush()
     return tuple(entries)
+
+
+_STATUSES: frozenset[str] = frozenset(get_args(ToolCallStatus))
+
+
+def _result_status(content: str) -> ToolCallStatus:
+    """A tool message's status: a failure's content is `{"error": ..., "status": ...}`
+    (`ToolCallResult.to_content()`); anything else is a result, `ok`."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return "ok"
+    if isinstance(data, dict) and set(data) == {"error", "status"}:
+        status = data["status"]
+        if status in _STATUSES and status != "ok":
+            return cast(ToolCallStatus, status)
+    return "ok"

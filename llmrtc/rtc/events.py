@@ -66,9 +66,10 @@ _SPEECH_ENDED = SpeechEndedMessage()
 
 
 def wire_duration_ms(duration_ms: float) -> float:
-    """A tool call's duration as `tool_call_finished` carries it: to a tenth of a millisecond
-    (finer is noise on a timeline), but a call shorter than that keeps its microseconds, so a
-    call that ran never reads 0 (a sync lookup takes ~20 µs). A negative clock reading is 0.
+    """A tool call's duration as `tool_call_finished` carries it: milliseconds to the
+    microsecond (a sync lookup takes ~20 µs: 0.02), so a call that ran is not sent as 0 unless
+    it took under half a microsecond. How to show it is the client's business. A negative
+    clock reading is 0.
 
     Args:
         duration_ms: The measured duration in milliseconds (0 for a call that never ran).
@@ -76,10 +77,7 @@ def wire_duration_ms(duration_ms: float) -> float:
     Returns:
         The duration to send, in milliseconds.
     """
-    if duration_ms <= 0.0:
-        return 0.0
-    rounded = round(duration_ms, 1)
-    return rounded if rounded > 0.0 else max(round(duration_ms, 3), 0.001)
+    return round(max(duration_ms, 0.0), 3)
 
 
 def wire_event(event: object) -> ServerMessage | None:

@@ -43,7 +43,9 @@ __all__ = [
     "ToolCallFinishedMessage",
     "ToolCallStartedMessage",
     "TranscriptEntry",
+    "TranscriptLine",
     "TranscriptMessage",
+    "TranscriptTool",
     "TurnCompletedMessage",
 ]
 
@@ -67,6 +69,7 @@ ErrorCode: TypeAlias = Literal[
     "server_full",
     "shutting_down",
     "resume_refused",
+    "session_replaced",
     "idle_timeout",
     "model_error",
     "speech_error",
@@ -189,15 +192,33 @@ ClientMessage: TypeAlias = Annotated[
 # Server -> client ---------------------------------------------------------------------------
 
 
-class TranscriptEntry(_Message):
-    """One line of the conversation the agent remembers, as a page shows it."""
+class TranscriptLine(_Message):
+    """A user or agent line of the conversation the agent remembers, as a page shows it."""
 
     role: Literal["user", "assistant"]
     """Who said it: the user (spoken or typed) or the agent."""
     text: str
-    """What was said (for the agent, what it produced; cut short if `interrupted`)."""
+    """What was said. For the agent, everything it produced in that turn (a lead-in before a
+    tool call and the answer after it are one line, as on the page live); cut short if
+    `interrupted`."""
     interrupted: bool = False
-    """True when the agent's answer was cut short (barge-in, hang-up)."""
+    """True when the agent's answer was cut short (barge-in, hang-up, a lost connection)."""
+
+
+class TranscriptTool(_Message):
+    """A tool call the agent made during a turn (after that turn's user line), as the page's
+    tool timeline shows it."""
+
+    role: Literal["tool"] = "tool"
+    name: str
+    """The tool's name as the model wrote it."""
+    status: ToolCallStatus
+    """How the call ended: `ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or
+    `aborted` (the agent keeps results, not durations: a restored call has no duration)."""
+
+
+TranscriptEntry: TypeAlias = Annotated[TranscriptLine | TranscriptTool, Field(discriminator="role")]
+"""One entry of `SessionMessage.history`: a `TranscriptLine` or a `TranscriptTool`."""
 
 
 class SessionMessage(_Message):
@@ -217,7 +238,8 @@ class SessionMessage(_Message):
     agent runs no playbook."""
     history: list[TranscriptEntry] = Field(default_factory=list)
     """The conversation the agent remembers, oldest first: empty for a new session, the
-    restored one after a resume. A page shows exactly this (and nothing older)."""
+    restored one after a resume. Per turn: the user's line, the agent's one line for the turn
+    and the turn's tool calls in order. A page shows exactly this (and nothing older)."""
 
 
 class AnswerMessage(_Message):

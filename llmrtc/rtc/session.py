@@ -17,7 +17,7 @@ How a session ends decides what the client gets and whether it can come back:
 | reason | client gets | resumable |
 | --- | --- | --- |
 | `end` (client hung up) | close 1000 | no |
-| `replaced` (resumed on a new connection first) | close 1000 | yes (by the new one) |
+| `replaced` (resumed on a new connection first) | `error session_replaced`, close 1000 | yes (by the new one) |
 | `vanished` (WebSocket closed without `end`) | nothing (it is gone) | yes |
 | `peer_failed` (the media connection failed) | close 1001 | yes |
 | `idle_timeout` | `error idle_timeout`, close 1000 | yes |
@@ -77,7 +77,8 @@ _DRAIN_TIMEOUT: Final = 2.0
 """Seconds the outbox gets to send what is queued when a session ends."""
 _CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
     "end": (None, 1000, "session ended"),
-    "replaced": (None, 1000, "session resumed on another connection"),
+    # Told why, so a client does not try to resume what now lives on another connection.
+    "replaced": ("session_replaced", 1000, "session resumed on another connection"),
     "vanished": (None, 1000, ""),
     "peer_failed": (None, 1001, "media connection failed"),
     "overflow": (None, 1008, "client reads no messages"),
@@ -85,6 +86,10 @@ _CLOSING: Final[dict[str, tuple[ErrorCode | None, int, str]]] = {
     "shutting_down": ("shutting_down", CLOSE_CODES["shutting_down"], "server shutting down"),
     "internal": ("internal", CLOSE_CODES["internal"], "internal error"),
 }
+_REPLACED_TEXT: Final = (
+    "This session was resumed on another connection (another tab or window); it goes on "
+    "there. Do not resume it from here."
+)
 
 
 class Session:
@@ -161,6 +166,8 @@ class Session:
         error, close_code, close_reason = _CLOSING.get(reason, (None, 1011, ""))
         if code is not None:
             error, close_code, close_reason = code, CLOSE_CODES.get(code, 1008), code
+        if reason == "replaced" and message is None:
+            message = _REPLACED_TEXT
         self._final = (error, close_code, close_reason, message)
         self._ended.set()
         on_end, self._on_end = self._on_end, None

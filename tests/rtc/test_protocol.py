@@ -367,7 +367,7 @@ EVENTS: list[tuple[object, BaseModel]] = [
     ),
     (
         ToolCallFinished(RESULT),
-        ToolCallFinishedMessage(call_id="c1", name="get_weather", status="ok", duration_ms=12.3),
+        ToolCallFinishedMessage(call_id="c1", name="get_weather", status="ok", duration_ms=12.346),
     ),
     (
         StageChanged("greet", "weather", "t1", reason="asked", conversation_ended=False),

@@ -134,15 +134,20 @@ async def test_a_playbook_session_resumes_with_its_history_and_stage_on_a_new_pe
             assert resumed["resumed"] is True and resumed["stage"] == "goodbye"
             assert resumed["session_id"] == session["session_id"]
             assert resumed["resume_token"] != session["resume_token"]
-            # the page is given the conversation the agent restored (no tool calls, no prompt);
-            # "Goodbye!" was still playing when the client vanished: the agent remembers an
-            # answer cut before it was heard
+            # the page is given the conversation the agent restored, tool calls included (so
+            # a reload redraws the timeline; no prompt, no arguments or results); the
+            # playbook's own transition call is one of them, as it was live. "Goodbye!" was
+            # still playing when the client vanished: the agent remembers an answer cut
+            # before it was heard
+            live_tools = [m["name"] for m in first.of_type("tool_call_finished")]
             assert resumed["history"] == [
                 {"role": "user", "text": "Weather in Tokyo?", "interrupted": False},
                 {"role": "assistant", "text": "Sunny in Tokyo.", "interrupted": False},
+                {"role": "tool", "name": "lookupWeather", "status": "ok"},
                 {"role": "user", "text": "Thanks, bye", "interrupted": False},
                 {"role": "assistant", "text": "", "interrupted": True},
             ]
+            assert live_tools == ["lookupWeather"]
             await again.send({"type": "text", "text": "Thank you"})
             done = await again.wait_for("turn_completed")
             assert done["text"] == "You are welcome."
@@ -218,6 +223,9 @@ async def test_a_resume_while_the_old_connection_lingers_takes_the_session_over(
             credentials = (session["session_id"], session["resume_token"])
             assert (await new.connect(resume=credentials))["resumed"] is True
             assert await old.wait_closed() == 1000
+            # told why, so it does not try to resume what now lives on the new connection
+            [replaced] = [m for m in old.of_type("error") if m["code"] == "session_replaced"]
+            assert "another connection" in replaced["message"]
             await new.send({"type": "text", "text": "second"})
             assert (await new.wait_for("turn_completed"))["text"] == "Two."
             assert server.active_sessions == 1

@@ -58,7 +58,7 @@ def test_hooks_first_then_the_agents_events_send_each_message_once() -> None:
     assert relay.relay(agent_finished("a"))  # after the batch: already sent
     assert not relay.relay(object())
     assert wire(sent) == [("tool_call_started", "a", None), ("tool_call_finished", "a", "ok")]
-    assert sent[1].duration_ms == 12.3  # to a tenth of a millisecond
+    assert sent[1].duration_ms == 12.34  # one precision for every duration: the microsecond
 
 
 def test_a_refused_call_gets_its_started_right_before_its_finished() -> None:
@@ -160,6 +160,18 @@ async def test_a_real_turn_reports_each_call_once_across_batches_with_reused_ids
         ("tool_call_started", "call_1", None),
         ("tool_call_finished", "call_1", "error"),
     ]
+
+
+def test_every_duration_is_sent_to_the_microsecond_and_a_tiny_one_is_not_made_up() -> None:
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    for call_id, seconds in (("slow", 0.0123456), ("tiny", 0.0000002), ("back", -0.001)):
+        relay.on_tool_start(start(call_id))
+        relay.on_tool_end(dataclasses.replace(end(call_id), duration_s=seconds))
+    # 12.346 (not 12.3 beside 0.015: one field, one precision); 0.2 µs rounds to 0.0 (not a
+    # made-up 0.001); a clock that went back is 0. The page says "did not run" from the
+    # status, never from a 0.
+    assert [m.duration_ms for m in sent if m.type == "tool_call_finished"] == [12.346, 0.0, 0.0]
 
 
 def test_a_call_shorter_than_a_tenth_of_a_millisecond_keeps_its_microseconds() -> None:
