@@ -288,7 +288,7 @@ class ToolCatalog:
         entries = snapshot.keywords.entries
         allowed = snapshot.latest_set if candidates is snapshot.latest else set(candidates)
         matched: dict[int, KeywordMatch] = {}
-        for i in snapshot.keywords.containing(keywords.needles):
+        for i in snapshot.keywords.containing(*keywords.needles):
             if i in allowed and (match := keywords.match(entries[i])) is not None:
                 matched[i] = match
         similarities = None

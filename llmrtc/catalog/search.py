@@ -159,10 +159,19 @@ class KeywordIndex:
             offset += len(entry.text) + 1
         self.blob = "\0".join(entry.text for entry in self.entries)
 
-    def containing(self, words: Iterable[str]) -> set[int]:
-        """Positions of the entries whose text contains any of `words`."""
+    def containing(self, words: Iterable[str], whole: Iterable[str] = ()) -> set[int]:
+        """Positions of the entries whose text contains any of `words`, or any of `whole` as
+        a whole word (a number with any leading zeros): `ab` occurs inside most texts, as a
+        word in few, and one regex pass finds those at C speed."""
         found: set[int] = set()
         blob, starts = self.blob, self.starts
+        alternatives = "|".join(
+            "0*" + re.escape(_bare(word)) if word.isdigit() else re.escape(word)
+            for word in sorted(set(whole), key=len, reverse=True)
+        )
+        if alternatives:
+            for hit in re.finditer(rf"(?<!\w)(?:{alternatives})(?!\w)", blob):
+                found.add(bisect_right(starts, hit.start()) - 1)
         for word in words:
             if not word:
                 continue
@@ -314,9 +323,14 @@ class KeywordQuery:
         self._terms = tuple(_Matcher(term) for term in terms)
 
     @property
-    def needles(self) -> tuple[str, ...]:
-        """Substrings a matching tool's text holds at least one of (`KeywordIndex.containing`)."""
-        return (self._phrase.needle, *(m.needle for m in self._terms))
+    def needles(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What a matching tool's text holds at least one of, for `KeywordIndex.containing`:
+        substrings, and one- or two-letter words (or digits) found only as whole words."""
+        # Short words by one regex pass; longer ones (numbers too) by str.find, faster when
+        # they occur inside few words.
+        whole = tuple(m.text for m in self._terms if len(m.needle) <= 2)
+        substrings = (m.needle for m in self._terms if len(m.needle) > 2)
+        return (self._phrase.needle, *substrings), whole
 
     def match(self, entry: KeywordEntry) -> KeywordMatch | None:
         """How `entry` matched (None: not at all)."""
