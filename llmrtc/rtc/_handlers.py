@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.rtc.messages import TranscriptEntry, TranscriptLine, TranscriptTool
-from llmrtc.tools.calls import ToolCallStatus
 from llmrtc.rtc.store import SessionState, SessionStore, hash_token
+from llmrtc.tools.calls import ToolCallStatus
 
 if TYPE_CHECKING:
     from llmrtc.agent.handler import TurnHandler

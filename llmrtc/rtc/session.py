@@ -17,7 +17,7 @@ How a session ends decides what the client gets and whether it can come back:
 | reason | client gets | resumable |
 | --- | --- | --- |
 | `end` (client hung up) | close 1000 | no |
-| `replaced` (resumed on a new connection first) | `error session_replaced`, close 1000 | yes (by the new one) |
+| `replaced` (resumed on a new connection) | `error session_replaced`, close 1000 | by the new one |
 | `vanished` (WebSocket closed without `end`) | nothing (it is gone) | yes |
 | `peer_failed` (the media connection failed) | close 1001 | yes |
 | `idle_timeout` | `error idle_timeout`, close 1000 | yes |

@@ -201,6 +201,7 @@ def _server_factory(portal: Any, speech: Any, stack: ExitStack) -> Callable[...,
         max_sessions: int = 4,
         idle_timeout: float = 300.0,
         playbook_path: Path = PLAYBOOK,
+        resume_wait: float = 3.0,
     ) -> Any:
         playbook = load_playbook(playbook_path)
         tools = load_playbook_tools(playbook)
@@ -216,6 +217,7 @@ def _server_factory(portal: Any, speech: Any, stack: ExitStack) -> Callable[...,
             max_sessions=max_sessions,
             idle_timeout=idle_timeout,
             shutdown_grace=2.0,
+            resume_wait=resume_wait,
         )
         server = RTCServer(agent, speech=speech, config=config)
         stack.enter_context(portal.wrap_async_context_manager(server))
@@ -226,7 +228,8 @@ def _server_factory(portal: Any, speech: Any, stack: ExitStack) -> Callable[...,
 
 @pytest.fixture
 def serve(portal: Any, speech: Any) -> Iterator[Callable[..., Any]]:
-    """`serve(script, max_sessions=4, idle_timeout=300.0, playbook_path=PLAYBOOK)`: a real
+    """`serve(script, max_sessions=4, idle_timeout=300.0, playbook_path=PLAYBOOK,
+    resume_wait=3.0)`: a real
     `RTCServer` on
     127.0.0.1 (a free port) whose sessions each run the playbook (the weather one by default)
     with a new `ScriptedLLM(script)` (or all with the one model given as `llm=`, to follow a
@@ -254,11 +257,14 @@ def serve_fake_speech(portal: Any) -> Iterator[Callable[..., Any]]:
 def open_page(
     chromium: Callable[[Path], Any], fake_mic_wav: Callable[[str], Path]
 ) -> Callable[..., Page]:
-    """`open_page(url, said="")`: the web client at `url` in a new headless Chromium whose
-    microphone says `said` (silence when empty)."""
+    """`open_page(url, said="", raw_mic=True)`: the web client at `url` in a new headless
+    Chromium whose microphone says `said` (silence when empty). `raw_mic`: open it with the
+    page's test-only `?test_raw_mic=1`, which turns the browser's echo cancellation, noise
+    suppression and gain control off for the fake microphone (ARCHITECTURE.md); a real user's
+    page keeps them on."""
 
-    def open_(url: str, said: str = "") -> Page:
-        return Page(chromium(fake_mic_wav(said)), url)
+    def open_(url: str, said: str = "", *, raw_mic: bool = True) -> Page:
+        return Page(chromium(fake_mic_wav(said)), f"{url}?test_raw_mic=1" if raw_mic else url)
 
     return open_
 

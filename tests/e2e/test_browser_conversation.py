@@ -9,6 +9,7 @@ Real headless Chromium against a real `RTCServer` running the weather playbook w
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -126,11 +127,15 @@ def test_a_reload_resumes_by_itself_and_shows_exactly_the_restored_turns(
         {"role": "assistant", "text": "Hello! Ask me about the weather.", "interrupted": False},
         {"role": "user", "text": "Weather in Tokyo?", "interrupted": False},
         {"role": "assistant", "text": "It is sunny in Tokyo.", "interrupted": False},
+        {"role": "tool", "name": "lookupWeather", "status": "ok"},
     ]
     assert transcript_lines(page) == [e["text"] for e in history if e["role"] == "user"]
     assert replies(page) == [
         {"text": e["text"], "interrupted": False} for e in history if e["role"] == "assistant"
     ]
+    # The tool timeline is back too (the agent keeps no durations: none is made up).
+    assert page.tool_items() == [{"name": "lookupWeather", "status": "ok", "duration": ""}]
+    assert page.js("return document.activeElement.dataset.testid;") == "text-input"
     assert page.text("stage") == "chat"
     page.type_text("Are you still there?")
     page.wait("the answer after the reload", lambda: "Still here" in page.text("assistant"))
@@ -140,7 +145,7 @@ def test_a_reload_whose_session_is_gone_falls_back_to_not_connected(
     serve_fake_speech: Callable[..., Any],
     open_page: Callable[..., Any],
 ) -> None:
-    server = serve_fake_speech(["Hello!"])
+    server = serve_fake_speech(["Hello!"], resume_wait=0.2)
     page = open_page(server.url)
     # A session saved by an earlier server (or expired): the resume on load is refused.
     page.js(
@@ -151,9 +156,13 @@ def test_a_reload_whose_session_is_gone_falls_back_to_not_connected(
     page.wait(
         "the refused resume",
         lambda: page.element("error").get_attribute("data-code") == "resume_refused",
-        timeout=30,
+        timeout=60,
     )
     page.wait("the idle status", lambda: page.text("status") == "Not connected")
+    # Refused, it was tried again on the automatic path's delays (another worker may still
+    # have been saving it): once, then five more times.
+    refused = [e for e in events(page, "error") if e["code"] == "resume_refused"]
+    assert len(refused) == 6 and page.state()["resumes"] == 5, page.describe()
     assert page.element("status").get_attribute("data-state") == "idle"
     assert page.element("connect").is_enabled() and not page.element("hangup").is_enabled()
     assert page.js("return sessionStorage.getItem('llmrtc.session');") is None
@@ -224,3 +233,161 @@ def test_a_tool_that_ran_in_microseconds_shows_a_duration_not_zero(
     # "<0.1 ms" for a sub-0.1 ms call; a slower machine may show e.g. "0.2 ms".
     assert tool["duration"] == "<0.1 ms" or re.fullmatch(r"\d+\.\d ms", tool["duration"]), tool
     assert tool["duration"] != "0.0 ms"
+
+
+# Review findings (issue 17 items 4-5) ----------------------------------------------------------
+
+GOODBYE = (
+    "Goodbye! It was a pleasure to talk about the weather with you today. Take an umbrella "
+    "tomorrow, the rain comes back in the evening. Have a lovely week and see you soon."
+)
+
+
+def goodbye_playing(page: Any) -> Callable[[], bool]:
+    """True once the goodbye's voice plays (after the stage note) and is not over yet."""
+
+    def playing() -> bool:
+        started = events(page, "agent_speech_started")
+        ended = events(page, "agent_speech_ended")
+        return bool(events(page, "stage_changed")) and len(started) == 2 and len(ended) == 1
+
+    return playing
+
+
+def start_the_goodbye(page: Any) -> None:
+    page.connect()
+    page.type_text("hi")
+    page.wait("the first answer's voice to end", speech_done(page, 1))
+    page.type_text("ok bye")
+    page.wait("the goodbye to play", goodbye_playing(page), timeout=30)
+    assert page.text("stage") == "goodbye"
+
+
+def test_hanging_up_while_the_goodbye_plays_marks_it_interrupted(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve_fake_speech(["Hello! Ask me about the weather.", GOODBYE])
+    page = open_page(server.url)
+    start_the_goodbye(page)
+    page.element("hangup").click()
+    page.wait("the call to end", lambda: page.text("status") == "Call ended")
+    assert [r["interrupted"] for r in replies(page)] == [False, True], page.describe()
+
+
+def test_interrupting_the_goodbye_shows_what_was_heard_as_the_agent_keeps_it(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve_fake_speech(["Hello! Ask me about the weather.", GOODBYE, "Bye again."])
+    page = open_page(server.url)
+    start_the_goodbye(page)
+    time.sleep(2.5)  # the first sentence heard (FakeTTS speaks 20 ms a character)
+    page.element("interrupt").click()
+    [barge] = page.wait("the barge-in", lambda: events(page, "barge_in"))
+    live = replies(page)
+    assert [r["interrupted"] for r in live] == [False, True], page.describe()
+    # The heard part plainly; the part that streamed but was never heard dimmed beside it.
+    heard, unheard = page.js(
+        """const li = [...document.querySelectorAll('[data-testid="assistant"] li.reply')].pop();
+           return [li.querySelector('.text').textContent,
+                   li.querySelector('.unheard').textContent];"""
+    )
+    assert heard.strip() == barge["heard_text"].strip() and heard, (heard, barge)
+    assert (heard + unheard) == GOODBYE and unheard
+    # The agent keeps what was heard: after a network blip the page shows the same.
+    assert page.js("return window.llmrtc.simulateDrop();") is True
+    page.wait("the resume", lambda: page.text("status") == "Connected (resumed)", timeout=30)
+    assert replies(page)[-1] == {"text": live[-1]["text"], "interrupted": True}
+
+
+def test_a_network_blip_keeps_the_tool_timeline(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve_fake_speech(
+        [
+            [ToolCall("call_1", "lookupWeather", '{"city": "Tokyo"}')],
+            "Sunny in Tokyo.",
+            [ToolCall("call_2", "nosuchtool", "{}")],
+            "I cannot do that.",
+        ]
+    )
+    page = open_page(server.url)
+    page.connect()
+    page.type_text("Weather in Tokyo?")
+    page.wait("the first answer", lambda: "Sunny in Tokyo" in page.text("assistant"))
+    page.type_text("Do something odd")
+    page.wait("the second answer", lambda: "cannot do that" in page.text("assistant"))
+    live = page.tool_items()
+    assert [(t["name"], t["status"]) for t in live] == [
+        ("lookupWeather", "ok"),
+        ("nosuchtool", "not_found"),
+    ]
+    assert live[1]["duration"] == "did not run"  # from its status, not from a 0
+    assert page.js("return window.llmrtc.simulateDrop();") is True
+    page.wait("the resume", lambda: page.text("status") == "Connected (resumed)", timeout=30)
+    restored = page.tool_items()
+    assert [(t["name"], t["status"]) for t in restored] == [
+        ("lookupWeather", "ok"),
+        ("nosuchtool", "not_found"),
+    ], page.describe()
+    assert restored[1]["duration"] == "did not run"
+    assert transcript_lines(page) == ["Weather in Tokyo?", "Do something odd"]
+
+
+def test_a_duplicated_tab_does_not_take_the_call_and_a_taken_call_stops_for_good(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve_fake_speech(["Hello!", "Still here."])
+    original = open_page(server.url)
+    original.connect()
+    original.type_text("Hi")
+    original.wait("the answer", lambda: "Hello!" in original.text("assistant"))
+    # window.open copies this tab's sessionStorage (the saved session) into the new one, as
+    # Chrome's "Duplicate tab" does.
+    handles = set(original.driver.window_handles)
+    original.js("window.open(location.href);")
+    [copy_handle] = original.wait(
+        "the copy", lambda: set(original.driver.window_handles) - handles or None
+    )
+    original.driver.switch_to.window(copy_handle)
+    original.wait("the copy to load", lambda: original.js("return !!window.llmrtc;"))
+    assert original.js("return sessionStorage.getItem('llmrtc.session');") is not None
+    time.sleep(3)  # long enough for a resume on load to have happened
+    copy_state = original.state()
+    assert copy_state["state"] == "idle" and copy_state["sessionId"] is None, copy_state
+    original.focus()
+    assert original.element("status").get_attribute("data-state") == "connected"
+
+    # Connect in the copy takes the conversation over: the original is told, once, and stops.
+    original.driver.switch_to.window(copy_handle)
+    original.element("connect").click()
+    original.wait("the copy to resume", lambda: original.state()["resumed"] is True, timeout=30)
+    original.focus()
+    original.wait(
+        "the original to stop",
+        lambda: original.element("error").get_attribute("data-code") == "session_replaced",
+        timeout=30,
+    )
+    assert "continued in another tab or window" in original.text("error")
+    time.sleep(2)  # no resume attempts follow
+    state = original.state()
+    assert state["resumes"] == 0 and state["micEnabled"] is False, state
+    assert original.element("status").get_attribute("data-state") == "ended"
+    assert original.element("connect").is_enabled()
+
+
+def test_the_microphone_keeps_echo_cancellation_unless_the_test_option_turns_it_off(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    server = serve_fake_speech(["Hello!"])
+    user = open_page(server.url, raw_mic=False)
+    user.connect()
+    on = {"echoCancellation": True, "noiseSuppression": True, "autoGainControl": True}
+    assert user.state()["micProcessing"] == on
+    test = open_page(server.url)  # ?test_raw_mic=1
+    test.connect()
+    assert test.state()["micProcessing"] == {key: False for key in on}

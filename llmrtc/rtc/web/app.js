@@ -8,22 +8,30 @@ import { createView } from "./view.js";
 
 const PROTOCOL = 1;
 const STORAGE_KEY = "llmrtc.session"; // {session_id, resume_token}: a reload or drop can resume
+// Written when this tab's page unloads (a reload, a navigation), read and cleared on load: a
+// saved session is resumed at once only by the same tab's next page. A duplicated tab (Chrome's
+// "Duplicate", window.open) gets a copy of sessionStorage while the original lives, without
+// this mark, and would otherwise take the live call away from the original.
+const UNLOADED_KEY = "llmrtc.unloaded";
 // Automatic resume after a lost connection: a few tries, well inside the server's resume_ttl
 // (120 s by default), then the page gives up and says so.
 const RESUME_DELAYS_MS = [300, 1000, 2000, 4000, 8000];
 const STATS_INTERVAL_MS = 500;
 const MAX_KEPT_EVENTS = 1000;
-// Off, as ARCHITECTURE.md's Chromium measurements ask: the browser's echo canceller, noise
-// suppressor and gain control are tuned for a person in a room and change the speech the
-// server's VAD and STT hear. (With loudspeakers, a headset keeps the agent from hearing itself.)
+// A person's microphone keeps the browser's echo canceller, noise suppressor and gain control
+// on: without echo cancellation an agent on laptop speakers hears itself and barges in on
+// itself. Test only (docs/protocol.md): `?test_raw_mic=1` turns them off for Chromium's fake
+// microphone, a WAV file with no room to cancel, whose speech they would change for the
+// server's VAD and STT (ARCHITECTURE.md's measurements).
+const RAW_MIC = new URLSearchParams(location.search).get("test_raw_mic") === "1";
 const MIC_CONSTRAINTS = {
-  audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+  audio: { echoCancellation: !RAW_MIC, noiseSuppression: !RAW_MIC, autoGainControl: !RAW_MIC },
   video: false,
 };
 // Errors after which the server closes the connection: never resumed automatically.
 const FINAL_ERRORS = new Set([
   "server_full", "shutting_down", "resume_refused", "bad_offer", "unsupported_protocol",
-  "idle_timeout", "internal",
+  "idle_timeout", "internal", "session_replaced",
 ]);
 
 // What tests (and curious people in the console) can read as `window.llmrtc`:
@@ -32,12 +40,14 @@ const FINAL_ERRORS = new Set([
 // audioEnergy (the agent's audio: inbound-rtp packetsReceived and totalAudioEnergy, summed
 // over connections), eventsReceived / eventsByType / events (every server message, newest
 // MAX_KEPT_EVENTS), rttMs (data-channel ping when it opens), micEnabled, micBitrate (the microphone's Opus
-// target), iceSent (candidates trickled), connectMs (Connect to media connected).
+// target), micProcessing (the microphone track's echoCancellation, noiseSuppression and
+// autoGainControl settings), iceSent (candidates trickled), connectMs (Connect to media connected).
 // Controls: connect(), hangUp(), sendText(text), simulateDrop() (a network failure).
 const counters = {
   state: "idle", sessionId: null, resumed: false, resumes: 0, dataChannelOpen: false,
   audioPackets: 0, audioEnergy: 0, eventsReceived: 0, eventsByType: {}, events: [],
-  rttMs: null, micEnabled: false, micBitrate: null, iceSent: 0, connectMs: null,
+  rttMs: null, micEnabled: false, micBitrate: null, micProcessing: null, iceSent: 0,
+  connectMs: null,
 };
 
 const view = createView(document, (state) => {
@@ -99,7 +109,10 @@ const HANDLERS = {
     if (call) call.admitted = true;
     resumeTry = 0;
     view.setReady(true);
-    if (m.resumed) view.note("Reconnected: the conversation goes on.");
+    ui.input.focus(); // typing works at once, after Connect or a resume
+    if (m.resumed && m.history && m.history.length) {
+      view.note("Reconnected: the conversation goes on.");
+    }
   },
   async answer(m) {
     if (!call) return;
@@ -132,8 +145,8 @@ const HANDLERS = {
   turn_completed: (m) => view.turnCompleted(m.text, m.stop_reason),
   error(m) {
     if (call && FINAL_ERRORS.has(m.code)) call.finalError = m.code;
-    // A refused automatic resume is tried again (lost()); only giving up shows an error. A
-    // refused resume on load is explained by lost() as it falls back to "Not connected".
+    // A refused automatic or on-load resume is tried again (lost()); only giving up shows an
+    // error.
     if (m.code === "resume_refused" && call && (call.automatic || call.onLoad)) return;
     view.showError(m.code, m.message);
   },
@@ -154,6 +167,12 @@ async function openMic() {
     mic = await navigator.mediaDevices.getUserMedia(MIC_CONSTRAINTS);
     view.setMic("Microphone on: just talk");
     counters.micEnabled = true;
+    const settings = mic.getAudioTracks()[0]?.getSettings() || {};
+    counters.micProcessing = {
+      echoCancellation: settings.echoCancellation ?? null,
+      noiseSuppression: settings.noiseSuppression ?? null,
+      autoGainControl: settings.autoGainControl ?? null,
+    };
   } catch (error) {
     // Go on without it: the agent still talks, and the user can type.
     mic = null;
@@ -174,8 +193,9 @@ function sendOn(current, message) {
   if (current.ws.readyState === WebSocket.OPEN) current.ws.send(JSON.stringify(message));
 }
 
-// `automatic`: a resume after a lost connection (retried on RESUME_DELAYS_MS); `onLoad`: the
-// resume of the session saved before a reload (tried once: refused, the page is a fresh one).
+// `automatic`: a resume after a lost connection; `onLoad`: the resume of the session saved
+// before a reload. Both are retried on RESUME_DELAYS_MS when refused (another worker may still
+// be saving the session); a resume from a click is not.
 async function connect({ resume = null, automatic = false, onLoad = false } = {}) {
   if (call) return;
   clearTimeout(resumeTimer);
@@ -313,47 +333,71 @@ function lost(current) {
   teardown(current);
   view.setReady(false);
   const code = current.finalError;
-  if (current.onLoad && code === "resume_refused") {
-    // The session saved before the reload is gone (expired or ended): the page is a fresh
-    // one, and says why the conversation is not back. (Another refusal, e.g. server_full,
-    // keeps the saved session for Connect, as below.)
+  if (code === "session_replaced") {
+    // Another tab or window resumed this conversation: it goes on there. Our token is void and
+    // the microphone belongs to that tab now: nothing to retry.
     forgetSession();
-    releaseMic();
-    view.showError(code);
-    return view.setStatus("idle", "Not connected");
+    resumeTry = 0;
+    return giveUp(code, "Continued elsewhere", "ended");
   }
   // With several server workers the old one may still be saving the session when a resume
-  // reaches another: an automatic resume tries again on the remaining delays before letting go.
-  const retryRefused = current.automatic && resumeTry < RESUME_DELAYS_MS.length;
-  if (code === "resume_refused" && !retryRefused) {
+  // reaches another: a resume nobody clicked for tries again on the remaining delays.
+  const unasked = current.automatic || current.onLoad;
+  if (code === "resume_refused" && unasked && resumeTry < RESUME_DELAYS_MS.length) {
+    return retryResume(current);
+  }
+  if (current.onLoad && code) {
+    // The resume on load did not happen: the page is a fresh one that says why. A session
+    // the server no longer has is forgotten; a busy or restarting server keeps it for Connect.
+    if (code === "resume_refused") forgetSession();
+    resumeTry = 0;
+    view.showError(code === "server_full" ? "server_full_saved" : code);
+    return giveUp(null, "Not connected", "idle");
+  }
+  if (code === "resume_refused") {
     forgetSession();
     resumeTry = 0;
     if (!current.automatic) return connect(); // a stale saved session: start a new one
     return giveUp("connection_lost", "Disconnected");
   }
-  if (code && code !== "resume_refused") {
+  if (code) {
     // The saved session stays: the server keeps an idle or shut-down session resumable, and
     // Connect starts afresh by itself if the server no longer has it (resume_refused).
     return giveUp(null, code === "idle_timeout" ? "Closed (idle)" : "Not connected");
   }
-  const saved = savedSession();
   if (!current.admitted && !current.automatic) return giveUp("unreachable", "Could not connect");
-  if (!saved || resumeTry >= RESUME_DELAYS_MS.length) {
+  if (resumeTry >= RESUME_DELAYS_MS.length) {
     resumeTry = 0;
     return giveUp("connection_lost", "Disconnected");
   }
-  view.setStatus("reconnecting", "Connection lost: reconnecting…");
+  retryResume({ automatic: true, onLoad: false });
+}
+
+// Try the saved session again after the next of RESUME_DELAYS_MS, as `previous` did.
+function retryResume(previous) {
+  const saved = savedSession();
+  if (!saved) {
+    resumeTry = 0;
+    return giveUp("connection_lost", "Disconnected");
+  }
+  if (previous.automatic) view.setStatus("reconnecting", "Connection lost: reconnecting…");
   const delay = RESUME_DELAYS_MS[resumeTry];
   resumeTry += 1;
   counters.resumes += 1;
-  resumeTimer = setTimeout(() => connect({ resume: saved, automatic: true }), delay);
+  const options = { resume: saved, automatic: previous.automatic, onLoad: previous.onLoad };
+  resumeTimer = setTimeout(() => connect(options).catch(unreachable), delay);
+}
+
+function unreachable(error) {
+  console.error("llmrtc: connect failed", error);
+  giveUp("unreachable", "Could not connect");
 }
 
 // No connection and none coming: say why, and let go of the microphone.
-function giveUp(code, statusText) {
+function giveUp(code, statusText, state = "error") {
   if (code) view.showError(code);
   releaseMic();
-  view.setStatus("error", statusText);
+  view.setStatus(state, statusText);
 }
 
 function releaseMic() {
@@ -386,21 +430,9 @@ function hangUp() {
 ui.connect.addEventListener("click", () => {
   resumeTry = 0;
   const saved = savedSession(); // a reload, or an idle close: take the conversation back
-  connect({ resume: saved }).catch((error) => {
-    console.error("llmrtc: connect failed", error);
-    giveUp("unreachable", "Could not connect");
-  });
+  connect({ resume: saved }).catch(unreachable);
 });
 ui.hangup.addEventListener("click", hangUp);
-
-// A reload keeps the tab's saved session: take the conversation back at once, no click.
-const savedOnLoad = savedSession();
-if (savedOnLoad) {
-  connect({ resume: savedOnLoad, onLoad: true }).catch((error) => {
-    console.error("llmrtc: resuming the saved session failed", error);
-    giveUp(null, "Not connected");
-  });
-}
 ui.interrupt.addEventListener("click", () => send({ type: "interrupt" }));
 ui.form.addEventListener("submit", (event) => {
   event.preventDefault();
@@ -428,3 +460,14 @@ window.llmrtc = Object.assign(counters, {
     return true;
   },
 });
+
+// --- on load --------------------------------------------------------------------------------
+
+// A reload keeps the tab's saved session: take the conversation back at once, no click. Only
+// after this tab's own page unloaded (see UNLOADED_KEY): a duplicate of a live tab waits for
+// Connect instead of silently taking the call.
+window.addEventListener("pagehide", () => sessionStorage.setItem(UNLOADED_KEY, "1"));
+const reloaded = sessionStorage.getItem(UNLOADED_KEY) !== null;
+sessionStorage.removeItem(UNLOADED_KEY);
+const savedOnLoad = savedSession();
+if (savedOnLoad && reloaded) connect({ resume: savedOnLoad, onLoad: true }).catch(unreachable);

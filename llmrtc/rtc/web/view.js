@@ -15,19 +15,28 @@ const ERROR_TEXT = {
   mic_missing: "No microphone was found: the agent cannot hear you. You can type below.",
   connection_lost: "The connection was lost and could not be restored. Connect to try again.",
   unreachable: "Could not reach the server. Check that it is running, then connect again.",
+  session_replaced: "This conversation continued in another tab or window.",
+  // A reload found the server full: the conversation is kept (resume_ttl) for a later Connect.
+  server_full_saved: "The server is busy: every session is taken. Your conversation is " +
+    "saved: connect again in a minute to pick it up.",
 };
 const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
 
-export function formatMs(ms) {
+// Statuses of a call that was refused before its tool ran: no duration to show.
+const NOT_RUN = new Set(["not_found", "invalid_arguments"]);
+
+// The server sends milliseconds to the microsecond; the timeline shows a tenth of one, and
+// below that "<0.1 ms" (a sync lookup takes ~20 µs: it ran, so never "0.0 ms").
+function formatMs(ms) {
   if (ms >= 1000) return `${(ms / 1000).toFixed(2)} s`;
-  // A call that ran took some time, however little (a sync lookup takes ~20 µs): never "0.0".
-  return ms > 0 && ms < 0.05 ? "<0.1 ms" : `${ms.toFixed(1)} ms`;
+  return ms < 0.1 ? "<0.1 ms" : `${ms.toFixed(1)} ms`;
 }
 
-// A finished call's duration: the server sends 0 only for a call that never ran (an unknown
-// tool, bad arguments, stopped while it waited for its turn).
-export function formatDuration(ms) {
-  return ms > 0 ? formatMs(ms) : "did not run";
+// A finished call's duration, or "did not run" for a call refused before it ran; a call
+// restored from the agent's history has a status but no duration (the agent keeps none).
+function formatDuration(status, ms) {
+  if (NOT_RUN.has(status)) return "did not run";
+  return typeof ms === "number" ? formatMs(ms) : "";
 }
 
 // The page's elements and what is on them; `onState(state)` hears every status change.
@@ -41,6 +50,7 @@ export function createView(document, onState) {
     userActivity: $("user-activity"), agentActivity: $("agent-activity"),
   };
   let currentReply = null; // the <li> of the agent's reply in progress
+  let lastReply = null; // the <li> of the agent's latest reply (a note may come after it)
   let spokenReply = null; // the <li> of the reply whose voice is playing (it may be complete)
   let partialLine = null; // the <li> of a transcript that is not final yet
   const running = new Map(); // call_id -> {item, started}: the tool calls still running
@@ -75,6 +85,7 @@ export function createView(document, onState) {
     if (!currentReply) {
       currentReply = replyItem();
       currentReply.classList.add("streaming");
+      lastReply = currentReply;
     }
     ui.assistant.scrollTop = ui.assistant.scrollHeight;
     return currentReply;
@@ -94,6 +105,39 @@ export function createView(document, onState) {
     return heardText ? `You heard: “${heardText}”` : "Cut before it spoke";
   }
 
+  // A barge-in: the agent keeps what was heard, so the page shows that plainly and the rest
+  // that streamed (never heard) dimmed beside it, as the restored reply will read.
+  function splitHeard(item, heardText) {
+    const text = item.querySelector(".text");
+    const full = text.textContent + (item.querySelector(".unheard")?.textContent || "");
+    const heard = heardText.trim();
+    let cut = -1;
+    if (!heard) cut = 0;
+    else if (full.startsWith(heardText)) cut = heardText.length;
+    else if (full.trimStart().startsWith(heard)) {
+      cut = full.length - full.trimStart().length + heard.length;
+    }
+    if (cut < 0) return; // not a prefix of what streamed: leave the text as it is
+    text.textContent = full.slice(0, cut);
+    let tail = item.querySelector(".unheard");
+    if (!tail) {
+      tail = part("unheard");
+      tail.title = "Not heard: the agent does not keep this part";
+      text.after(tail);
+    }
+    tail.textContent = full.slice(cut);
+  }
+
+  function toolItem(name, status) {
+    const item = document.createElement("li");
+    item.className = "tool";
+    item.dataset.status = status;
+    item.append(part("tool-name", name), part("tool-status", status), part("tool-duration"));
+    ui.tools.append(item);
+    ui.tools.scrollTop = ui.tools.scrollHeight;
+    return item;
+  }
+
   // Running calls show how long they have run so far; `tool_call_finished` puts the server's
   // own measure in its place.
   function tickTools() {
@@ -104,13 +148,8 @@ export function createView(document, onState) {
   }
 
   function startTool(callId, name) {
-    const item = document.createElement("li");
-    item.className = "tool";
+    const item = toolItem(name, "running");
     item.dataset.callId = callId;
-    item.dataset.status = "running";
-    item.append(part("tool-name", name), part("tool-status", "running"), part("tool-duration"));
-    ui.tools.append(item);
-    ui.tools.scrollTop = ui.tools.scrollHeight;
     const entry = { item, started: performance.now() };
     running.set(callId, entry);
     if (running.size === 1) toolClock = setInterval(tickTools, TOOL_CLOCK_MS);
@@ -193,11 +232,14 @@ export function createView(document, onState) {
 
     agentSpeaking(speaking) {
       ui.agentActivity.hidden = !speaking;
-      if (speaking) spokenReply = currentReply || ui.assistant.querySelector(".reply:last-of-type");
+      if (speaking) spokenReply = currentReply || lastReply;
     },
 
     assistantDelta(delta) {
-      reply().querySelector(".text").textContent += delta;
+      const item = reply();
+      // After a barge-in, what still streams in was never heard either.
+      const tail = item.querySelector(".unheard");
+      (tail || item.querySelector(".text")).textContent += delta;
     },
 
     turnCompleted(text, stopReason) {
@@ -211,20 +253,20 @@ export function createView(document, onState) {
       item.dataset.stopReason = stopReason;
     },
 
-    agentSpeechEnded(interrupted, heardText) {
+    agentSpeechEnded() {
       ui.agentActivity.hidden = true;
       spokenReply = null;
-      if (interrupted && currentReply) currentReply.dataset.heard = heardText;
     },
 
     bargeIn(heardText) {
       ui.agentActivity.hidden = true;
-      const target = currentReply || ui.assistant.querySelector(".reply:last-of-type");
+      const target = currentReply || spokenReply || lastReply;
       if (!target) {
         addLine(ui.assistant, "You interrupted the agent.", "note");
         return;
       }
       markInterrupted(target, heardTitle(heardText));
+      splitHeard(target, heardText || "");
     },
 
     // The user hung up or the connection dropped: the reply still streaming or still being
@@ -235,8 +277,8 @@ export function createView(document, onState) {
     },
 
     // A `session` message: the page shows exactly the conversation the agent remembers, so a
-    // new session starts empty and a resumed one shows what was restored (the tool timeline
-    // and stage notes of an earlier connection are not part of it).
+    // new session starts empty and a resumed one shows what was restored, its tool calls too
+    // (stage notes are not part of it).
     showConversation(history) {
       for (const { item } of running.values()) item.remove();
       running.clear();
@@ -245,6 +287,7 @@ export function createView(document, onState) {
       ui.assistant.replaceChildren();
       ui.tools.replaceChildren();
       currentReply = null;
+      lastReply = null;
       spokenReply = null;
       partialLine = null;
       for (const entry of history || []) {
@@ -254,6 +297,11 @@ export function createView(document, onState) {
           const item = replyItem(entry.text);
           item.classList.add("restored");
           if (entry.interrupted) markInterrupted(item, heardTitle(entry.text));
+          lastReply = item;
+        } else if (entry.role === "tool") {
+          const item = toolItem(entry.name, entry.status);
+          item.classList.add("restored");
+          item.querySelector(".tool-duration").textContent = formatDuration(entry.status);
         }
       }
     },
@@ -273,7 +321,7 @@ export function createView(document, onState) {
 
     toolFinished(callId, name, status, durationMs) {
       const { item } = running.get(callId) || startTool(callId, name);
-      endTool(item, status, formatDuration(Number(durationMs) || 0));
+      endTool(item, status, formatDuration(status, Number(durationMs) || 0));
       running.delete(callId);
       if (!running.size) clearInterval(toolClock);
     },
