@@ -66,15 +66,11 @@ def request_params(
         # it) can produce no malformed call and no call to an undeclared tool. The request's
         # own response_format (an LLM-backed tool's schema) is the answer branch's schema.
         own = output_schema_of(request.response_format)
-        tools = composed_tools(provider, request.tools)
-        choice = request.tool_choice
-        if isinstance(choice, Mapping) and not any(t.name == choice["name"] for t in tools):
-            choice = "auto"  # the forced tool was left out (warned): it cannot be called
         params["response_format"] = composed_response_format(
-            tools,
-            choice,
+            request.tools,
+            request.tool_choice,
             own if own is not None else provider.composed_output_schema,
-            allow_both=provider.composed_allow_both,
+            allow_both=composed_allow_both(provider, request.tools),
         )
     elif sent and not text_mode:
         params["tools"] = [tool.to_openai() for tool in request.tools]
@@ -89,29 +85,27 @@ def request_params(
     return params
 
 
-def composed_tools(
-    provider: OpenAIProvider, tools: Sequence[ToolDefinition]
-) -> Sequence[ToolDefinition]:
-    """The tools a composed request offers: with `composed_allow_both`, all but those with a
-    parameter named `_tool` (seed 002's flattened call names its tool there), each left out
-    with a warning, once per tool and provider. A live turn goes on without them (a call to
-    one is then not offered); `compose_schema(..., allow_both=True)` itself refuses them."""
+def composed_allow_both(provider: OpenAIProvider, tools: Sequence[ToolDefinition]) -> bool:
+    """Whether a composed request is sent in seed 002's shape: when the provider asks for it
+    and no offered tool has a parameter named `_tool` (where that shape's flattened calls name
+    their tool). A request offering such a tool is sent in the nested calls-or-answer shape
+    instead, with a warning once per tool and provider: every tool stays offered and callable,
+    and the parser reads either shape. (`compose_schema(..., allow_both=True)`, a user's own
+    call, refuses such a tool.)"""
     if not provider.composed_allow_both:
-        return tools
-    kept = []
-    for tool in tools:
-        if TOOL_FIELD not in (tool.json_schema.get("properties") or {}):
-            kept.append(tool)
-        elif tool.name not in provider.composed_left_out:
-            provider.composed_left_out.add(tool.name)
+        return False
+    clashing = [t.name for t in tools if TOOL_FIELD in (t.json_schema.get("properties") or {})]
+    for name in clashing:
+        if name not in provider.composed_nested_for:
+            provider.composed_nested_for.add(name)
             logger.warning(
-                "tool %r is not offered in the composed format with composed_allow_both=True: "
-                "it has a parameter named %r, where seed 002's calls name their tool; rename "
-                "the parameter or use composed_allow_both=False",
-                tool.name,
+                "tool %r has a parameter named %r, where seed 002's flattened calls name their "
+                "tool: requests offering it use the nested calls-or-answer shape instead of "
+                "composed_allow_both's; rename the parameter to get seed 002's shape",
+                name,
                 TOOL_FIELD,
             )
-    return tools if len(kept) == len(tools) else kept
+    return not clashing
 
 
 def _messages(
@@ -122,8 +116,8 @@ def _messages(
     if sent and provider.tool_call_format == "composed":
         # The profile's tool hint asks for a bare call object: the composed prompt says how
         # this answer is shaped instead.
-        tools = composed_tools(provider, request.tools)
-        extra.append(composed_prompt(tools, allow_both=provider.composed_allow_both))
+        both = composed_allow_both(provider, request.tools)
+        extra.append(composed_prompt(request.tools, allow_both=both))
     elif sent:
         if compat.tool_hint:
             extra.append(compat.tool_hint)

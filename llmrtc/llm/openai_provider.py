@@ -102,8 +102,9 @@ class OpenAIProvider:
                 object root whose `output` may be null, each call the tool's parameters
                 flattened beside `"_tool": <name>`, so calls and an answer may come together.
                 By default the model writes calls or an answer, never both (small models
-                invent answers beside their calls). Both shapes are read either way. A tool
-                with a parameter named `_tool` is not offered in this shape (warned once).
+                invent answers beside their calls). Both shapes are read either way. A request
+                offering a tool with a parameter named `_tool` uses the nested shape
+                (warned once per tool).
                 Only with `tool_call_format="composed"`.
 
         Raises:
@@ -149,8 +150,9 @@ class OpenAIProvider:
         self.stream_usage = stream_usage
         self.composed_output_schema = composed_output_schema
         self.composed_allow_both = composed_allow_both
-        self.composed_left_out: set[str] = set()
-        """Tools left out of composed `allow_both` requests (a `_tool` parameter), warned once."""
+        self.composed_nested_for: set[str] = set()
+        """Tools (with a `_tool` parameter) that made `allow_both` requests use the nested
+        shape; each is warned about once."""
         import openai  # here, not at module import: `import llmrtc` stays light
 
         if client is None:

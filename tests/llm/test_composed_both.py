@@ -238,21 +238,30 @@ async def test_a_bare_object_that_is_no_call_is_dropped_with_a_warning(
     assert sum("neither 'calls' nor 'output'" in r.getMessage() for r in caplog.records) == 2
 
 
-async def test_a_tool_with_a_tool_parameter_is_left_out_of_a_live_turn(
+async def test_a_tool_with_a_tool_parameter_gets_the_nested_shape_in_a_live_turn(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Under composed_allow_both a parameter named `_tool` cannot be flattened: the turn
-    goes on without that tool (warned once per tool), it does not fail mid-session."""
+    """Under composed_allow_both a parameter named `_tool` cannot be flattened: requests
+    offering that tool use the nested calls-or-answer shape (warned once per tool), so the
+    turn neither fails mid-session nor loses the tool; both its calls and others' run."""
+    routed: list[str] = []
     route = define_tool(
         ToolDefinition(
             name="route",
             description="Route a call.",
             parameters={"type": "object", "properties": {"_tool": {"type": "string"}}},
         ),
-        lambda args, ctx: "routed",
+        lambda args, ctx: routed.append(args["_tool"]) or "routed",
     )
+    nested = {
+        "calls": [
+            {"name": "greetUser", "arguments": {"userName": "Max"}},
+            {"name": "route", "arguments": {"_tool": "sales"}},
+        ],
+        "output": None,
+    }
     replies = [
-        text_reply(json.dumps({"calls": [{"_tool": "greetUser", "userName": "Max"}]})),
+        text_reply(json.dumps(nested)),
         text_reply(json.dumps({"calls": [], "output": "Hi Max."})),
         text_reply(json.dumps({"calls": [], "output": "Bye."})),
     ]
@@ -262,17 +271,15 @@ async def test_a_tool_with_a_tool_parameter_is_left_out_of_a_live_turn(
         llm = provider(server, composed_allow_both=True)
         runner = TurnRunner(llm, ToolExecutor(registry), system_prompt="Hi.")
         with caplog.at_level("WARNING", logger="llmrtc.llm"):
-            [event async for event in runner.run_turn("Greet Max")]
+            [event async for event in runner.run_turn("Greet Max, route me to sales")]
             [event async for event in runner.run_turn("Bye")]
-    assert greeted == ["Max"]
+    assert greeted == ["Max"] and routed == ["sales"]
     assert runner.history.messages[-1].content == "Bye."
     assert len(server.requests) == 3
     for sent in server.requests:
         schema = sent.body["response_format"]["json_schema"]["schema"]
-        assert schema["properties"]["calls"]["items"]["properties"]["_tool"] == {
-            "const": "greetUser"
-        }
-        assert '"name": "route"' not in sent.body["messages"][0]["content"]
+        assert "anyOf" in schema  # the nested calls-or-answer shape
+        assert '"name": "route"' in sent.body["messages"][0]["content"]
     warnings = [r.getMessage() for r in caplog.records if "'route'" in r.getMessage()]
     assert len(warnings) == 1 and "_tool" in warnings[0]
 
