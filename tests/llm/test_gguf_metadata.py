@@ -91,3 +91,39 @@ def test_a_file_cut_short_is_refused_not_misread(tmp_path: Path) -> None:
         path.write_bytes(whole[:cut])
         with pytest.raises(LocalModelError, match="not a readable GGUF file"):
             gguf_string_metadata(path, "tokenizer.chat_template")
+
+
+def _raw(tmp_path: Path, body: bytes, count: int, *, name: str = "raw.gguf") -> Path:
+    path = tmp_path / name
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, count) + body)
+    return path
+
+
+HUGE = 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    ("body", "count"),
+    [
+        (struct.pack("<Q", HUGE) + b"abc", 2),  # a key name's length
+        (_string("a") + struct.pack("<IQ", 8, HUGE) + b"xx", 2),  # another key's string value
+        (_string("tokenizer.chat_template") + struct.pack("<IQ", 8, HUGE) + b"xx", 1),  # the key's
+        (_string("a") + struct.pack("<IIQ", 9, 8, 2) + struct.pack("<Q", HUGE), 2),  # an element
+        # The last key's string runs past the end: the file is cut short, not "no template".
+        (_string("general.name") + struct.pack("<IQ", 8, 2**63) + b"xx", 1),
+        (_string("general.name") + struct.pack("<IQ", 8, 50) + b"xx", 1),
+    ],
+    ids=["key-name", "other-value", "the-value", "array-element", "last-huge", "last-short"],
+)
+def test_a_length_past_the_end_is_a_cut_file_not_a_crash_or_a_missing_key(
+    tmp_path: Path, body: bytes, count: int
+) -> None:
+    with pytest.raises(LocalModelError, match="cut short"):
+        gguf_string_metadata(_raw(tmp_path, body, count), "tokenizer.chat_template")
+
+
+def test_a_big_endian_file_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "be.gguf"
+    path.write_bytes(b"GGUF" + struct.pack(">IQQ", 3, 0, 1) + struct.pack(">Q", 1) + b"a")
+    with pytest.raises(LocalModelError, match="big-endian"):
+        gguf_string_metadata(path, "tokenizer.chat_template")

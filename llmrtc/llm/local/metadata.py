@@ -28,13 +28,26 @@ def gguf_string_metadata(path: Path, key: str) -> str | None:
 
     Raises:
         LocalModelError: The file is not a GGUF file (version 2 or 3, little-endian), it is
-            cut short, or the value is not a string.
+            cut short (a length or count points past its end), or the value is not a string.
     """
     try:
         with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return _read_string(m, key.encode(), path)
-    except (OSError, ValueError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
+    # UnicodeDecodeError is a ValueError; OverflowError: a length too big to even index with.
+    except (OSError, ValueError, OverflowError, struct.error) as exc:
         raise LocalModelError(f"{path} is not a readable GGUF file: {exc}") from exc
+
+
+def _length(m: mmap.mmap, offset: int) -> int:
+    """The u64 length at `offset` of the bytes that follow it, checked against the file's end
+    (a corrupt length must not be skipped past the end, nor sliced with)."""
+    (length,) = struct.unpack_from("<Q", m, offset)
+    if offset + 8 + length > len(m):
+        raise ValueError(
+            f"the metadata is cut short (a length of {length} bytes at byte {offset} points "
+            f"past the end of the file, {len(m)} bytes)"
+        )
+    return int(length)
 
 
 def _read_string(m: mmap.mmap, key: bytes, path: Path) -> str | None:
@@ -43,24 +56,25 @@ def _read_string(m: mmap.mmap, key: bytes, path: Path) -> str | None:
         raise LocalModelError(f"{path} is not a GGUF file (no GGUF magic)")
     (version,) = unpack("<I", m, 4)
     if version not in (2, 3):
+        if unpack(">I", m, 4)[0] in (2, 3):
+            raise LocalModelError(
+                f"{path}: a big-endian GGUF file is not supported (little-endian GGUF 2 or 3)"
+            )
         raise LocalModelError(
             f"{path}: GGUF version {version} is not supported (2 or 3, little-endian)"
         )
     (count,) = unpack("<Q", m, 16)  # after the tensor count
     offset = 24
     for _ in range(count):
-        (length,) = unpack("<Q", m, offset)
+        length = _length(m, offset)
         name = m[offset + 8 : offset + 8 + length]
         offset += 8 + length
         (kind,) = unpack("<I", m, offset)
         offset += 4
         if kind == _STRING:
-            (length,) = unpack("<Q", m, offset)
+            length = _length(m, offset)
             if name == key:
-                value = m[offset + 8 : offset + 8 + length]
-                if len(value) != length:
-                    raise ValueError(f"the value of {key.decode()!r} is cut short")
-                return value.decode()
+                return m[offset + 8 : offset + 8 + length].decode()
             offset += 8 + length
             continue
         if name == key:
@@ -70,7 +84,7 @@ def _read_string(m: mmap.mmap, key: bytes, path: Path) -> str | None:
             offset += 12
             if element == _STRING:
                 for _ in range(items):
-                    offset += 8 + unpack("<Q", m, offset)[0]
+                    offset += 8 + _length(m, offset)
             elif element in _FIXED_SIZES:
                 offset += _FIXED_SIZES[element] * items
             else:  # nested arrays: no model we ship has them before the template
