@@ -174,7 +174,7 @@ def description_to_dict(description: RTCSessionDescription) -> dict[str, str]:
 
 
 def description_from_dict(
-    data: Mapping[str, Any], *, expect: str | None = None
+    data: Mapping[str, Any], *, expect: str | None = None, require_audio: bool = False
 ) -> RTCSessionDescription:
     """A session description from `{"type": "offer"|"answer"|"pranswer", "sdp": str}`.
 
@@ -185,6 +185,8 @@ def description_from_dict(
     Args:
         data: The JSON object.
         expect: The type required (e.g. "offer"); `data` may then omit `type`.
+        require_audio: Refuse an SDP without an audio section (m=audio): a voice session's
+            offer (`check_sdp`).
 
     Raises:
         ValueError: not a mapping, a missing or wrong `type`, or a missing, empty or malformed
@@ -200,13 +202,20 @@ def description_from_dict(
     if expect is not None and kind != expect:
         raise ValueError(f"expected an SDP {expect}, got an SDP {kind}")
     sdp = data.get("sdp")
-    check_sdp(sdp)
+    check_sdp(sdp, require_audio=require_audio)
     assert isinstance(sdp, str)
     return RTCSessionDescription(sdp=sdp, type=kind)
 
 
-def check_sdp(sdp: object) -> None:
-    """Raise ValueError unless `sdp` is SDP text aiortc parses, with at least one m= section."""
+def check_sdp(sdp: object, *, require_audio: bool = False) -> None:
+    """Raise ValueError unless `sdp` is SDP text aiortc parses, with at least one m= section.
+
+    Args:
+        sdp: The SDP text.
+        require_audio: Also require an audio section (m=audio), as an `RTCServer` session
+            does: aiortc fails deep inside its answer to an offer without one when the answering
+            side has an audio track of its own.
+    """
     if not isinstance(sdp, str) or not sdp.strip():
         raise ValueError(f"sdp must be a non-empty string, got {_short(sdp)}")
     if not sdp.lstrip().startswith("v=0"):
@@ -217,6 +226,12 @@ def check_sdp(sdp: object) -> None:
         raise ValueError(f"malformed SDP: {_why(exc)}") from exc
     if not parsed.media:
         raise ValueError("malformed SDP: no media section (m= line)")
+    if require_audio and not any(media.kind == "audio" for media in parsed.media):
+        kinds = ", ".join(sorted({_clip(str(media.kind)) for media in parsed.media}))
+        raise ValueError(
+            f"the SDP has no audio section (m=audio), only {kinds}: a session is spoken, so "
+            "offer an audio track (a microphone, or a recvonly audio transceiver)"
+        )
     _check_mids(parsed)
 
 
@@ -273,8 +288,9 @@ async def accept_offer(
         _raise_connect_error(pc)
         raise  # closed by its owner meanwhile: the caller's state, not the offer
     except Exception as exc:
-        # aiortc applied the offer but cannot answer it (an input its checks let through).
-        logger.warning("aiortc could not answer an offer it accepted", exc_info=True)
+        # aiortc applied the offer but cannot answer it (an input our checks let through).
+        # The client's input, which any client can send at will: INFO, no traceback.
+        logger.info("aiortc could not answer an offer it accepted: %s", _why(exc))
         raise ValueError(f"SDP offer cannot be answered: {_why(exc)}") from exc
     _raise_connect_error(pc)
     return _local(pc)

@@ -309,7 +309,9 @@ class RTCServer:
                 from llmrtc.rtc.peer import description_from_dict
 
                 try:
-                    offer = description_from_dict({"type": "offer", "sdp": offer_message.sdp})
+                    offer = description_from_dict(
+                        {"type": "offer", "sdp": offer_message.sdp}, require_audio=True
+                    )
                 except ValueError as exc:
                     await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
                     return

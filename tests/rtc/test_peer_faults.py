@@ -154,3 +154,63 @@ def _runner(llm: ScriptedLLM) -> Any:
     from llmrtc.agent import TurnRunner
 
     return TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+
+async def data_channel_only_offer() -> str:
+    """A real offer with the `events` data channel and no audio section."""
+    pc = create_peer(loopback=True)
+    pc.createDataChannel("events")
+    try:
+        return (await create_offer(pc)).sdp
+    finally:
+        await pc.close()
+
+
+async def test_an_offer_without_audio_is_bad_offer_before_aiortc_sees_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sdp = await data_channel_only_offer()
+    with pytest.raises(ValueError, match=r"no audio section \(m=audio\)"):
+        description_from_dict({"type": "offer", "sdp": sdp}, require_audio=True)
+    description_from_dict({"type": "offer", "sdp": sdp})  # a peer of its own may have no audio
+    llm = ScriptedLLM(["Fine."])
+    caplog.set_level(logging.INFO)
+    async with RTCServer(lambda: _runner(llm), speech=fake_speech(), config=config()) as server:
+        for _ in range(3):  # any client can send it, as often as it likes
+            async with raw_client(server.url) as client:
+                await client.send({"type": "offer", "sdp": sdp})
+                error = await client.wait_for("error")
+                assert error["code"] == "bad_offer" and "m=audio" in error["message"]
+                assert await client.wait_closed() == 1008
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert noisy == []
+
+
+async def test_an_offer_aiortc_cannot_answer_is_logged_at_info_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An input aiortc's answer trips on (a data-only offer to a peer sending audio, as a
+    # session's does, when nobody asked `require_audio`) is the client's doing, which any
+    # client can repeat at will: INFO, no traceback.
+    sdp = await data_channel_only_offer()
+    caplog.set_level(logging.INFO)
+    pc = create_peer(loopback=True)
+    pc.addTrack(OutboundAudio(_silence()))
+    try:
+        with pytest.raises(ValueError, match="cannot be answered"):
+            await accept_offer(pc, RTCSessionDescription(sdp=sdp, type="offer"))
+    finally:
+        await pc.close()
+    logged = [r for r in caplog.records if "could not answer" in r.getMessage()]
+    assert [(r.levelno, r.exc_info) for r in logged] == [(logging.INFO, None)]
+
+
+def test_the_guarded_aiortc_connect_exists_and_set_remote_description_calls_it() -> None:
+    # `_Peer` overrides aiortc's private `__connect`: if an aiortc upgrade renamed it, the
+    # guard would silently stop guarding. Fail loudly here instead.
+    from aiortc import RTCPeerConnection
+
+    name = "_RTCPeerConnection__connect"
+    assert callable(getattr(RTCPeerConnection, name, None))
+    for method in (RTCPeerConnection.setRemoteDescription, RTCPeerConnection.setLocalDescription):
+        assert name in method.__code__.co_names, method.__name__
