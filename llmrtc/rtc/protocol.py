@@ -112,6 +112,7 @@ ERROR_CODES: Final[dict[ErrorCode, str]] = {
     "shutting_down": "The server is shutting down and admits no new sessions.",
     "resume_refused": "The session to resume does not exist, has expired, or the token is wrong.",
     "idle_timeout": "The session was idle for too long and was closed.",
+    "session_replaced": "The session was resumed on another connection; this one was closed.",
     "model_error": "The language model failed during a turn; the agent apologised.",
     "speech_error": "Speech recognition or synthesis failed during a turn.",
     "turn_error": "The agent failed during a turn (not the model); it apologised.",
@@ -230,12 +231,17 @@ def _parse(
                 "message_too_large",
                 f"message is {size} bytes; the limit is {limit} bytes ({limit // 1024} KiB)",
             )
+    if isinstance(raw, bytes):
+        # The protocol is UTF-8: json.loads would sniff UTF-16/32 from a BOM or zero bytes
+        # and accept them, and report a bad byte's offset in the encoding it guessed.
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(
+                "invalid_json", f"message is not UTF-8 (bad byte at offset {exc.start})"
+            ) from None
     try:
         data = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(
-            "invalid_json", f"message is not UTF-8 (bad byte at offset {exc.start})"
-        ) from None
     except json.JSONDecodeError as exc:
         raise ProtocolError(
             "invalid_json",

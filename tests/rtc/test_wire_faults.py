@@ -80,3 +80,32 @@ async def test_a_huge_integer_in_a_session_is_invalid_json_and_the_session_goes_
         await client.send({"type": "text", "text": "Hello"})
         assert (await client.wait_for("turn_completed"))["text"] == "Still here."
         assert client.close_code is None
+
+
+async def test_a_byte_message_in_utf16_or_utf32_is_invalid_json_with_the_utf8_offset() -> None:
+    llm = ScriptedLLM(["Still here."])
+    async with (
+        RTCServer(
+            lambda: runner_with_a_waiting_tool(llm), speech=fake_speech(), config=config()
+        ) as server,
+        raw_client(server.url) as client,
+    ):
+        await client.connect()
+        ping = '{"type": "ping", "id": "p"}'
+        # json.loads would sniff each of these (a BOM, or the zero bytes) and accept it
+        for count, encoding in enumerate(("utf-16", "utf-32", "utf-16-le"), start=1):
+            await client.send(ping.encode(encoding))
+            error = await client.wait_for("error", count=count)
+            assert error["code"] == "invalid_json"
+        assert "not UTF-8 (bad byte at offset 0)" in client.of_type("error")[0]["message"]
+        # the offset is the first byte that is not UTF-8, not one in a guessed encoding
+        await client.send(b"\xff\xfe" + ping.encode("utf-16-le") + b"\xff")
+        error = await client.wait_for("error", count=4)
+        assert error["code"] == "invalid_json" and "offset 0)" in error["message"]
+        await client.send(b'{"type": "text", "text": "caf\xc3\xa9 \xff"}')
+        error = await client.wait_for("error", count=5)
+        assert "offset 32)" in error["message"]
+        assert client.of_type("pong") == []
+        await client.send({"type": "text", "text": "Hello"})
+        assert (await client.wait_for("turn_completed"))["text"] == "Still here."
+        assert client.close_code is None
