@@ -129,6 +129,7 @@ CLOSE_CODES: Final[dict[ErrorCode, int]] = {
     "server_full": 1013,
     "shutting_down": 1001,
     "idle_timeout": 1000,
+    "session_replaced": 1000,
     "internal": 1011,
 }
 """The errors after which the server closes the WebSocket (and the session), with the
