@@ -19,11 +19,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FALLBACK_REPLY",
+    "check_setup",
     "open_llm",
     "open_speech",
     "opening_message",
     "speech_mode_for",
     "telemetry",
+    "workers_message",
 ]
 
 LLMMode = Literal["auto", "offline", "openai"]
@@ -34,34 +36,85 @@ FALLBACK_REPLY = "I heard you."
 _FALLBACK_TURNS = 10_000  # a test server never gets near it
 
 
-# Measured on the project's 2-core machines with `llmrtc serve playbooks/weather.yaml` (one
-# process, offline model and speech, another test run beside it): 34 s from start to the URL
-# line with an empty cache (8 s joining the 1.1 GB model from its packages, then loading a
-# file the page cache has not seen), 20 s on later starts (most of it "loading model").
-_FIRST_START_SECONDS = 35
-_LATER_START_SECONDS = 20
+# Measured with `llmrtc serve playbooks/weather.yaml --llm offline` from start to the URL line
+# on the project's 2-core machines, never idle (other helpers' test runs beside it), a few
+# times each since 2a70e72 (the GGUF header read in 0.1 s): 7.0-11.5 s on later starts (the
+# 1.5B's load 3.6-5.2 s, warm-up 1.1-3.9 s, speech 1-2 s); 21.5 s with an empty cache
+# (LLMRTC_CACHE_DIR), of which 7.6 s join the 1.1 GB model from its packages. `--workers 2`
+# load two models at once on two cores: 17.9-44 s (every stage about twice as long, more when
+# the machine is busy), so each further worker adds about one more start.
+_FIRST_START_SECONDS = 22
+_LATER_START_SECONDS = 10
 
 
-def opening_message(mode: LLMMode, *, fake: bool) -> str:
-    """The line `llmrtc serve` prints before opening its engines: what it opens and, for the
-    offline model, about how long that takes (much longer the first time: the model is joined
-    from its packages into the cache directory then)."""
-    if fake:
-        return "llmrtc serve: opening the fake engines..."
-    opening = "llmrtc serve: opening the model and the speech engines"
+def _offline(mode: LLMMode, *, fake: bool) -> bool:
     api = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
-    if mode == "openai" or (mode == "auto" and api):
-        return f"{opening}..."
+    return not fake and (mode == "offline" or (mode == "auto" and not api))
+
+
+def _joined_model() -> tuple[Path, bool]:
+    """Where the offline model is joined, and whether it is there already."""
     from llmrtc.llm.local.weights import LOCAL_MODELS, cache_dir_for
 
     spec = LOCAL_MODELS.get(os.environ.get("LLMRTC_MODEL") or "1.5b", LOCAL_MODELS["1.5b"])
     joined = cache_dir_for(None) / spec.filename
-    if joined.is_file() and joined.stat().st_size == spec.size_bytes:
+    return joined, joined.is_file() and joined.stat().st_size == spec.size_bytes
+
+
+def opening_message(mode: LLMMode, *, fake: bool, estimate: bool = True) -> str:
+    """The line `llmrtc serve` prints before opening its engines: what it opens and, for the
+    offline model, about how long that takes (much longer the first time: the model is joined
+    from its packages into the cache directory then). `estimate=False` in a worker of
+    `--workers`: the supervisor said how long the workers take together (`workers_message`)."""
+    if fake:
+        return "llmrtc serve: opening the fake engines..."
+    opening = "llmrtc serve: opening the model and the speech engines"
+    if not estimate or not _offline(mode, fake=fake):
+        return f"{opening}..."
+    joined, ready = _joined_model()
+    if ready:
         return f"{opening} (about {_LATER_START_SECONDS} s)..."
     return (
         f"{opening}: the first start takes about {_FIRST_START_SECONDS} s (joining the model "
         f"from its packages into {joined.parent}), later ones about {_LATER_START_SECONDS} s..."
     )
+
+
+def workers_message(mode: LLMMode, *, fake: bool, workers: int, port: int) -> str:
+    """The supervisor's first line: N workers on the port and, for the offline model, about
+    how long they take to start - N models loading at once share the machine's cores."""
+    starting = f"llmrtc serve: starting {workers} workers on port {port}"
+    if not _offline(mode, fake=fake):
+        return starting
+    later = _LATER_START_SECONDS * workers
+    joined, ready = _joined_model()
+    if ready:
+        return (
+            f"{starting}; each loads its own model, {workers} at once: about {later} s "
+            "(longer on a busy machine)..."
+        )
+    first = _FIRST_START_SECONDS + _LATER_START_SECONDS * (workers - 1)
+    return (
+        f"{starting}; each loads its own model, {workers} at once: the first start takes about "
+        f"{first} s (joining the model from its packages into {joined.parent}), later ones "
+        f"about {later} s..."
+    )
+
+
+def check_setup(mode: LLMMode) -> None:
+    """What the supervisor of `--workers` checks before starting any worker, so a setup every
+    worker would fail the same way is said once.
+
+    Raises:
+        ServeSetupError: `openai` without OPENAI_API_KEY / OPENAI_BASE_URL.
+    """
+    if mode == "openai" and not (
+        os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
+    ):
+        raise ServeSetupError(
+            "--llm openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible "
+            "server); use --llm offline for the offline model"
+        )
 
 
 class ServeSetupError(Exception):
@@ -100,13 +153,9 @@ async def open_llm(
     from llmrtc.llm.default import DEFAULT_OPENAI_MODEL, local_provider, open_default_provider
 
     if mode == "openai":
+        check_setup(mode)
         api_key = os.environ.get("OPENAI_API_KEY")
         base_url = os.environ.get("OPENAI_BASE_URL")
-        if not (api_key or base_url):
-            raise ServeSetupError(
-                "--llm openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible "
-                "server); use --llm offline for the offline model"
-            )
         model = os.environ.get("LLMRTC_MODEL") or DEFAULT_OPENAI_MODEL
         yield OpenAIProvider(model, base_url=base_url, api_key=api_key)
         return
@@ -151,7 +200,8 @@ def _scripted(path: str) -> LLMProvider:
 
 @asynccontextmanager
 async def open_speech(*, fake: bool, progress: Progress) -> AsyncIterator[Speech]:
-    """The speech engines: the offline or OpenAI ones (`open_default_speech`), or the fakes."""
+    """The speech engines: the offline or OpenAI ones (`open_default_speech`), or the fakes.
+    `progress`: `ModelProgress.speech` (the stages shown as the speech engines')."""
     from llmrtc.voice.speech import Speech, open_default_speech
 
     if fake:
@@ -160,9 +210,7 @@ async def open_speech(*, fake: bool, progress: Progress) -> AsyncIterator[Speech
         tts = FakeTTS()
         yield Speech(vad=FakeVAD(), stt=FakeSTT(tts=tts), tts=tts)
         return
-    async with open_default_speech(
-        progress=lambda stage, done: progress(f"speech: {stage}", done)
-    ) as speech:
+    async with open_default_speech(progress=progress) as speech:
         yield speech
 
 

@@ -7,7 +7,6 @@ starts N of these as worker processes and prints the one URL line once all of th
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import os
@@ -29,12 +28,14 @@ from llmrtc.cli._serve_engines import (
     speech_mode_for,
     telemetry,
 )
+from llmrtc.telemetry.hooks import CompositeHooks, Hooks
 
 if TYPE_CHECKING:
     from llmrtc.agent import TurnHandler
     from llmrtc.catalog import Toolkit
     from llmrtc.playbook import Playbook
     from llmrtc.rtc.server import RTCServer
+    from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
     from llmrtc.tools import ToolRegistry
 
 __all__ = ["LISTENING", "WORKER_SETUP_FAILED", "serve_command"]
@@ -64,12 +65,26 @@ def serve_command(args: argparse.Namespace) -> int:
         from llmrtc.cli._serve_workers import supervise
 
         return anyio.run(supervise, args)
-    _configure_logging(args.log_level, worker=args.worker_store is not None)
+    worker = args.worker_store is not None
+    _configure_logging(args.log_level, worker=worker)
     playbook, registry, toolkits = loaded
     try:
-        return anyio.run(_serve, args, playbook, registry, toolkits)
+        status = anyio.run(_serve, args, playbook, registry, toolkits)
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
         return _INTERRUPTED
+    if status == 0:
+        # Stopped: but a thread still running (a sync tool that ignores cancellation) keeps
+        # the interpreter from exiting; "stopped" is true only once it is done (the backstop
+        # armed at the signal ends the wait, saying what still ran).
+        _wait_for_threads()
+        print("llmrtc serve: stopped", file=_messages(worker=worker), flush=True)
+    return status
+
+
+def _wait_for_threads() -> None:
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
 
 
 def _configure_logging(level: str, *, worker: bool) -> None:
@@ -85,8 +100,12 @@ def _configure_logging(level: str, *, worker: bool) -> None:
 def _messages(*, worker: bool) -> TextIO:
     """Where this process's own messages go: stderr (a worker's prefixed with its pid)."""
     if worker:
-        return _PlainLines(sys.stderr, f"[worker {os.getpid()}] ")  # type: ignore[return-value]
+        return _PlainLines(sys.stderr, _worker_prefix())  # type: ignore[return-value]
     return sys.stderr
+
+
+def _worker_prefix() -> str:
+    return f"[worker {os.getpid()}] "
 
 
 class _PlainLines:
@@ -109,34 +128,111 @@ class _PlainLines:
         return False
 
 
+class _RunningTools(Hooks):
+    """The tool calls whose handlers run right now (by name): what the backstop names first
+    when a shutdown does not finish."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str], str] = {}
+
+    def on_tool_start(self, event: ToolStartEvent) -> None:
+        self.calls[(event.execution_id, event.call_id)] = event.tool_name
+
+    def on_tool_end(self, event: ToolEndEvent) -> None:
+        self.calls.pop((event.execution_id, event.call_id), None)
+
+
+class _Stop:
+    """How this process stops: the first SIGTERM / SIGINT (or, in a worker, its supervisor
+    going away) stops the start while the engines open, or the server once it serves; a
+    second SIGINT exits at once (130). Installed before the engines open, so no signal meets
+    Python's default action (a silent death with the progress bar left on the screen)."""
+
+    def __init__(self, grace: float, say: TextIO, *, worker: bool) -> None:
+        self.grace, self.say, self.worker = grace, say, worker
+        self.requested = anyio.Event()
+        self.opening = anyio.CancelScope()  # cancelled by a stop while the engines open
+        self.server: RTCServer | None = None
+        self.tools = _RunningTools()
+        self.clear_screen: Any = None  # ModelProgress.done while the bar may be shown
+
+    def serving(self, server: RTCServer) -> None:
+        """The server listens: from now on a stop refuses new sessions and ends live ones."""
+        self.server = server
+        if self.requested.is_set():
+            server.stop_admitting()
+
+    def request(self) -> None:
+        """Stop: the opening is cancelled (it ends once a load that cannot be interrupted
+        returns), and whatever still runs `grace + BACKSTOP_MARGIN` seconds from now does not
+        keep the process alive."""
+        if self.requested.is_set():
+            return
+        self.requested.set()
+        self.opening.cancel()
+        if self.server is not None:
+            self.server.stop_admitting()
+        _arm_backstop(self)
+
+    async def watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if self.requested.is_set():
+                    if signum == signal.SIGINT:
+                        # The user does not want to wait for the sessions: leave now.
+                        self._say("llmrtc serve: stopping now")
+                        sys.stdout.flush()
+                        os._exit(_INTERRUPTED)
+                    continue
+                # The supervisor of --workers says it for all of them.
+                again = signum == signal.SIGINT and not self.worker
+                hint = " (Ctrl-C again to stop now)" if again else ""
+                if self.server is None:
+                    self._say(f"llmrtc serve: stopping: the model is still loading{hint}")
+                else:
+                    sessions = self.server.active_sessions
+                    self._say(
+                        f"llmrtc serve: shutting down; {sessions} live session(s) get up to "
+                        f"{self.grace:g} s to end" + (hint if sessions else "")
+                    )
+                self.request()
+
+    async def watch_supervisor(self) -> None:
+        """A worker stops when its supervisor's end of stdin closes (the supervisor is gone)."""
+        async for _ in _stdin_chunks():
+            pass
+        self.request()
+
+    def _say(self, text: str) -> None:
+        if self.clear_screen is not None:
+            self.clear_screen()
+        print(text, file=self.say, flush=True)
+
+
 async def _serve(
     args: argparse.Namespace,
     playbook: Playbook | None,
     registry: ToolRegistry | None,
     toolkits: list[Toolkit],
 ) -> int:
-    from llmrtc.cli.terminal import ModelProgress
-
     worker = args.worker_store is not None
     fake = args.fake_engines is not None
     say = _messages(worker=worker)
-    # A bar on a terminal; plain lines otherwise, and always in a worker (several workers
-    # drawing bars on one terminal would garble each other).
-    progress = ModelProgress(say)
-    print(opening_message(args.llm, fake=fake), file=say, flush=True)
+    # A worker's supervisor said how long the workers take together.
+    print(opening_message(args.llm, fake=fake, estimate=not worker), file=say, flush=True)
+    stop = _Stop(args.shutdown_grace, say, worker=worker)
     try:
         otel = telemetry(args.otel)
     except ServeSetupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=say, flush=True)
         return WORKER_SETUP_FAILED if worker else 1
     try:
-        async with anyio.create_task_group() as ticking:
-            # Loading the model reports nothing for many seconds: the seconds keep showing.
-            ticking.start_soon(progress.animate)
-            try:
-                status = await _open_and_serve(args, playbook, registry, toolkits, otel, progress)
-            finally:
-                progress.done()
+        async with anyio.create_task_group() as watchers:
+            watchers.start_soon(stop.watch_signals)
+            if worker:
+                watchers.start_soon(stop.watch_supervisor)
+            status = await _open_and_serve(args, playbook, registry, toolkits, otel, stop)
+            watchers.cancel_scope.cancel()
     finally:
         otel.shutdown()
     return status
@@ -148,33 +244,46 @@ async def _open_and_serve(
     registry: ToolRegistry | None,
     toolkits: list[Toolkit],
     otel: Any,
-    progress: Any,
+    stop: _Stop,
 ) -> int:
-    worker = args.worker_store is not None
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            llm = await stack.enter_async_context(
-                open_llm(args.llm, fake_script=args.fake_engines, progress=progress)
-            )
-            with speech_mode_for(args.llm):
-                speech = await stack.enter_async_context(
-                    open_speech(fake=args.fake_engines is not None, progress=progress)
-                )
-            from llmrtc.cli.bot import open_mcp_tools
+    from llmrtc.cli.terminal import model_progress
 
-            # The playbook's `mcp_servers:`: connected once, shared by every session.
-            registry = await stack.enter_async_context(
-                open_mcp_tools(registry, playbook, toolkits=toolkits)
-            )
-        except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
-            # A missing package or model, a bad LLMRTC_SPEECH, no API key for --llm
-            # openai: the message says what to do.
-            progress.done()
-            print(f"error: {exc}", file=sys.stderr)
-            return WORKER_SETUP_FAILED if worker else 1
-        progress.done()
-        server = _server(args, llm, speech, playbook, registry, toolkits, otel.hooks)
-        return await _run_until_signal(server, args, worker=worker)
+    worker = args.worker_store is not None
+    hooks = CompositeHooks([h for h in (otel.hooks, stop.tools) if h is not None])
+    async with contextlib.AsyncExitStack() as stack:
+        with stop.opening:
+            try:
+                # A bar on a terminal; plain lines otherwise, and always in a worker (several
+                # workers drawing bars on one terminal would garble each other). A worker
+                # gives no load estimate: it does not know how many others load beside it.
+                async with model_progress(stop.say, estimate=not worker) as progress:
+                    stop.clear_screen = progress.done
+                    llm = await stack.enter_async_context(
+                        open_llm(args.llm, fake_script=args.fake_engines, progress=progress)
+                    )
+                    with speech_mode_for(args.llm):
+                        speech = await stack.enter_async_context(
+                            open_speech(
+                                fake=args.fake_engines is not None, progress=progress.speech
+                            )
+                        )
+                    from llmrtc.cli.bot import open_mcp_tools
+
+                    # The playbook's `mcp_servers:`: connected once, shared by every session.
+                    registry = await stack.enter_async_context(
+                        open_mcp_tools(registry, playbook, toolkits=toolkits)
+                    )
+            except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
+                # A missing package or model, a bad LLMRTC_SPEECH, no API key for --llm
+                # openai: the message says what to do.
+                if not stop.requested.is_set():  # else: what the cancelled opening raised
+                    print(f"error: {exc}", file=stop.say, flush=True)
+                    return WORKER_SETUP_FAILED if worker else 1
+        stop.clear_screen = None
+        if stop.requested.is_set():
+            return 0  # stopped while opening: what did open closes as the stack unwinds
+        server = _server(args, llm, speech, playbook, registry, toolkits, hooks)
+        return await _run_until_signal(server, args, stop)
 
 
 def _server(
@@ -223,98 +332,89 @@ def _handler(
     return build_handler(llm, registry, playbook, toolkits=toolkits, hooks=hooks)
 
 
-async def _run_until_signal(server: RTCServer, args: argparse.Namespace, *, worker: bool) -> int:
-    """Serve until SIGTERM / SIGINT (or, in a worker, its stdin closing), then shut down
-    gracefully; a second SIGINT exits at once, and whatever still runs `BACKSTOP_MARGIN`
-    seconds past the grace does not keep the process alive."""
-    stopping = anyio.Event()
-    async with anyio.create_task_group() as group:
-        say = _messages(worker=worker)
-        group.start_soon(_watch_signals, server, args.shutdown_grace, stopping, say)
-        if worker:
-            group.start_soon(_watch_supervisor, stopping)
-        try:
-            async with server:
-                print(f"{LISTENING}{server.url} (open it in Chromium)", flush=True)
-                await stopping.wait()
-                _arm_backstop(server, args.shutdown_grace, say)
-        except OSError as exc:  # the port is taken, the host is not ours
-            print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-            group.cancel_scope.cancel()
-            return WORKER_SETUP_FAILED if worker else 1
-        group.cancel_scope.cancel()
-    print("llmrtc serve: stopped", file=say, flush=True)
+async def _run_until_signal(server: RTCServer, args: argparse.Namespace, stop: _Stop) -> int:
+    """Serve until `stop` is requested, then shut down gracefully (the server gives live
+    sessions the grace; the backstop armed by the stop bounds the rest)."""
+    try:
+        async with server:
+            stop.serving(server)
+            if not _announce(server.url):
+                stop.request()  # the supervisor is gone: nobody can reach this worker's line
+            await stop.requested.wait()
+    except OSError as exc:  # the port is taken, the host is not ours
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=stop.say)
+        return WORKER_SETUP_FAILED if stop.worker else 1
     return 0
 
 
-async def _watch_signals(
-    server: RTCServer, grace: float, stopping: anyio.Event, say: TextIO
-) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            if stopping.is_set():
-                if signum == signal.SIGINT:
-                    # The user does not want to wait for the sessions: leave now.
-                    print("llmrtc serve: stopping now", file=say, flush=True)
-                    sys.stdout.flush()
-                    os._exit(_INTERRUPTED)
-                continue
-            server.stop_admitting()
-            sessions = server.active_sessions
-            print(
-                f"llmrtc serve: shutting down; {sessions} live session(s) get up to "
-                f"{grace:g} s to end" + (" (Ctrl-C again to stop now)" if sessions else ""),
-                file=say,
-                flush=True,
-            )
-            stopping.set()
+def _announce(url: str) -> bool:
+    """Print the URL line on stdout; False if nobody reads it any more (a worker's supervisor
+    died: the pipe is broken)."""
+    try:
+        print(f"{LISTENING}{url} (open it in Chromium)", flush=True)
+    except BrokenPipeError:
+        # Later writes (and the flush at exit) must not fail the same way.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
+    return True
 
 
-def _arm_backstop(server: RTCServer, grace: float, say: TextIO) -> None:
+def _arm_backstop(stop: _Stop) -> None:
     """From now on the process exits within `grace + BACKSTOP_MARGIN` seconds, whatever runs.
 
     The server cuts the sessions still live when the grace ends; this is for what does not
     stop when told (a `"finish"` tool whose handler ignores cancellation, a thread that cannot
-    be cancelled, a close that hangs). A timer thread, not a task: it fires even if a handler
-    blocks the event loop, and during interpreter exit while executor threads are joined.
+    be cancelled, a close that hangs, a model load). A timer thread, not a task: it fires even
+    if a handler blocks the event loop, and during interpreter exit while threads are joined.
     """
-    loop = asyncio.get_running_loop()
-    timer = threading.Timer(grace + BACKSTOP_MARGIN, _give_up, (server, loop, grace, say))
+    timer = threading.Timer(stop.grace + BACKSTOP_MARGIN, _give_up, (stop,))
     timer.daemon = True
     timer.name = "llmrtc-serve-backstop"
     timer.start()
 
 
-def _give_up(server: RTCServer, loop: asyncio.AbstractEventLoop, grace: float, say: TextIO) -> None:
-    with contextlib.suppress(Exception):  # a report that fails must not stop the exit
-        print(
-            f"llmrtc serve: still not stopped {grace + BACKSTOP_MARGIN:g} s after the signal "
-            f"(--shutdown-grace {grace:g} s + {BACKSTOP_MARGIN:g} s); exiting with this still "
-            f"running: {_still_running(server, loop)}",
-            file=say,
-            flush=True,
-        )
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
+def _give_up(stop: _Stop) -> None:
+    grace = stop.grace
+    try:
+        report = _still_running(stop)
+    except Exception as exc:  # a report that fails must not stop the exit
+        report = f"(could not list it: {exc!r})"
+    prefix = _worker_prefix() if stop.worker else ""
+    text = (
+        f"{prefix}llmrtc serve: still not stopped {grace + BACKSTOP_MARGIN:g} s after the "
+        f"signal (--shutdown-grace {grace:g} s + {BACKSTOP_MARGIN:g} s); exiting with this "
+        f"still running: {report}\n"
+    )
+    # Straight to the descriptor, from a thread of its own: sys.stderr's lock may be held
+    # for good by the thread that is stuck, and a full pipe must not stop the exit either.
+    writer = threading.Thread(target=_write_stderr, args=(text.encode(),), daemon=True)
+    writer.start()
+    writer.join(2.0)
     os._exit(1)
 
 
-def _still_running(server: RTCServer, loop: asyncio.AbstractEventLoop) -> str:
-    """What keeps the process alive, in one line: live sessions, the tasks of the event loop
-    (each as `outer -> innermost awaited` coroutine) and busy threads (their current code)."""
-    parts = [f"{server.active_sessions} live session(s)"]
-    tasks: Counter[str] = Counter()
-    for _ in range(3):  # read from another thread: the task set may change meanwhile
-        try:
-            running = list(asyncio.all_tasks(loop))
-            break
-        except RuntimeError:
-            running = []
-    for task in running:
-        tasks[_awaiting(task.get_coro())] += 1
-    if tasks:
-        listed = [f"{name}" + (f" x{n}" if n > 1 else "") for name, n in tasks.most_common(12)]
-        parts.append("tasks: " + ", ".join(listed))
+def _write_stderr(data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(2, data) :]
+
+
+def _still_running(stop: _Stop) -> str:
+    """What keeps the process alive, in one line: the tool calls still running (by name)
+    first, then live sessions, the opening of the engines if it is not over, and busy threads
+    (their current code). The event loop's own tasks (aiortc, anyio) are left out: they are
+    what waits for these, not what is stuck."""
+    parts = []
+    tools = Counter(list(stop.tools.calls.values()))
+    if tools:
+        listed = [name + (f" x{n}" if n > 1 else "") for name, n in sorted(tools.items())]
+        parts.append("tool calls: " + ", ".join(listed))
+    if stop.server is None:
+        parts.append("the opening of the model and the speech engines")
+    else:
+        parts.append(f"{stop.server.active_sessions} live session(s)")
     frames = sys._current_frames()
     busy = []
     for thread in threading.enumerate():
@@ -331,27 +431,6 @@ def _still_running(server: RTCServer, loop: asyncio.AbstractEventLoop) -> str:
 
 
 _IDLE_THREAD_FILES = ("threading.py", "queue.py", f"concurrent{os.sep}futures{os.sep}thread.py")
-
-
-def _awaiting(coro: Any) -> str:
-    """A task as `outer -> ... -> innermost` coroutine names: where it waits is what is stuck."""
-    names: list[str] = []
-    awaited = coro
-    for _ in range(50):
-        if awaited is None:
-            break
-        name = getattr(awaited, "__qualname__", None)
-        if name is not None and (not names or names[-1] != name):
-            names.append(name)
-        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-    return " -> ".join(names) if names else repr(coro)
-
-
-async def _watch_supervisor(stopping: anyio.Event) -> None:
-    """A worker stops when its supervisor's end of stdin closes (the supervisor is gone)."""
-    async for _ in _stdin_chunks():
-        pass
-    stopping.set()
 
 
 async def _stdin_chunks() -> AsyncIterator[bytes]:

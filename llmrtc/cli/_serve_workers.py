@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import shutil
 import signal
 import socket
@@ -39,6 +40,7 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
+from llmrtc.cli._serve_engines import ServeSetupError, check_setup, workers_message
 from llmrtc.cli._serve_run import LISTENING, WORKER_SETUP_FAILED
 
 __all__ = ["supervise", "worker_command"]
@@ -64,6 +66,22 @@ def worker_command(args: argparse.Namespace, port: int, store: Path) -> list[str
     if args.fake_engines is not None:
         command.append(f"--fake-engines={args.fake_engines}")
     return command
+
+
+def _probe_port(host: str, port: int) -> None:
+    """Fail if something listens on (host, port) already: the workers' SO_REUSEPORT would
+    otherwise share the port with it (another `llmrtc serve --workers` there), and the
+    kernel would spread this server's connections over both.
+
+    Raises:
+        OSError: the port is taken (EADDRINUSE), or the host is not this machine's.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR only: a port in TIME_WAIT is free; one held by a listener is not, not
+        # even by listeners that set SO_REUSEPORT themselves.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
 
 
 def _reserve_port(host: str, port: int) -> socket.socket:
@@ -99,7 +117,7 @@ class _Workers:
         self.all_listening = anyio.Event()
         self.stopping = False
         self.stop_requested = anyio.Event()  # by SIGTERM / SIGINT: the grace runs from now
-        self.interrupts = 0
+        self.now = False  # a Ctrl-C after the stop began: the workers exit at once
 
     @property
     def processes(self) -> list[anyio.abc.Process]:
@@ -117,6 +135,13 @@ class _Workers:
         if serving and all(slot.listening for slot in serving):
             self.all_listening.set()
 
+    def unclean(self) -> list[anyio.abc.Process]:
+        """The current processes that did not stop cleanly. After the stop began, a worker
+        killed by the signal itself (one restarting, not yet handling signals) or exiting 130
+        stopped as it was told to."""
+        told = (-signal.SIGTERM, -signal.SIGINT, _INTERRUPTED) if self.stopping else ()
+        return [p for p in self.processes if p.returncode != 0 and p.returncode not in told]
+
     def signal_all(self, signum: signal.Signals) -> None:
         for process in self.processes:
             if process.returncode is None:
@@ -130,15 +155,26 @@ async def supervise(args: argparse.Namespace) -> int:
         print("error: --workers needs SO_REUSEPORT (Linux, macOS, BSD)", file=sys.stderr)
         return 1
     try:
+        check_setup(args.llm)  # what every worker would fail the same way: said once
+    except ServeSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.port != 0:
+            _probe_port(args.host, args.port)
         reserved = _reserve_port(args.host, args.port)
     except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        taken = " (something is already listening there)" if exc.errno == errno.EADDRINUSE else ""
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}{taken}", file=sys.stderr)
         return 1
     port = reserved.getsockname()[1]
     store_dir = Path(tempfile.mkdtemp(prefix="llmrtc-serve-"))
     workers = _Workers(args.workers)
+    fake = args.fake_engines is not None
     print(
-        f"llmrtc serve: starting {args.workers} workers on port {port}", file=sys.stderr, flush=True
+        workers_message(args.llm, fake=fake, workers=args.workers, port=port),
+        file=sys.stderr,
+        flush=True,
     )
     try:
         command = worker_command(args, port, store_dir / "sessions.sqlite3")
@@ -155,14 +191,15 @@ async def supervise(args: argparse.Namespace) -> int:
         with anyio.CancelScope(shield=True):
             await _stop(workers, args.shutdown_grace)
         shutil.rmtree(store_dir, ignore_errors=True)
-    if workers.interrupts > 1:
+    if workers.now:
         return _INTERRUPTED  # stopped at once, as a single process would report it
-    if not workers.serving or any(slot.given_up for slot in workers.slots):
-        return 1
-    if any(p.returncode != 0 for p in workers.processes):
-        return 1
-    print("llmrtc serve: stopped", file=sys.stderr, flush=True)
-    return 0
+    problems = [f"worker {p.pid} exited with status {p.returncode}" for p in workers.unclean()]
+    given_up = sum(slot.given_up for slot in workers.slots)
+    if given_up:
+        problems.insert(0, f"{given_up} of {len(workers.slots)} workers were given up")
+    why = f" ({'; '.join(problems)}: status 1)" if problems else ""
+    print(f"llmrtc serve: stopped{why}", file=sys.stderr, flush=True)
+    return 1 if problems else 0
 
 
 async def _announce(workers: _Workers, reserved: socket.socket) -> None:
@@ -180,6 +217,9 @@ async def _run_slot(slot: _Slot, command: list[str], workers: _Workers) -> None:
             command, stdin=-1, stdout=-1, stderr=None, start_new_session=True
         )
         slot.process = process
+        if workers.stopping:  # a signal came while it started: signal_all did not see it
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
         listened_at = await _follow(process, slot, workers)
         code = process.returncode
         if workers.stopping:
@@ -221,7 +261,11 @@ def _give_up(slot: _Slot, workers: _Workers, why: str) -> None:
     slot.given_up = True
     left = len(workers.serving)
     if left:
-        why += f"; not starting it again, {left} of {len(workers.slots)} workers serve on"
+        listening = sum(slot.listening for slot in workers.serving)
+        # Some still starting may well fail the same way: do not promise that they serve.
+        starting = left - listening
+        doing = f"left ({starting} still starting)" if starting else "serve on"
+        why += f"; not starting it again, {left} of {len(workers.slots)} workers {doing}"
     else:
         why += "; not starting it again, and no worker is left: stopping"
         workers.stopping = True
@@ -261,21 +305,23 @@ async def _follow(process: anyio.abc.Process, slot: _Slot, workers: _Workers) ->
 async def _forward_signals(workers: _Workers, grace: float) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            if signum == signal.SIGINT:
-                workers.interrupts += 1
-            if workers.interrupts > 1:
-                workers.signal_all(signal.SIGINT)  # the second Ctrl-C: workers exit at once
+            if workers.stop_requested.is_set():
+                # As in one process: after the first signal, a Ctrl-C stops everything now.
+                if signum == signal.SIGINT and not workers.now:
+                    workers.now = True
+                    print("llmrtc serve: stopping now", file=sys.stderr, flush=True)
+                    workers.signal_all(signal.SIGINT)
                 continue
-            if not workers.stopping:
-                workers.stopping = True
-                workers.stop_requested.set()
-                print(
-                    f"llmrtc serve: shutting down {len(workers.serving)} workers; live sessions "
-                    f"get up to {grace:g} s to end",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                workers.signal_all(signum)
+            workers.stopping = True
+            workers.stop_requested.set()
+            hint = " (Ctrl-C again to stop now)" if signum == signal.SIGINT else ""
+            print(
+                f"llmrtc serve: shutting down {len(workers.serving)} workers; live sessions "
+                f"get up to {grace:g} s to end{hint}",
+                file=sys.stderr,
+                flush=True,
+            )
+            workers.signal_all(signum)
 
 
 async def _enforce_grace(workers: _Workers, grace: float) -> None:

@@ -25,7 +25,7 @@ from llmrtc.agent import (
     TurnError,
     TurnHandler,
 )
-from llmrtc.cli.terminal import ModelProgress, Screen, read_lines
+from llmrtc.cli.terminal import Screen, model_progress, read_lines
 from llmrtc.llm import LLMError, OpenAIProvider
 
 if TYPE_CHECKING:
@@ -83,18 +83,16 @@ class _Chat:
         """Open the model, then answer lines until end of input, /quit or Ctrl-C."""
         from llmrtc import open_default_provider
 
-        progress = ModelProgress()
         async with contextlib.AsyncExitStack() as stack:
             try:
-                llm = await stack.enter_async_context(open_default_provider(progress=progress))
+                async with model_progress() as progress:
+                    llm = await stack.enter_async_context(open_default_provider(progress=progress))
             except (LLMError, ImportError, RuntimeError) as exc:
                 # The model could not be prepared (a missing package, a bad model file, a
                 # server that did not start): its message says what to do.
-                progress.done()
                 self.screen.error(f"error: {exc}")
                 self.exit_status = 1
                 return
-            progress.done()
             problem = await _unreachable(llm)
             if problem is not None:
                 self.screen.error(f"error: {problem}")

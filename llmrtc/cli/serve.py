@@ -38,11 +38,18 @@ OpenAI-compatible server with OPENAI_BASE_URL.
 collector (OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318; needs
 pip install "llmrtc[otlp]").
 
+The offline start takes about 10 s (about 22 s the first time, while the model is joined
+into the cache); the model's load cannot show a live counter (it holds the interpreter), so
+its line says what to expect and then how long it took. --workers N load N models at once.
+
 SIGTERM or Ctrl-C: new sessions are refused with shutting_down, live ones get --shutdown-grace
-seconds to end, then the server exits with status 0 (a second Ctrl-C exits at once, 130). What
-still runs 5 s past the grace (a tool that ignores cancellation) is listed and the process
-exits with status 1. With --workers, a worker that dies is started again and the session store
-is kept; one that exits 3 times in a row within 60 s of its start is not, the others serve on."""
+seconds to end, then the server exits with status 0; during the start it stops once the model
+load returns (status 0). After the first signal, Ctrl-C exits at once (130). What still runs 5 s
+past the grace (a tool that ignores cancellation) is listed, tool calls first, and the process
+exits with status 1; with --workers the supervisor kills a worker still running 10 s past the
+grace. A worker that dies is started again and the session store is kept; one that exits 3
+times in a row within 60 s of its start is not, the others serve on. A second --workers server
+on a port in use is refused."""
 
 
 def _seconds(text: str) -> float:

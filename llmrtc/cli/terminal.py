@@ -7,17 +7,26 @@ gets plain lines, so a script or a test reads exactly the conversation.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator
-from typing import TextIO
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Final, TextIO
 
 import anyio
 
-__all__ = ["ModelProgress", "Screen", "read_lines"]
+__all__ = [
+    "LOOP_BLOCKING_STAGES",
+    "ModelProgress",
+    "Screen",
+    "model_load_seconds",
+    "model_progress",
+    "read_lines",
+]
 
 _SPINNER_UNICODE = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPINNER_ASCII = "|/-\\"
@@ -133,26 +142,58 @@ class Screen:
             self._line_open = False
 
 
+LOOP_BLOCKING_STAGES: Final = frozenset({"loading model"})
+"""The model's stages during which the event loop cannot run: llama.cpp loading the model
+(`xllamacpp.Server(params)`) holds the GIL until it returns, so no counter can tick and no
+signal is handled meanwhile. Such a stage is shown once, with what to expect, then the time it
+took - never as a live counter that would freeze and then jump."""
+
+# Measured with `llmrtc serve playbooks/weather.yaml` on the project's 2-core machines (other
+# test runs beside it): the 1.5B (1.1 GB) loaded in 3.6-5.2 s from a warm page cache, 5 s
+# right after joining it; so about 4.5 s per GB, rounded up.
+_LOAD_SECONDS_PER_GB = 4.5
+
+
+def model_load_seconds() -> int:
+    """About how long llama.cpp takes to load the offline model (`LLMRTC_MODEL`, default the
+    1.5B) when nothing else loads at the same time, in whole seconds."""
+    from llmrtc.llm.local.weights import LOCAL_MODELS
+
+    spec = LOCAL_MODELS.get(os.environ.get("LLMRTC_MODEL") or "1.5b", LOCAL_MODELS["1.5b"])
+    return max(1, math.ceil(spec.size_bytes / 1e9 * _LOAD_SECONDS_PER_GB))
+
+
 class ModelProgress:
     """The `progress(stage, fraction)` callback of `open_default_provider`: a bar on a
     terminal, one plain line per stage otherwise. Called from any thread.
 
-    Some stages report no fraction for many seconds (llama.cpp loading the model): run
-    `animate()` beside the work so the seconds spent keep showing (on a terminal the line
-    counts them; otherwise a `still` line every `line_every` seconds) instead of silence.
+    Some stages report no fraction for many seconds: run `animate()` beside the work so the
+    seconds spent keep showing (on a terminal the line counts them; otherwise a `still` line
+    every `line_every` seconds) instead of silence. A stage in `blocking` stops the event loop
+    itself (`LOOP_BLOCKING_STAGES`), so nothing could tick: it is shown once with its expected
+    seconds (`blocking[stage]`, None: unknown), and when it ends, a line says how long it took.
+    `model_progress()` sets all of this up.
     """
 
     def __init__(
-        self, err: TextIO | None = None, *, width: int = 24, line_every: float = 5.0
+        self,
+        err: TextIO | None = None,
+        *,
+        width: int = 24,
+        line_every: float = 5.0,
+        blocking: Mapping[str, float | None] | None = None,
     ) -> None:
         """Draw on `err` (default stderr), the bar `width` characters wide; off a terminal,
-        `animate()` repeats a stage's line every `line_every` seconds while it lasts."""
+        `animate()` repeats a stage's line every `line_every` seconds while it lasts.
+        `blocking`: the stages that block the event loop, with their expected seconds."""
         self.err = err or sys.stderr
         self.tty = self.err.isatty()
         self.width = width
         self.line_every = line_every
+        self.blocking: Mapping[str, float | None] = dict(blocking or {})
         self._lock = threading.Lock()
         self._stage: str | None = None
+        self._engine = ""  # "speech" for the speech engines' stages; "" for the model's
         self._fraction: float | None = None
         self._stage_started = 0.0
         self._last_line = 0.0
@@ -160,25 +201,36 @@ class ModelProgress:
         self._finished = False
 
     def __call__(self, stage: str, fraction: float | None) -> None:
-        """Show `stage` (e.g. "loading model") at `fraction` (0..1, or None if unknown)."""
+        """Show the model's `stage` (e.g. "loading model") at `fraction` (0..1, or None)."""
+        self._report("", stage, fraction)
+
+    def speech(self, stage: str, fraction: float | None) -> None:
+        """The same for the speech engines (their "loading model" is Whisper's, shown as
+        `speech: loading model`): the `progress` callback of `open_default_speech`."""
+        self._report("speech", stage, fraction)
+
+    def _report(self, engine: str, stage: str, fraction: float | None) -> None:
         with self._lock:
+            if self._finished:
+                return
             now = time.monotonic()
-            if stage != self._stage:
-                self._stage_started = now
+            if stage != self._stage or engine != self._engine:
+                self._end_stage(now)
+                self._stage, self._engine, self._stage_started = stage, engine, now
                 if not self.tty:
-                    self.err.write(f"llmrtc: {stage}...\n")
-                    self.err.flush()
+                    self._line(f"{self._name()}{self._expectation()}...")
                     self._last_line = now
-            self._stage, self._fraction = stage, fraction
+            self._fraction = fraction
             if self.tty:
                 self._draw(now)
 
     def tick(self) -> None:
         """Show that the current stage is still going (what `animate()` calls every second):
         on a terminal the line is redrawn with the seconds it has taken; otherwise a line
-        `llmrtc: still STAGE (N s)` is written once `line_every` seconds passed since the last."""
+        `llmrtc: still STAGE (N s)` is written once `line_every` seconds passed since the last.
+        A stage that blocks the event loop is not ticked (see the class docstring)."""
         with self._lock:
-            if self._stage is None or self._finished:
+            if self._stage is None or self._finished or self._blocks():
                 return
             now = time.monotonic()
             if self.tty:
@@ -186,8 +238,8 @@ class ModelProgress:
             elif now - self._last_line >= self.line_every:
                 done = "" if self._fraction is None else f" {self._fraction:.0%}"
                 seconds = now - self._stage_started
-                self.err.write(f"llmrtc: still {self._stage}{done} ({seconds:.0f} s)\n")
-                self.err.flush()
+                prefix = f"{self._engine}: " if self._engine else ""
+                self._line(f"{prefix}still {self._stage}{done} ({seconds:.0f} s)")
                 self._last_line = now
 
     async def animate(self, interval: float = 1.0) -> None:
@@ -199,6 +251,9 @@ class ModelProgress:
     def done(self) -> None:
         """Take the bar off the screen (the chat is about to start); `animate()` ends."""
         with self._lock:
+            if self._finished:
+                return
+            self._end_stage(time.monotonic())
             self._finished = True
             self._stage = None
             if self._drawn:
@@ -206,10 +261,36 @@ class ModelProgress:
                 self.err.flush()
                 self._drawn = False
 
+    def _name(self) -> str:
+        return f"{self._engine}: {self._stage}" if self._engine else str(self._stage)
+
+    def _blocks(self) -> bool:
+        return not self._engine and self._stage in self.blocking
+
+    def _expectation(self) -> str:
+        if not self._blocks():
+            return ""
+        seconds = self.blocking[str(self._stage)]
+        return "" if seconds is None else f" (about {seconds:g} s)"
+
+    def _end_stage(self, now: float) -> None:
+        """The current stage is over: for one that blocked the loop, say how long it took."""
+        if self._stage is not None and self._blocks():
+            if self._drawn:
+                self.err.write(_CLEAR_LINE)
+                self._drawn = False
+            self._line(f"{self._name()} took {now - self._stage_started:.0f} s")
+
+    def _line(self, text: str) -> None:
+        self.err.write(f"{text}\n" if self.tty else f"llmrtc: {text}\n")
+        self.err.flush()
+
     def _draw(self, now: float) -> None:
-        stage, fraction = self._stage, self._fraction
+        stage, fraction = self._name(), self._fraction
         seconds = f"{now - self._stage_started:3.0f} s"
-        if fraction is None:
+        if self._blocks():
+            bar = f"{stage}{self._expectation()}..."  # no counter: it could not tick
+        elif fraction is None:
             bar = f"{stage}... {seconds}"
         else:
             filled = round(max(0.0, min(1.0, fraction)) * self.width)
@@ -220,6 +301,38 @@ class ModelProgress:
         self.err.write(f"{_CLEAR_LINE}{bar}")
         self.err.flush()
         self._drawn = True
+
+
+@asynccontextmanager
+async def model_progress(
+    err: TextIO | None = None, *, estimate: bool = True
+) -> AsyncIterator[ModelProgress]:
+    """Show the progress of loading the model and the speech engines while the block runs:
+    a `ModelProgress` on `err` (default stderr) with `animate()` running beside the block,
+    `done()` when it ends. The offline model's load, which blocks the event loop, is shown
+    with `model_load_seconds()` (`estimate`; False where that figure would mislead, e.g.
+    several processes loading at once) and then the time it took.
+
+    Pass `progress` as `open_default_provider(progress=...)` and `progress.speech` as
+    `open_default_speech(progress=...)`.
+    """
+    blocking = {
+        stage: (model_load_seconds() if estimate else None) for stage in LOOP_BLOCKING_STAGES
+    }
+    progress = ModelProgress(err, blocking=blocking)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(progress.animate)
+            try:
+                yield progress
+            finally:
+                progress.done()
+                group.cancel_scope.cancel()  # animate() may be asleep: do not wait for it
+    except BaseExceptionGroup as raised:
+        # The block's own error (a missing package...), not wrapped: callers catch it by type.
+        if len(raised.exceptions) == 1:
+            raise raised.exceptions[0] from None
+        raise
 
 
 async def read_lines(fd: int | None = None) -> AsyncGenerator[str, None]:

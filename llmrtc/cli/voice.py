@@ -213,23 +213,20 @@ async def run_voice(
     `toolkits`: the tools file's toolkits, which the playbook's stages may name."""
     from llmrtc import open_default_provider
     from llmrtc.cli.bot import build_handler
-    from llmrtc.cli.terminal import ModelProgress
+    from llmrtc.cli.terminal import model_progress
     from llmrtc.voice import VoiceLoop, open_default_speech
 
-    progress = ModelProgress()
     async with contextlib.AsyncExitStack() as stack:
         try:
-            llm = await stack.enter_async_context(open_default_provider(progress=progress))
-            # Whisper reports "loading model" too: say which model is loading.
-            speech = await stack.enter_async_context(
-                open_default_speech(progress=lambda stage, done: progress(f"speech: {stage}", done))
-            )
+            async with model_progress() as progress:
+                llm = await stack.enter_async_context(open_default_provider(progress=progress))
+                speech = await stack.enter_async_context(
+                    open_default_speech(progress=progress.speech)
+                )
         except (LLMError, ImportError, RuntimeError, ValueError) as exc:
             # A missing package or model, a bad LLMRTC_SPEECH: the message says what to do.
-            progress.done()
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        progress.done()
         handler = build_handler(
             llm, registry, playbook, system_prompt=args.system, toolkits=toolkits
         )
