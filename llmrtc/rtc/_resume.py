@@ -81,7 +81,10 @@ async def claim(
     deadline = anyio.current_time() + wait
     await take_over(sessions, resume)
     while True:
-        claimed = await store.claim(resume.session_id, resume.token)
+        # Shielded: a claim that went through must reach the caller (to be used or put
+        # back), even when the wait is cancelled meanwhile (an evicted connection).
+        with anyio.CancelScope(shield=True):
+            claimed = await store.claim(resume.session_id, resume.token)
         if claimed is not None:
             return claimed
         left = deadline - anyio.current_time()

@@ -31,14 +31,23 @@ __all__ = ["read_opening", "refuse", "send_error"]
 
 
 async def read_opening(
-    websocket: ServerConnection, timeout: float
+    websocket: ServerConnection, timeout: float, *, first_message_timeout: float | None = None
 ) -> tuple[OfferMessage, ResumeMessage | None] | None:
     """Read until the `offer`: the offer and the `resume` before it, if any. None when the
     connection closed, hung up, was refused, or sent no offer within `timeout` seconds
-    (`offer_timeout`; refused with `idle_timeout`)."""
+    (`offer_timeout`), or no message at all within `first_message_timeout` seconds (refused
+    with `idle_timeout` either way)."""
     resume: ResumeMessage | None = None
-    with anyio.move_on_after(timeout):
+    started = anyio.current_time()
+    first = timeout if first_message_timeout is None else min(first_message_timeout, timeout)
+    heard = False
+    # An opening connection costs a place among the few the server keeps for them: one that
+    # says nothing gives it up soon, one that talks gets the whole `timeout` to offer.
+    with anyio.CancelScope(deadline=started + first) as scope:
         async for raw in websocket:
+            if not heard:
+                heard = True
+                scope.deadline = started + timeout
             try:
                 message = parse_client_message(raw)
             except ProtocolError as exc:
@@ -69,7 +78,11 @@ async def read_opening(
                         "(after `resume`, to resume one)",
                     )
         return None  # closed before offering
-    await refuse(websocket, "idle_timeout", "No offer came; the connection was closed.")
+    if heard:
+        why = f"No offer came within {timeout:g} s; the connection was closed."
+    else:
+        why = f"No message came within {first:g} s of connecting; the connection was closed."
+    await refuse(websocket, "idle_timeout", why)
     return None
 
 

@@ -26,19 +26,29 @@ class ServerConfig:
     port: int = 8080
     """TCP port for the page and the WebSocket; 0 picks a free one (read `server.port`)."""
     max_sessions: int = 10
-    """Live sessions this process admits at once; one more gets `server_full`. One event loop
-    keeps about 10 full-duplex sessions on time (ARCHITECTURE.md): run workers for more."""
+    """Live sessions this process admits at once; one more gets `server_full`. A session frees
+    its slot as it starts ending; while `2 * max_sessions` sessions are admitted and not yet
+    done (live or still ending: finishing a tool, saving) a new one gets `server_full` too.
+    One event loop keeps about 10 full-duplex sessions on time (ARCHITECTURE.md): run workers
+    for more."""
     idle_timeout: float = 300.0
     """A session with no client message and no user speech for this long gets `idle_timeout`
     and is closed (it stays resumable for `resume_ttl`)."""
     offer_timeout: float = 10.0
     """A connection that sends no `offer` within this long gets `idle_timeout` and is closed
     (the web page asks for the microphone before it connects, so it offers at once)."""
+    first_message_timeout: float = 3.0
+    """A connection that sends no message at all within this long of connecting gets
+    `idle_timeout` and is closed (capped by `offer_timeout`, which bounds the offer itself):
+    the web page connects once it has the microphone and sends its offer at once, so a silent
+    connection only holds one of the few places kept for connections with no session."""
     max_pending_per_address: int = 8
     """Connections from one IP address that have no session yet (not offered, or a resume
     waiting for its state) at once; one more gets `server_full`. Such connections hold no
-    live slot; all addresses together may have `4 * max_sessions`. Behind a reverse proxy
-    every client has the proxy's address: raise this to that proxy's share."""
+    live slot; all addresses together may have `4 * max_sessions`, and one more closes the
+    oldest one of the address that has the most (`server_full`). An IPv6 client counts by its
+    /64 network (an IPv4-mapped address as IPv4). Behind a reverse proxy every client has the
+    proxy's address: raise this to that proxy's share."""
     resume_ttl: float = 120.0
     """How long a session whose client vanished can be resumed with its token."""
     resume_wait: float = 3.0
@@ -79,6 +89,7 @@ class ServerConfig:
         for name in (
             "idle_timeout",
             "offer_timeout",
+            "first_message_timeout",
             "resume_ttl",
             "resume_wait",
             "shutdown_grace",

@@ -6,14 +6,18 @@ admission, resume and graceful shutdown.
         await anyio.sleep_forever()
 
 Each WebSocket connection is one would-be session. Until it is admitted it holds no session
-slot; such connections are capped per address (`max_pending_per_address`) and in all
-(`4 * max_sessions`). Before its `offer` it may send `resume` (once) and `ping`; anything
+slot; such connections are capped per client (`max_pending_per_address`; an IPv6 client counts
+by its /64) and in all (`4 * max_sessions`: one more closes the oldest one of the client that
+has the most, with `server_full`), and one that sends nothing within `first_message_timeout`
+is closed. Before its `offer` it may send `resume` (once) and `ping`; anything
 needing a session gets `not_ready`. The offer is then checked (`bad_offer`); a resume ends this
 process's live connection of the session if it has the session's current token, and claims the
 saved state (`_resume`: every refusal, `resume_refused`, comes after the same
 `resume_wait`). Then the session is admitted against `max_sessions` in one step with no await
 between the check and the count (`server_full`, `shutting_down`), and the `Session` runs in the
-connection's task until it ends; it frees its slot as soon as it starts ending. A claimed state
+connection's task until it ends; it frees its slot as soon as it starts ending, but while
+`2 * max_sessions` sessions are admitted and not yet done (ending ones finish their "finish"
+tools and save) new ones get `server_full`. A claimed state
 whose session never delivered its answer is put back with the token it was claimed with.
 Refusals send `error {code, message}` and close with `CLOSE_CODES[code]`.
 
@@ -24,6 +28,7 @@ sessions on time (ARCHITECTURE.md): `reuse_port` lets several processes share th
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from contextlib import AsyncExitStack, suppress
@@ -65,7 +70,11 @@ logger = logging.getLogger(__name__)
 _FINAL_CLOSE_TIMEOUT: Final = 10.0
 """After the grace, sessions told to close get this long to save their state."""
 _OPENING_PER_SESSION: Final = 4
-"""Connections still opening (no offer yet) allowed per `max_sessions`."""
+"""Connections still opening (no offer yet) allowed per `max_sessions`; one more evicts the
+oldest of the address that has the most."""
+_ADMITTED_PER_SESSION: Final = 2
+"""Sessions admitted and not yet done (live, or ending: closing, finishing tools, saving)
+allowed per `max_sessions`; at that count a new one gets `server_full`."""
 
 
 class RTCServer:
@@ -140,7 +149,7 @@ class RTCServer:
         self._sessions: set[Session] = set()
         self._admitted = 0  # live slots held (freed when a session starts ending)
         self._busy = 0  # admitted connections not yet done (closing, saving, putting back)
-        self._pending = _PendingCount()  # connections with no session yet
+        self._openings = _Openings()  # connections with no session yet
         self._idle = anyio.Event()
         self._idle.set()
         self._admitting = False
@@ -283,13 +292,11 @@ class RTCServer:
 
     async def _signalling(self, websocket: ServerConnection) -> None:
         # Connections without a session yet (not offered, or a resume waiting for its state)
-        # cost little each but are unlimited otherwise: capped in all and per address, so
-        # idle sockets from one address cannot lock everyone out. They hold no live slot.
-        address = _address_of(websocket)
-        if self._pending.total >= _OPENING_PER_SESSION * self.config.max_sessions:
-            await refuse(websocket, "server_full", "Too many connections are opening; try later.")
-            return
-        if self._pending.of(address) >= self.config.max_pending_per_address:
+        # cost little each but are unlimited otherwise: capped per address, and in all by
+        # evicting the oldest one of the address that has the most, so a few addresses holding
+        # idle sockets cannot lock everyone else out. They hold no live slot.
+        address = client_key(websocket.remote_address)
+        if self._openings.of(address) >= self.config.max_pending_per_address:
             await refuse(
                 websocket,
                 "server_full",
@@ -297,42 +304,29 @@ class RTCServer:
                 f"{self.config.max_pending_per_address}); try again once they are answered.",
             )
             return
+        if self._openings.total >= _OPENING_PER_SESSION * self.config.max_sessions:
+            self._openings.evict()
         claimed: SessionState | None = None
         consumed = False  # whether a claimed state went to a session that answered
-        self._pending.add(address)
+        opening = self._openings.add(address)
         try:
             try:
-                opening = await read_opening(websocket, self.config.offer_timeout)
-                if opening is None:
+                opened = None
+                with opening.scope:
+                    opened = await self._opening(websocket)
+                if opened is None:
+                    if opening.scope.cancelled_caught:  # evicted
+                        await refuse(
+                            websocket,
+                            "server_full",
+                            "Too many connections are opening; this one, the oldest of the "
+                            "address with the most, was closed to make room. Try again.",
+                        )
                     return
-                offer_message, resume = opening
-                from llmrtc.rtc.peer import description_from_dict
-
-                try:
-                    offer = description_from_dict(
-                        {"type": "offer", "sdp": offer_message.sdp}, require_audio=True
-                    )
-                except ValueError as exc:
-                    await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
-                    return
-                # Refused during the shutdown grace before any take-over: a refused resume
-                # must not end the live session it names.
-                if not self._admitting:
-                    await refuse(websocket, "shutting_down")
-                    return
-                if resume is not None:
-                    claimed = await _resume.claim(
-                        self.store,
-                        resume,
-                        sessions=self._sessions,
-                        wait=self.config.resume_wait,
-                    )
-                    if claimed is None:
-                        await refuse(websocket, "resume_refused")
-                        return
+                offer, claimed = opened
             finally:
-                self._pending.remove(address)
-            # Admission: the check and the count with no await between them (atomic on one
+                self._openings.remove(opening)
+            # Admission: the checks and the count with no await between them (atomic on one
             # loop).
             if not self._admitting:
                 await refuse(websocket, "shutting_down")
@@ -343,6 +337,16 @@ class RTCServer:
                     "server_full",
                     f"The server is at its limit of {self.config.max_sessions} sessions; "
                     "try again later.",
+                )
+                return
+            if self._busy >= _ADMITTED_PER_SESSION * self.config.max_sessions:
+                # Ending sessions freed their live slots but still hold their peers and
+                # "finish" tools: bounded, so clients that leave mid-tool cannot pile them up.
+                await refuse(
+                    websocket,
+                    "server_full",
+                    f"The server is still closing {self._busy - self._admitted} earlier "
+                    "sessions; try again in a few seconds.",
                 )
                 return
             release = self._take_slot()
@@ -362,6 +366,43 @@ class RTCServer:
         finally:
             if claimed is not None and not consumed:  # refused after the claim
                 await self._put_back(claimed)
+
+    async def _opening(
+        self, websocket: ServerConnection
+    ) -> tuple[RTCSessionDescription, SessionState | None] | None:
+        """Read the opening and claim a resumed state: the offer and the claimed state, or
+        None once the connection was refused or closed."""
+        opening = await read_opening(
+            websocket,
+            self.config.offer_timeout,
+            first_message_timeout=self.config.first_message_timeout,
+        )
+        if opening is None:
+            return None
+        offer_message, resume = opening
+        from llmrtc.rtc.peer import description_from_dict
+
+        try:
+            offer = description_from_dict(
+                {"type": "offer", "sdp": offer_message.sdp}, require_audio=True
+            )
+        except ValueError as exc:
+            await refuse(websocket, "bad_offer", f"the offer cannot be used: {exc}")
+            return None
+        # Refused during the shutdown grace before any take-over: a refused resume must not
+        # end the live session it names.
+        if not self._admitting:
+            await refuse(websocket, "shutting_down")
+            return None
+        claimed: SessionState | None = None
+        if resume is not None:
+            claimed = await _resume.claim(
+                self.store, resume, sessions=self._sessions, wait=self.config.resume_wait
+            )
+            if claimed is None:
+                await refuse(websocket, "resume_refused")
+                return None
+        return offer, claimed
 
     def _take_slot(self) -> Callable[[], None]:
         """Count one live session; the returned callable frees its slot (once)."""
@@ -442,32 +483,70 @@ class RTCServer:
         return session.started
 
 
-class _PendingCount:
-    """Connections that have no session yet, in all and per remote address."""
+class _Opening:
+    """One connection that has no session yet."""
+
+    __slots__ = ("address", "scope")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.scope = anyio.CancelScope()  # cancelled when evicted
+
+
+class _Openings:
+    """Connections that have no session yet, oldest first, in all and per client address."""
 
     def __init__(self) -> None:
+        self._by_address: dict[str, list[_Opening]] = {}
         self.total = 0
-        self._by_address: dict[str, int] = {}
 
     def of(self, address: str) -> int:
-        return self._by_address.get(address, 0)
+        return len(self._by_address.get(address, ()))
 
-    def add(self, address: str) -> None:
+    def add(self, address: str) -> _Opening:
+        opening = _Opening(address)
+        self._by_address.setdefault(address, []).append(opening)
         self.total += 1
-        self._by_address[address] = self.of(address) + 1
+        return opening
 
-    def remove(self, address: str) -> None:
+    def remove(self, opening: _Opening) -> None:
+        """Forget `opening` (again is nothing)."""
+        held = self._by_address.get(opening.address)
+        if held is None or opening not in held:
+            return
+        held.remove(opening)
         self.total -= 1
-        left = self.of(address) - 1
-        if left > 0:
-            self._by_address[address] = left
-        else:
-            self._by_address.pop(address, None)
+        if not held:
+            del self._by_address[opening.address]
+
+    def evict(self) -> None:
+        """Stop the oldest opening of the address that has the most (the oldest such one on a
+        tie): it is refused with `server_full` by its own task."""
+        if not self._by_address:
+            return
+        order = {id(o): n for n, o in enumerate(o for h in self._by_address.values() for o in h)}
+        busiest = max(self._by_address.values(), key=lambda held: (len(held), -order[id(held[0])]))
+        victim = busiest[0]
+        victim.scope.cancel()
+        self.remove(victim)
 
 
-def _address_of(websocket: ServerConnection) -> str:
-    """The client's IP address (its port left out: one host, many sockets)."""
-    peer = websocket.remote_address
-    if isinstance(peer, tuple) and peer:
-        return str(peer[0])
-    return str(peer or "")
+def client_key(peer: object) -> str:
+    """Who a connection counts as for the per-address limit: its IPv4 address (an
+    IPv4-mapped IPv6 one, `::ffff:a.b.c.d`, included), or the /64 network of an IPv6 address
+    (one host commonly holds a whole /64); anything else as text.
+
+    Args:
+        peer: The socket's remote address, as `websocket.remote_address` gives it.
+    """
+    host = peer[0] if isinstance(peer, tuple) and peer else peer
+    text = str(host or "")
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])  # a scope id is no part of it
+    except ValueError:
+        return text
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
