@@ -30,6 +30,7 @@ import anyio.abc
 
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import TurnHandler
+from llmrtc.agent.history import ConversationHistory
 from llmrtc.telemetry.hooks import STTEndEvent
 from llmrtc.voice._heard import cut_to_heard
 from llmrtc.voice.events import SpeechError, Transcript
@@ -300,21 +301,17 @@ class TurnWorker:
             self._quiet_since = time.monotonic()  # the agent stopped speaking
             if reply.completed_at is not None:
                 self._timer_start = reply.completed_at
-            ledger = reply.ledger
-            if reply.interrupted or ledger.unspoken:
-                playout = self._voice.playout
-                heard = (
-                    ledger.heard(playout.unfinished_seconds_per_char, playout.sample_rate)
-                    if reply.interrupted
-                    else ledger.all_but_unspoken()
-                )
-                try:
-                    cut_to_heard(
-                        history, before, heard, ledger.total_words, interrupted=reply.interrupted
-                    )
-                except Exception as exc:  # never end the session over it: the history is valid
-                    logger.exception("turn %s: the history keeps the whole answer", reply.turn_id)
-                    await self._voice.report_error(exc, "voice.history", reply.turn_id)
+            if reply.interrupted or reply.ledger.unspoken:
+                await self._cut_to_heard(reply, history, before, interrupted=reply.interrupted)
+        except anyio.get_cancelled_exc_class():
+            # Aborted (`abort`, or the loop cancelled): the turn skipped the cut above, and the
+            # history would keep text the user never heard, unmarked. Cut it to what was
+            # played, as after a barge-in; shielded, as the cancellation is still delivered.
+            with anyio.CancelScope(shield=True):
+                reply.spoken.close()
+                reply.end_speech()
+                await self._cut_to_heard(reply, history, before, interrupted=True)
+            raise
         finally:
             if self._turn_scope is not None and self.reply is reply:
                 self._turn_scope = None
@@ -323,6 +320,23 @@ class TurnWorker:
             assert self._idle is not None
             self._idle.set()
             self._wake()
+
+    async def _cut_to_heard(
+        self, reply: Reply, history: ConversationHistory, before: set[int], *, interrupted: bool
+    ) -> None:
+        """Leave the turn's assistant messages holding only what the user heard."""
+        ledger = reply.ledger
+        playout = self._voice.playout
+        heard = (
+            ledger.heard(playout.unfinished_seconds_per_char, playout.sample_rate)
+            if interrupted
+            else ledger.all_but_unspoken()
+        )
+        try:
+            cut_to_heard(history, before, heard, ledger.total_words, interrupted=interrupted)
+        except Exception as exc:  # never end the session over it: the history is valid
+            logger.exception("turn %s: the history keeps the whole answer", reply.turn_id)
+            await self._voice.report_error(exc, "voice.history", reply.turn_id)
 
     def _events(
         self, reply: Reply, user_text: str | None, timeout: bool

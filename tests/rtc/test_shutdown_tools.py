@@ -103,3 +103,38 @@ async def test_an_idle_timeout_reports_every_started_call_finished_before_the_cl
     assert ("error", "idle_timeout") in order
     assert order.index(("tool_call_finished", "c")) < order.index(("error", "idle_timeout"))
     assert client.of_type("tool_call_finished")[0]["status"] == "aborted"
+
+
+async def test_a_forced_shutdown_mid_answer_saves_only_what_was_heard_marked_interrupted() -> None:
+    sentence = "This is one more sentence of a long answer."
+    answer = " ".join([sentence] * 30)  # about 20 s of FakeTTS speech, far past the grace
+    llm = ScriptedLLM([answer])
+    store = InMemorySessionStore()
+    server = RTCServer(
+        runners(llm), speech=fake_speech(), config=config(shutdown_grace=0.5), store=store
+    )
+    await server.__aenter__()
+    exited = False
+    try:
+        async with raw_client(server.url) as client:
+            opening = await client.connect()
+            await client.send({"type": "text", "text": "Tell me everything"})
+            await client.wait_for("agent_speech_started")
+            with anyio.fail_after(20):
+                await server.__aexit__(None, None, None)  # grace over mid-answer: aborted
+            exited = True
+            await client.wait_closed()
+    finally:
+        if not exited:
+            await server.__aexit__(None, None, None)
+    state = await store.load(opening["session_id"])
+    assert state is not None and state.history is not None
+    said = [m for m in state.history["messages"] if m.get("role") == "assistant"]
+    assert len(said) == 1
+    # the history keeps only the words played before the cut, and says it was cut
+    assert said[0].get("interrupted") is True
+    heard = said[0]["content"]
+    assert answer.startswith(heard) and len(heard.split()) < len(answer.split()) // 2
+    ended = client.of_type("agent_speech_ended")
+    assert ended and ended[-1]["interrupted"] is True
+    assert heard == ended[-1]["heard_text"]  # what the page was told the user heard
