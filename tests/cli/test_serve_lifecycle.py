@@ -11,6 +11,8 @@ import io
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -24,7 +26,7 @@ from llmrtc.cli._serve_run import BACKSTOP_MARGIN
 from llmrtc.cli.terminal import ModelProgress
 from llmrtc.testing import FakeTTS, RTCTestClient
 
-from .test_serve import LISTENING, PID_TOOLS, WEATHER, pid_turn, resume, serve, write_script
+from .test_serve import LISTENING, PID_TOOLS, ROOT, WEATHER, pid_turn, resume, serve, write_script
 
 pytestmark = pytest.mark.anyio
 
@@ -263,3 +265,66 @@ async def test_the_opening_line_says_how_long_the_offline_start_takes(tmp_path: 
         run.process.kill()
     assert "the first start takes about" in run.stderr
     assert "joining the model from its packages" in run.stderr
+
+
+async def test_a_stage_that_blocks_the_loop_says_what_to_expect_then_how_long_it_took() -> None:
+    plain = io.StringIO()
+    progress = ModelProgress(plain, line_every=0.1, blocking={"loading model": 5})
+    async with anyio.create_task_group() as group:
+        group.start_soon(progress.animate, 0.05)
+        progress("loading model", None)
+        await anyio.sleep(0.3)  # the loop runs: a live counter would tick here...
+        time.sleep(1.2)  # ...and freeze here (llama.cpp holding the GIL)
+        progress("warming up", None)
+        await anyio.sleep(0.5)
+        progress.done()
+    lines = plain.getvalue().splitlines()
+    assert lines[0] == "llmrtc: loading model (about 5 s)..."
+    assert not any("still loading model" in line for line in lines), lines  # no counter
+    took = lines.index("llmrtc: warming up...") - 1
+    assert lines[took].startswith("llmrtc: loading model took ") and took == 1, lines
+    assert int(lines[took].split()[-2]) >= 1  # the time it took, frozen part included
+    assert any(line.startswith("llmrtc: still warming up (") for line in lines)  # live again
+
+
+async def test_a_second_workers_server_on_a_used_port_is_refused(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.py"
+    tools.write_text(PID_TOOLS)
+    env = {"SERVE_TEST_PIDS": str(tmp_path / "pids")}
+    common = [str(tools), "--workers", "2", "--fake-engines"]
+    async with serve(*common, "--port", "0", env=env) as first:
+        assert first.url is not None
+        port = first.url.rsplit(":", 1)[1].strip("/")
+        async with serve(*common, "--port", port, env=env, wait=False) as second:
+            code = await second.wait(timeout=WAIT)
+        assert code == 1 and second.url is None
+        assert f"error: cannot listen on 127.0.0.1:{port}" in second.stderr, second.stderr
+        assert "already listening there" in second.stderr
+        assert first.process.returncode is None
+        first.signal(signal.SIGTERM)
+        assert await first.wait() == 0
+
+
+async def test_a_worker_whose_supervisor_is_gone_stops_quietly(tmp_path: Path) -> None:
+    """The supervisor died before the worker listened: its stdout pipe is broken. The worker
+    stops (status 0, 'stopped'), saying nothing about a port it could listen on."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(PID_TOOLS)
+    command = [sys.executable, "-m", "llmrtc.cli", "serve", str(tools), "--port", "0"]
+    command += ["--fake-engines", "--worker-store", str(tmp_path / "store.sqlite3")]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read the URL line
+    try:
+        process = await anyio.open_process(
+            command, stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE, cwd=ROOT
+        )
+    finally:
+        os.close(write_end)
+    async with process:
+        with anyio.fail_after(WAIT):
+            code = await process.wait()
+        assert process.stderr is not None
+        stderr = (await process.stderr.receive(1 << 20)).decode()
+    assert code == 0, stderr
+    assert "cannot listen" not in stderr and "Broken pipe" not in stderr, stderr
+    assert f"[worker {process.pid}] llmrtc serve: stopped" in stderr, stderr
