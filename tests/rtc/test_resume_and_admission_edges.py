@@ -1,5 +1,6 @@
-"""Regressions from review 10: what reaches the client in `bad_candidate`, what counts as user
-activity, resumes that drop or are refused, clients leaving before the answer."""
+"""Edge cases of resume and admission: what reaches the client in `bad_candidate`, what counts as
+user activity, resumes that drop or are refused, clients leaving before the answer, the cap on
+connections still opening."""
 
 from __future__ import annotations
 
@@ -209,6 +210,8 @@ async def test_a_connection_that_never_offers_is_closed_after_offer_timeout() ->
 
 
 async def test_connections_still_opening_are_capped_at_four_per_session_slot() -> None:
+    """At the cap, the newcomer is served and the oldest connection without a session (of the
+    client holding the most) is closed to make room: idle sockets cannot lock others out."""
     from websockets.asyncio.client import connect
 
     server = RTCServer(
@@ -222,11 +225,12 @@ async def test_connections_still_opening_are_capped_at_four_per_session_slot() -
                 await connection.send('{"type": "ping", "id": "p"}')
                 assert "pong" in str(await connection.recv())
             async with connect(url) as extra:
-                refusal = await extra.recv()
-                assert "server_full" in str(refusal)
+                await extra.send('{"type": "ping", "id": "p"}')
+                assert "pong" in str(await extra.recv())  # the newcomer is served
+                evicted = str(await held[0].recv())
+                assert "server_full" in evicted and "to make room" in evicted
                 with anyio.fail_after(10):
-                    await extra.wait_closed()
-            await held[0].close()
+                    await held[0].wait_closed()
             await anyio.sleep(0.2)
             async with raw_client(server.url) as client:  # a slot is free again
                 assert (await client.connect())["type"] == "session"
