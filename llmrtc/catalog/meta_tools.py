@@ -212,8 +212,10 @@ def build_meta_tools(catalog: ToolCatalog, tools: Sequence[Tool]) -> list[Tool]:
         parameters={
             "type": "object",
             "properties": {
+                # The description's wording is the one the offline 1.5B model follows into
+                # calling the tool it found ("in a few words" made it only describe the tool).
                 "query": {
-                    **_string("What the tool should do, in a few words, e.g. 'refund a payment'."),
+                    **_string("What the tool should do, e.g. 'refund a payment'."),
                     "maxLength": MAX_QUERY_CHARS,
                 },
                 "max_results": {
