@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -63,6 +64,10 @@ awaits: an exception in it would be "Task exception was never retrieved", and th
 would sit in "connecting" with nobody told. `_Peer` runs it under a guard instead."""
 
 
+_GUARDED_SCTP: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The SCTP transports whose sends `_Peer._guard_sctp` already guards."""
+
+
 class _Peer(RTCPeerConnection):
     """An `RTCPeerConnection` whose background connect never fails unseen, and whose `close`
     never raises (a session closes its peer in a `finally`).
@@ -101,6 +106,43 @@ class _Peer(RTCPeerConnection):
                 exc_info=exc,
             )
             self.emit("connectionstatechange")
+
+    async def setRemoteDescription(self, sessionDescription: RTCSessionDescription) -> None:
+        """As aiortc's; the SCTP transport it may create sends without unseen failures."""
+        await super().setRemoteDescription(sessionDescription)
+        self._guard_sctp()
+
+    async def setLocalDescription(
+        self, sessionDescription: RTCSessionDescription | None = None
+    ) -> None:
+        """As aiortc's; the SCTP transport it may create sends without unseen failures."""
+        await super().setLocalDescription(sessionDescription)
+        self._guard_sctp()
+
+    def _guard_sctp(self) -> None:
+        """aiortc's SCTP transport sends in fire-and-forget tasks (data-channel flushes,
+        retransmission timers): once its DTLS transport is down (ICE consent lost under load,
+        the other side gone) each fails with "Cannot send encrypted data, not connected" and
+        is reported as "Task exception was never retrieved". Nothing can be sent then; the
+        connection's own state already says it is failing or closed. So a send on a DTLS
+        transport that is down is dropped, and logged once at debug level."""
+        sctp = self.sctp
+        if sctp is None or sctp in _GUARDED_SCTP:
+            return
+        _GUARDED_SCTP.add(sctp)
+        send_chunk = sctp._send_chunk
+        dropped = False
+
+        async def guarded_send_chunk(chunk: Any) -> None:
+            nonlocal dropped
+            try:
+                await send_chunk(chunk)
+            except ConnectionError:
+                if not dropped:
+                    dropped = True
+                    logger.debug("SCTP data dropped: the DTLS transport is not connected")
+
+        sctp._send_chunk = guarded_send_chunk  # type: ignore[method-assign]
 
     async def close(self) -> None:
         """Close the connection, as `RTCPeerConnection.close`; an error of aiortc's while

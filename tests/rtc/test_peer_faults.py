@@ -214,3 +214,54 @@ def test_the_guarded_aiortc_connect_exists_and_set_remote_description_calls_it()
     assert callable(getattr(RTCPeerConnection, name, None))
     for method in (RTCPeerConnection.setRemoteDescription, RTCPeerConnection.setLocalDescription):
         assert name in method.__code__.co_names, method.__name__
+
+
+def test_the_guarded_aiortc_sctp_send_exists_and_its_timers_and_flush_call_it() -> None:
+    # `_Peer` wraps the SCTP transport's private `_send_chunk` on each instance.
+    import inspect
+
+    from aiortc.rtcsctptransport import RTCSctpTransport
+
+    assert inspect.iscoroutinefunction(RTCSctpTransport._send_chunk)
+    for method in (RTCSctpTransport._transmit, RTCSctpTransport._t1_expired):
+        assert "_send_chunk" in method.__code__.co_names, method.__name__
+
+
+async def test_sending_on_a_data_channel_whose_dtls_is_gone_is_no_unretrieved_error() -> None:
+    # Seen under load in a real browser session: the DTLS transport closes (ICE consent lost,
+    # or the other side went away) while the server still sends events on the data channel;
+    # aiortc's SCTP sends in fire-and-forget tasks, each failing with "Cannot send encrypted
+    # data, not connected" -- "Task exception was never retrieved".
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    from llmrtc.rtc.ice import loopback_candidates
+
+    with unretrieved_task_errors() as reported:
+        server = create_peer(loopback=True)
+        client = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        opened = anyio.Event()
+        channels: list[Any] = []
+
+        @server.on("datachannel")
+        def on_channel(channel: Any) -> None:
+            channels.append(channel)
+            opened.set()
+
+        client.createDataChannel("events")
+        try:
+            with loopback_candidates():
+                await client.setLocalDescription(await client.createOffer())
+            answer = await accept_offer(server, client.localDescription)
+            await client.setRemoteDescription(answer)
+            with anyio.fail_after(TIMEOUT):
+                await opened.wait()
+            # The server's DTLS goes away under a data channel that is still open.
+            await server.sctp.transport.stop()
+            assert channels[0].readyState == "open"
+            for index in range(20):  # events keep coming from the session meanwhile
+                channels[0].send(f"event {index}")
+            await anyio.sleep(0.5)
+        finally:
+            await client.close()
+            await server.close()
+    assert reported == []
