@@ -150,6 +150,12 @@ class TextToolCallParser:
         spellings = {spelling for name in tool_names for spelling in (name, to_wire_name(name))}
         self._mentions = tuple(f"`{name}{end}" for name in sorted(spellings) for end in ("`", "("))
 
+    @property
+    def cut_short(self) -> bool:
+        """Always False: a call cut short in text is still a call (the executor answers its
+        broken arguments), never lost."""
+        return False
+
     def _resolve(self, name: object) -> str | None:
         """The declared name `name` spells (itself or its wire form), or None."""
         if not isinstance(name, str):
