@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from llmrtc.llm.scanner import BracketScanner
 from llmrtc.llm.text_tools import TextToolCallParser
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id
@@ -61,9 +62,7 @@ class ComposedAnswerParser:
         self.streamed = False
         """Some of `output` was given as text deltas already."""
         self._i = 0
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
+        self._scan = BracketScanner()  # the object's brackets and strings (strict JSON)
         self._string_start = 0
         self._last_string: str | None = None
         self._key: str | None = None
@@ -151,27 +150,21 @@ class ComposedAnswerParser:
             self._i += 1
             if self._streaming:
                 self._stream_char(char, out)
-            elif self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif char == "\\":
-                    self._escaped = True
-                elif char == '"':
-                    self._in_string = False
+                continue
+            scan = self._scan
+            if scan.quote:
+                scan.step(char)
+                if not scan.quote:  # the string closed
                     self._last_string = source[self._string_start : self._i]
-            elif char == '"':
-                if self._depth == 1 and self._key == "output" and not self._bare_call:
-                    self._streaming = True  # the answer text starts
-                    self.streamed = True
-                else:
-                    self._in_string = True
-                    self._string_start = self._i - 1
-            elif char in "{[":
-                self._depth += 1
-            elif char in "}]":
-                self._depth -= 1
-                self._closed = self._depth == 0  # the object ends: what follows is not it
-            elif char == ":" and self._depth == 1 and self._last_string is not None:
+            elif char == '"' and scan.depth == 1 and self._key == "output" and not self._bare_call:
+                # The answer text starts: its characters are streamed, not scanned.
+                self._streaming = True
+                self.streamed = True
+            elif scan.step(char):
+                self._closed = scan.depth == 0  # the object ends: what follows is not it
+            elif scan.quote:  # a string opened
+                self._string_start = self._i - 1
+            elif char == ":" and scan.depth == 1 and self._last_string is not None:
                 try:
                     self._key = json.loads(self._last_string)
                 except ValueError:
@@ -179,7 +172,7 @@ class ComposedAnswerParser:
                 # A bare flattened call (`{"_tool": ..., "output": ...}`): its `output` is an
                 # argument, never the answer.
                 self._bare_call = self._bare_call or self._key == TOOL_FIELD
-            elif char == "," and self._depth == 1:
+            elif char == "," and scan.depth == 1:
                 self._key = None
         return [LLMTextDelta("".join(out))] if out else []
 
