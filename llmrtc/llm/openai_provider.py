@@ -71,7 +71,8 @@ class OpenAIProvider:
             base_url: An OpenAI-compatible server, e.g. `http://127.0.0.1:8080/v1`.
             api_key: Defaults to `OPENAI_API_KEY`; servers at a `base_url` may need none.
             client: A ready `openai.AsyncOpenAI` (then base_url/api_key/timeout are unused).
-            tool_call_format: `"native"`, `"text"` or `"auto"` (see `ToolCallFormat`).
+            tool_call_format: `"native"`, `"text"`, `"auto"` or `"composed"` (see
+                `ToolCallFormat`; each is a strategy in `llmrtc.llm.formats`).
             retry: When failed requests are tried again (default `RetryPolicy()`).
             compat: The server's quirks (default: none; see `llmrtc.llm.local.LLAMA_CPP_PROFILE`).
             request_timeout: Seconds for the HTTP request (read timeout between stream chunks).
