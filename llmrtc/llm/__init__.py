@@ -1,7 +1,9 @@
 """Floor 2: talking to models — messages, requests, the `LLMProvider` protocol, the
-OpenAI-compatible provider, tolerant text tool-call parsing, and the offline default model."""
+OpenAI-compatible provider, the tool-call formats (`formats/`), tolerant text tool-call parsing
+and the one call-shape scanner (`scanner`), and the offline default model."""
 
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
+from llmrtc.llm.formats import ToolCallFormat
 from llmrtc.llm.messages import (
     AssistantMessage,
     Message,
@@ -9,7 +11,7 @@ from llmrtc.llm.messages import (
     ToolMessage,
     UserMessage,
 )
-from llmrtc.llm.openai_provider import OpenAIProvider, ToolCallFormat
+from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.prompting import PromptCompleter, PromptCompletion, complete_prompt
 from llmrtc.llm.provider import LLMError, LLMProvider, collect_response
 from llmrtc.llm.settings import ModelSettings

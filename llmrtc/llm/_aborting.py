@@ -8,7 +8,7 @@ import anyio
 
 from llmrtc.abort import AbortSignal
 
-__all__ = ["abort_scope"]
+__all__ = ["abort_scope", "aborted"]
 
 
 def abort_scope(signal: AbortSignal | None) -> AbstractContextManager[anyio.CancelScope]:
@@ -19,3 +19,9 @@ def abort_scope(signal: AbortSignal | None) -> AbstractContextManager[anyio.Canc
     async generator inside it (the scope would cancel the consumer's code): wrap each await.
     """
     return signal.cancel_scope() if signal is not None else anyio.CancelScope()
+
+
+def aborted(scope: anyio.CancelScope, signal: AbortSignal | None) -> bool:
+    """Whether the signal stopped the work of `scope`, also when the awaited call returned
+    without a checkpoint (so the scope's cancellation was never delivered)."""
+    return scope.cancel_called or (signal is not None and signal.aborted)

@@ -6,22 +6,24 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from llmrtc.abort import AbortSignal
-from llmrtc.llm._aborting import abort_scope
-from llmrtc.llm._request import request_params, sends_tools
-from llmrtc.llm._response import aborted, stream_events
+from llmrtc.llm._aborting import abort_scope, aborted
+from llmrtc.llm.chat_stream import stream_events
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import connection_errors, describe_failure
+from llmrtc.llm.formats import CallFormat, ToolCallFormat, format_for
+from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import LLMDone, LLMEvent, LLMRequest, LLMResponse, LLMTextDelta, LLMToolCall
+from llmrtc.llm.wire import message_to_openai
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -29,23 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIProvider", "ToolCallFormat"]
 
 logger = logging.getLogger(__name__)
-
-ToolCallFormat = Literal["native", "text", "auto", "composed"]
-"""`native`: tools go in the API's `tools` field and calls come back structured. `text`: tool
-schemas go into the system prompt and calls are parsed from the answer text (the server never
-parses a call, so it cannot fail on one). `auto`: native, and calls a model writes as text are
-still recognised (no schemas in the prompt). `composed`: the tools and the answer become one
-JSON schema (seed 002's `{calls, output}`: either calls or an answer) sent as
-`response_format`; the server constrains decoding to it (llama.cpp does), so no call is
-malformed or names an undeclared tool; `output` is streamed as text, the calls become tool
-calls; the API's `tools` field is not sent (its root `anyOf` suits llama.cpp; OpenAI's strict
-structured outputs want an object root, so no `strict` is sent). It needs a server that honours
-`response_format` (refused with `compat.response_format` False). A server that ignores the
-schema is still read: a composed object after a preamble or in a code fence is parsed, never
-spoken; a composed call naming an undeclared tool is kept (the executor answers `not_found`);
-an object cut short ends with stop reason `length`. In `text`, `auto` and a `composed` answer
-written as plain text, call-shaped JSON naming no declared tool is dropped, in every request,
-with or without tools."""
 
 
 class OpenAIProvider:
@@ -86,7 +71,8 @@ class OpenAIProvider:
             base_url: An OpenAI-compatible server, e.g. `http://127.0.0.1:8080/v1`.
             api_key: Defaults to `OPENAI_API_KEY`; servers at a `base_url` may need none.
             client: A ready `openai.AsyncOpenAI` (then base_url/api_key/timeout are unused).
-            tool_call_format: `"native"`, `"text"` or `"auto"` (see `ToolCallFormat`).
+            tool_call_format: `"native"`, `"text"`, `"auto"` or `"composed"` (see
+                `ToolCallFormat`; each is a strategy in `llmrtc.llm.formats`).
             retry: When failed requests are tried again (default `RetryPolicy()`).
             compat: The server's quirks (default: none; see `llmrtc.llm.local.LLAMA_CPP_PROFILE`).
             request_timeout: Seconds for the HTTP request (read timeout between stream chunks).
@@ -112,26 +98,11 @@ class OpenAIProvider:
                 the `composed` format with a `compat` profile whose server ignores
                 `response_format` (the format is one).
         """
-        if tool_call_format not in ("native", "text", "auto", "composed"):
-            raise ValueError(
-                "tool_call_format must be 'native', 'text', 'auto' or 'composed', "
-                f"got {tool_call_format!r}"
-            )
-        if composed_output_schema is not None and not isinstance(composed_output_schema, Mapping):
-            raise ValueError(
-                "composed_output_schema must be a JSON Schema dict or None, "
-                f"got {type(composed_output_schema).__name__}"
-            )
-        if not isinstance(composed_allow_both, bool):
-            raise ValueError(
-                f"composed_allow_both must be True or False, got {composed_allow_both!r}"
-            )
-        if composed_allow_both and tool_call_format != "composed":
-            raise ValueError(
-                "composed_allow_both=True shapes the composed format's schema, but "
-                f"tool_call_format is {tool_call_format!r}: pass tool_call_format='composed' "
-                "or leave composed_allow_both out"
-            )
+        call_format = format_for(
+            tool_call_format,
+            composed_output_schema=composed_output_schema,
+            composed_allow_both=composed_allow_both,
+        )
         if tool_call_format == "composed" and compat is not None and not compat.response_format:
             # The composed format IS a response_format: without one the server writes free
             # text, and the calls it meant are guessed from text at best. Refused, not degraded
@@ -143,16 +114,13 @@ class OpenAIProvider:
         self.model = model
         self.provider_name = provider_name
         self.tool_call_format: ToolCallFormat = tool_call_format
+        self.call_format: CallFormat = call_format
+        """The strategy of `tool_call_format`: what goes into a request, how content is read."""
         self.retry = retry or RetryPolicy()
         self.compat = compat or CompatProfile()
         self.request_timeout = request_timeout
         self.settings = settings or ModelSettings()
         self.stream_usage = stream_usage
-        self.composed_output_schema = composed_output_schema
-        self.composed_allow_both = composed_allow_both
-        self.composed_nested_for: set[str] = set()
-        """Tools (with a `_tool` parameter) that made `allow_both` requests use the nested
-        shape; each is warned about once."""
         import openai  # here, not at module import: `import llmrtc` stays light
 
         if client is None:
@@ -229,15 +197,10 @@ class OpenAIProvider:
                         await response.close()
                     yield LLMDone("aborted")
                     return
-                events = stream_events(
-                    response,
-                    request,
-                    abort_signal,
-                    native=self.tool_call_format == "native",
-                    composed=self.tool_call_format == "composed"
-                    and self._sends_tools(request)
-                    and not dropped_tools,
+                reader = self.call_format.reader(
+                    request, tools_sent=self._sends_tools(request) and not dropped_tools
                 )
+                events = stream_events(response, request, abort_signal, reader)
                 async with aclosing(events) as stream:
                     async for event in stream:
                         if isinstance(event, LLMTextDelta):
@@ -313,12 +276,73 @@ class OpenAIProvider:
         delay = self.retry.base_delay * (2**attempt)
         return float(min(delay * random.uniform(0.8, 1.2), self.retry.max_delay))
 
-    # Request and response (built and read in `_request` / `_response`) ---------------------
+    # The request -------------------------------------------------------------------------
 
     def _sends_tools(self, request: LLMRequest) -> bool:
-        return sends_tools(self, request)
+        """Whether tools go with this request (in the API's field, the prompt or the schema)."""
+        if not request.tools or request.tool_choice == "none":
+            return False
+        after_results = bool(request.messages) and isinstance(request.messages[-1], ToolMessage)
+        # Results that only prepare the next call (a discovery search) leave the model midway
+        # through its task: omitting the tools then would force a premature answer.
+        omit = self.compat.omit_tools_after_tool_results and not request.continues_chain
+        return not (omit and after_results)
 
     def _params(
         self, request: LLMRequest, *, withhold_tools: bool = False, prefill: str = ""
     ) -> dict[str, Any]:
-        return request_params(self, request, withhold_tools=withhold_tools, prefill=prefill)
+        """The keyword arguments of `chat.completions.create` for `request`."""
+        sent = self._sends_tools(request) and not withhold_tools
+        params: dict[str, Any] = {
+            "model": request.settings.model or self.model,
+            "messages": self._messages(request, sent=sent),
+            "stream": True,
+        }
+        if prefill:
+            # A trailing assistant message: llama.cpp (and others) continue it, so an answer
+            # cut by a server error resumes where the user's copy of it stops.
+            params["messages"].append({"role": "assistant", "content": prefill})
+        if self.stream_usage:
+            params["stream_options"] = {"include_usage": True}
+        settings = self.settings.merged(request.settings)
+        for name in ("temperature", "max_tokens", "top_p"):
+            if (value := getattr(settings, name)) is not None:
+                params[name] = value
+        if request.response_format is not None and self.compat.response_format:
+            params["response_format"] = dict(request.response_format)
+        if sent:
+            params.update(self.call_format.request_fields(request))
+        return params
+
+    def _messages(self, request: LLMRequest, *, sent: bool) -> list[Any]:
+        compat = self.compat
+        extra: list[str] = []
+        if sent:
+            extra = self.call_format.prompt(request, compat)
+        elif compat.plain_answer_hint and (request.tools or _mentions_tools(request.messages)):
+            # Only where a call could be written (tools withheld, or calls earlier in the
+            # conversation): a tool-free prompt that asks for JSON (an LLM-backed tool's) must
+            # not be told "no JSON".
+            extra.append(compat.plain_answer_hint)
+        text_mode = self.call_format.history_as_text
+        messages = list(request.messages)
+        out: list[dict[str, Any]] = []
+        if extra and not (messages and isinstance(messages[0], SystemMessage)):
+            out.append({"role": "system", "content": "\n\n".join(extra)})
+            extra = []
+        for index, message in enumerate(messages):
+            if index == 0 and isinstance(message, SystemMessage) and extra:
+                # Appended, never varied: the prompt stays byte-identical across turns so a
+                # server's prefix cache keeps hitting.
+                out.append({"role": "system", "content": "\n\n".join([message.content, *extra])})
+            else:
+                out.append(message_to_openai(message, text_mode=text_mode))
+        return out
+
+
+def _mentions_tools(messages: Sequence[Any]) -> bool:
+    """Whether the conversation has tool calls or results (a model may imitate them)."""
+    return any(
+        isinstance(m, ToolMessage) or (isinstance(m, AssistantMessage) and m.tool_calls)
+        for m in messages
+    )

@@ -27,6 +27,14 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from llmrtc.llm.scanner import (
+    ARGUMENTS_FIELD,
+    NAME_FIELD,
+    json_end,
+    looks_like_calls,
+    may_open_json,
+    names_a_call,
+)
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id, render_text_call, render_tool_prompt
 from llmrtc.tools.calls import ToolCall
@@ -61,58 +69,10 @@ _TAGS = (
     _RESPONSE_TAG,
     *_STRAY_CLOSINGS,
 )
-_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
-_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
-_TOOL_KEY = re.compile(r'"_tool"\s*:\s*"')
 # `{"issue_refund": {` : a call keyed by the tool's name (the name is checked afterwards).
 _KEYED = re.compile(r'\{\s*"([^"\\]+)"\s*:\s*\{')
 
 ParsedEvent = LLMTextDelta | LLMToolCall
-
-
-def _json_end(text: str, start: int) -> int | None:
-    """Index just past the JSON object or array that opens at `start`, or None if it is not
-    closed yet."""
-    depth = 0
-    in_string = escaped = False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
-
-
-_JSON_OBJECT_START = re.compile(r'\{\s*(?:"|\}|$)')
-_JSON_ARRAY_START = re.compile(r"\[\s*(?:\{|$)")
-
-
-def _may_open_json(text: str, start: int) -> bool:
-    """Whether the `{` or `[` at `start` can begin a JSON object (or an array of objects):
-    anything else (`{unclosed`, `[1, 2]`) is plain text and need not be held back."""
-    pattern = _JSON_OBJECT_START if text[start] == "{" else _JSON_ARRAY_START
-    return pattern.match(text, start) is not None
-
-
-def _call_shaped(item: Any) -> bool:
-    if isinstance(item, dict) and isinstance(item.get("function"), dict):
-        item = item["function"]  # {"type": "function", "function": {"name", "arguments"}}
-    return isinstance(item, dict) and (
-        isinstance(item.get(TOOL_FIELD), str)  # seed 002's {"_tool": name, <arguments>...}
-        or (isinstance(item.get("name"), str) and ("arguments" in item or "parameters" in item))
-    )
 
 
 class TextToolCallParser:
@@ -149,6 +109,12 @@ class TextToolCallParser:
         # "`name`" and "`name(": an offered tool written as code.
         spellings = {spelling for name in tool_names for spelling in (name, to_wire_name(name))}
         self._mentions = tuple(f"`{name}{end}" for name in sorted(spellings) for end in ("`", "("))
+
+    @property
+    def cut_short(self) -> bool:
+        """Always False: a call cut short in text is still a call (the executor answers its
+        broken arguments), never lost."""
+        return False
 
     def _resolve(self, name: object) -> str | None:
         """The declared name `name` spells (itself or its wire form), or None."""
@@ -209,7 +175,7 @@ class TextToolCallParser:
         positions = [self._buffer.find(tag) for tag in (*_TAGS, *self._mentions)]
         for opener in "{[":
             at = self._buffer.find(opener)
-            while at >= 0 and not _may_open_json(self._buffer, at):
+            while at >= 0 and not may_open_json(self._buffer, at):
                 at = self._buffer.find(opener, at + 1)
             positions.append(at)
         found = [p for p in positions if p >= 0]
@@ -252,29 +218,27 @@ class TextToolCallParser:
                 else:
                     inner, rest = buffer[len(opening) : end], buffer[end + len(closing) :]
                     whole = buffer[: end + len(closing)]
-                shaped = explicit or self._looks_like_calls(inner)
+                shaped = explicit or looks_like_calls(inner)
                 if not self._emit_calls(events, inner, explicit=shaped):
                     self._emit_text(events, whole)  # a code block without a call: just text
                 self._buffer = rest
                 return True
-        json_end = _json_end(buffer, 0)
-        if json_end is None:
+        closed = json_end(buffer, 0, single_quotes=False)
+        if closed is None:
             if not final:
                 return False
             # Never closed. A call cut short (it names a tool) is a call or is dropped; any
             # other brace was text.
-            keyed = self._keyed_match(buffer) is not None
-            named = _NAME.search(buffer) and _ARGUMENTS.search(buffer)
-            if keyed or named or _TOOL_KEY.search(buffer):
+            if self._keyed_match(buffer) is not None or names_a_call(buffer):
                 self._emit_calls(events, buffer, explicit=True)
             else:
                 self._emit_text(events, buffer)
             self._buffer = ""
             return True
-        chunk = buffer[:json_end]
-        if not self._emit_calls(events, chunk, explicit=self._looks_like_calls(chunk)):
+        chunk = buffer[:closed]
+        if not self._emit_calls(events, chunk, explicit=looks_like_calls(chunk)):
             self._emit_text(events, chunk)  # JSON that is not a call is just text
-        self._buffer = buffer[json_end:]
+        self._buffer = buffer[closed:]
         return True
 
     def _consume_response(self, *, final: bool) -> bool:
@@ -324,18 +288,6 @@ class TextToolCallParser:
             if self._talk:
                 self.dropped.append(self._talk)
             self._talk = None
-
-    @staticmethod
-    def _looks_like_calls(text: str) -> bool:
-        """Bare JSON shaped like tool calls (even of undeclared tools): never speak it."""
-        try:
-            parsed: Any = json.loads(text)
-        except ValueError:
-            # Broken or several objects: a name and arguments are enough to keep it unsaid.
-            named = _NAME.search(text) and _ARGUMENTS.search(text)
-            return bool(named or _TOOL_KEY.search(text))
-        items = parsed if isinstance(parsed, list) else [parsed]
-        return bool(items) and all(_call_shaped(item) for item in items)
 
     def _emit_text(self, events: list[ParsedEvent], text: str) -> None:
         if text and self._talk is not None:
@@ -394,11 +346,11 @@ class TextToolCallParser:
                 if raw.endswith("}") and raw.count("}") > raw.count("{"):
                     raw = raw[:-1]
                 return self._call(keyed.group(1), raw)
-            match = _NAME.search(item)
+            match = NAME_FIELD.search(item)
             if match is None or self._resolve(match.group(1)) is None:
                 return None
             raw = item
-            found = _ARGUMENTS.search(item)
+            found = ARGUMENTS_FIELD.search(item)
             if found is not None:
                 raw = item[found.end() :].rstrip()
                 if raw.endswith("}") and raw.count("}") > raw.count("{"):

@@ -11,9 +11,16 @@ on every sentence it cuts.
 from __future__ import annotations
 
 import html
+import logging
 import re
 
+# What is JSON or a call is decided by the one call-shape scanner the model readers use too:
+# what they hold back as a call, the voice never says.
+from llmrtc.llm.scanner import call_end, json_end, looks_like_call_start, looks_like_json_start
+
 __all__ = ["call_end", "json_end", "looks_like_call_start", "looks_like_json_start", "speakable"]
+
+logger = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"(?:```|~~~).*?(?:```|~~~|\Z)", re.DOTALL)
 # Tags whose content is machine text (tool calls in the formats small models use) or the
@@ -83,108 +90,6 @@ _WORDY = re.compile(r"[^\W_]")
 _OPENERS = {"{": "}", "[": "]"}
 # A name glued to "(" (`get_weather(`, `functions.get_weather(`); prose puts a space first.
 _CALL_NAME = re.compile(r"(?<![A-Za-z_])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(")
-_NAME_BEFORE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
-_KEY = re.compile(r"[A-Za-z_]\w*")
-
-
-def looks_like_json_start(text: str, index: int) -> bool | None:
-    """Whether the `{` or `[` at `index` starts JSON (an object or an array), not prose.
-
-    `{` followed by a quote, `}` or an unquoted `key:` (`{name: get_weather}`, as small
-    models write) is an object; `[` followed by `{`, `[`, a quote, a digit,
-    `-` or `]` is an array (a markdown link's `[text]` is not). `None`: the text ends before
-    it can tell (a streaming caller waits for more).
-    """
-    opener = text[index]
-    rest = text[index + 1 :].lstrip()
-    if not rest:
-        return None
-    first = rest[0]
-    if opener == "{":
-        if first in "\"'}":
-            return True
-        key = _KEY.match(rest)
-        if not key:
-            return False
-        after = rest[key.end() :].lstrip()
-        return (after[0] == ":") if after else None  # "{like this}" is prose
-    if opener == "[":
-        return first in "{[\"']-" or first.isdigit()
-    return False
-
-
-def looks_like_call_start(text: str, index: int) -> bool | None:
-    """Whether the `(` at `index` opens the arguments of a call written as code, not prose.
-
-    A call: a name glued to the `(` (`get_weather(`, `functions.get_weather(`) and arguments
-    that are `key=` pairs, JSON, a string or nothing (`city="Tokyo"`, `{"city": ...}`,
-    `'Oslo'`, `)`). "call me (maybe)" and "f(x)" are prose. `None`: the text ends before
-    it can tell (a streaming caller waits for more).
-    """
-    if not _NAME_BEFORE.search(text, max(0, index - 120), index):
-        return False
-    rest = text[index + 1 :].lstrip()
-    if not rest:
-        return None
-    if rest[0] in "{[\"')":
-        return True
-    key = _KEY.match(rest)
-    if not key:
-        return False
-    after = rest[key.end() :].lstrip()
-    if not after:
-        return None
-    if after[0] != "=":
-        return False
-    if len(after) == 1:
-        return None
-    return after[1] != "="  # `x==1` is a comparison, not an argument
-
-
-def _closing_end(
-    text: str, index: int, *, brackets: str, quote_after: tuple[str, ...]
-) -> int | None:
-    """The index just past the bracket closing the one at `text[index]`, or `None` if it is
-    not closed yet. `brackets` holds the openers then the closers that count; brackets inside
-    strings and escaped quotes are skipped. A single quote opens a string only after one of
-    `quote_after`, so an apostrophe in a prose value outside quotes does not derail the count.
-    """
-    half = len(brackets) // 2
-    opens, closes = brackets[:half], brackets[half:]
-    depth = 0
-    quote = ""
-    escaped = False
-    for i in range(index, len(text)):
-        char = text[i]
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            if char == '"' or text[index:i].rstrip()[-1:] in quote_after:
-                quote = char
-        elif char in opens:
-            depth += 1
-        elif char in closes:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
-
-
-def call_end(text: str, index: int) -> int | None:
-    """The index just past the `)` closing the call arguments opened at `text[index]`, or
-    `None` if they are not closed yet. Brackets inside strings are skipped."""
-    return _closing_end(text, index, brackets="([{)]}", quote_after=("(", "[", "{", ",", ":", "="))
-
-
-def json_end(text: str, index: int) -> int | None:
-    """The index just past the JSON value starting at `text[index]` (`{` or `[`), or `None`
-    if it is not closed yet. Brackets inside strings and escaped quotes are skipped."""
-    return _closing_end(text, index, brackets="{[}]", quote_after=("{", "[", ",", ":"))
 
 
 def _drop_json(text: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from llmrtc.agent import TurnRunner
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import LLMRequest, SystemMessage, ToolMessage, UserMessage
-from llmrtc.llm._composed import composed_prompt, composed_response_format
+from llmrtc.llm.formats.composed import composed_prompt, composed_response_format
 from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.types import LLMDone, LLMTextDelta, LLMToolCall
 from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply

@@ -13,8 +13,8 @@ import pytest
 from llmrtc.agent import TurnRunner
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import LLMRequest, SystemMessage, UserMessage
-from llmrtc.llm._composed import composed_response_format
 from llmrtc.llm.compat import CompatProfile
+from llmrtc.llm.formats.composed import composed_response_format
 from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.types import LLMDone, LLMTextDelta, LLMToolCall
 from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply

@@ -1,129 +1,31 @@
-"""The `composed` tool-call format: the tools and the answer as one JSON schema (seed 002's
-`{calls, output}`), sent as `response_format`, and the parser that turns the model's one JSON
-object into tool calls and answer text (the `output` string streamed as it is written).
-
-Two shapes (see `composed_schema`): the default, calls `{"name", "arguments"}` or an answer;
-and seed 002's own (`allow_both`), calls `{"_tool": <name>, <parameters>...}` beside an answer
-that may be null. The parser reads either, whichever the request asked for."""
+"""`ComposedAnswerParser`: reads a streamed composed answer (seed 002's `{calls, output}`),
+streaming the `output` string as it is written and turning the calls into tool calls."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from llmrtc.llm.scanner import BracketScanner
 from llmrtc.llm.text_tools import TextToolCallParser
-from llmrtc.llm.types import LLMTextDelta, LLMToolCall, ToolChoice
+from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import to_wire_name
-from llmrtc.tools.latent import TOOL_FIELD, composed_schema
+from llmrtc.tools.latent import TOOL_FIELD
 
-logger = logging.getLogger("llmrtc.llm")
+__all__ = ["ComposedAnswerParser"]
 
-SCHEMA_NAME = "tool_calls_or_answer"
+logger = logging.getLogger(__name__)
+
 _WHITESPACE = " \t\r\n"
 _KEYS = ("calls", "output")
 _KEYS_SET = frozenset(_KEYS)
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def composed_prompt(tools: Sequence[ToolDefinition], *, allow_both: bool = False) -> str:
-    """The system-prompt section of the composed format: the tools, one JSON line each, and
-    the shape of the answer (`allow_both`: seed 002's shape, see `composed_schema`)."""
-    lines = "\n".join(
-        json.dumps(
-            {"name": t.wire_name, "description": t.description, "parameters": t.parameters},
-            ensure_ascii=False,
-        )
-        for t in tools
-    )
-    if allow_both:
-        shape = (
-            'Reply with one JSON object {"calls": [...], "output": ...}. Only call a tool when '
-            'the user\'s request needs it: then put each call in "calls" as '
-            '{"_tool": <tool name>, <its parameters>...}. Leave "calls" empty when no tool is '
-            'needed. Write your answer to the user in "output", or null when you only call '
-            "tools."
-        )
-    else:
-        shape = (
-            'Reply with one JSON object {"calls": [...], "output": ...}. Only call a tool when '
-            'the user\'s request needs it: then put the calls in "calls" as '
-            '{"name": <tool name>, "arguments": {...}} and set "output" to null. Otherwise '
-            'leave "calls" empty and write your answer to the user in "output".'
-        )
-    return f"# Tools\n\nYou may call these tools:\n{lines}\n\n{shape}"
-
-
-def output_schema_of(response_format: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The answer's schema a request's own OpenAI `response_format` asks for (None: none, or
-    `{"type": "text"}`), to become the composed `output` branch.
-
-    Raises:
-        ValueError: for a `response_format` that is no JSON schema and no JSON object.
-    """
-    if response_format is None or response_format.get("type") == "text":
-        return None
-    if response_format.get("type") == "json_object":
-        return {"type": "object"}
-    spec = response_format.get("json_schema")
-    if response_format.get("type") == "json_schema" and isinstance(spec, Mapping):
-        schema = spec.get("schema")
-        if isinstance(schema, Mapping):
-            return schema
-    raise ValueError(
-        "in the composed tool-call format a request's response_format must be "
-        "{'type': 'json_schema', 'json_schema': {'schema': {...}}}, {'type': 'json_object'} or "
-        f"{{'type': 'text'}}, got {dict(response_format)!r}"
-    )
-
-
-def composed_response_format(
-    tools: Sequence[ToolDefinition],
-    choice: ToolChoice,
-    output_schema: Mapping[str, Any] | None,
-    *,
-    allow_both: bool = False,
-) -> dict[str, Any]:
-    """The `response_format` of a request in the composed format. A forcing `tool_choice`
-    leaves only the calls branch (`"required"`) or only that tool (`{"name": ...}`); with
-    `allow_both` (seed 002's shape, an object root) it makes `calls` hold at least one call
-    and `output` null.
-
-    No `"strict": true`: OpenAI's strict mode needs an object at the root (the default
-    composed root is an `anyOf` of the calls and the answer branch), every property required
-    and `additionalProperties: false` on every object, which tool parameters with optional
-    arguments do not satisfy. llama.cpp constrains decoding to the schema without it.
-
-    Raises:
-        ValueError: for a forced tool that is not offered, or (with `allow_both`) a tool the
-            seed's flattened calls cannot hold (a parameter named `_tool`).
-    """
-    if isinstance(choice, Mapping):
-        forced = [t for t in tools if t.name == choice["name"]]
-        if not forced:  # LLMRequest checks this too; here the schema would lose its calls
-            raise ValueError(
-                f"tool_choice names {choice['name']!r}, which is not among the tools: "
-                f"{', '.join(t.name for t in tools) or 'none'}"
-            )
-        tools = forced
-    schema = composed_schema(tools, output_schema, allow_both=allow_both)
-    forcing = isinstance(choice, Mapping) or choice == "required"
-    if forcing and allow_both:
-        # Forced: calls only, as in the default shape (an answer beside a forced call would
-        # be written, and spoken, before the call's result exists).
-        schema["properties"]["calls"]["minItems"] = 1
-        schema["properties"]["output"] = {"type": "null"}
-    elif forcing:
-        calls_only = schema["anyOf"][0]
-        if "$defs" in schema:
-            calls_only["$defs"] = schema["$defs"]
-        schema = calls_only
-    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema}}
 
 
 class ComposedAnswerParser:
@@ -160,9 +62,7 @@ class ComposedAnswerParser:
         self.streamed = False
         """Some of `output` was given as text deltas already."""
         self._i = 0
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
+        self._scan = BracketScanner()  # the object's brackets and strings (strict JSON)
         self._string_start = 0
         self._last_string: str | None = None
         self._key: str | None = None
@@ -174,6 +74,12 @@ class ComposedAnswerParser:
         self._bare_call = False  # the object names a tool at its top: a call, not `{calls}`
         self.complete = False
         """After `finish`: the composed object was complete JSON (False: cut short)."""
+
+    @property
+    def cut_short(self) -> bool:
+        """After `finish`: the composed object never closed (max_tokens), so its calls are
+        lost."""
+        return not self.complete
 
     def feed(self, text: str) -> list[LLMTextDelta | LLMToolCall]:
         """Take more of the answer; the `output` text (or, for a text answer, the text and
@@ -244,27 +150,21 @@ class ComposedAnswerParser:
             self._i += 1
             if self._streaming:
                 self._stream_char(char, out)
-            elif self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif char == "\\":
-                    self._escaped = True
-                elif char == '"':
-                    self._in_string = False
+                continue
+            scan = self._scan
+            if scan.quote:
+                scan.step(char)
+                if not scan.quote:  # the string closed
                     self._last_string = source[self._string_start : self._i]
-            elif char == '"':
-                if self._depth == 1 and self._key == "output" and not self._bare_call:
-                    self._streaming = True  # the answer text starts
-                    self.streamed = True
-                else:
-                    self._in_string = True
-                    self._string_start = self._i - 1
-            elif char in "{[":
-                self._depth += 1
-            elif char in "}]":
-                self._depth -= 1
-                self._closed = self._depth == 0  # the object ends: what follows is not it
-            elif char == ":" and self._depth == 1 and self._last_string is not None:
+            elif char == '"' and scan.depth == 1 and self._key == "output" and not self._bare_call:
+                # The answer text starts: its characters are streamed, not scanned.
+                self._streaming = True
+                self.streamed = True
+            elif scan.step(char):
+                self._closed = scan.depth == 0  # the object ends: what follows is not it
+            elif scan.quote:  # a string opened
+                self._string_start = self._i - 1
+            elif char == ":" and scan.depth == 1 and self._last_string is not None:
                 try:
                     self._key = json.loads(self._last_string)
                 except ValueError:
@@ -272,7 +172,7 @@ class ComposedAnswerParser:
                 # A bare flattened call (`{"_tool": ..., "output": ...}`): its `output` is an
                 # argument, never the answer.
                 self._bare_call = self._bare_call or self._key == TOOL_FIELD
-            elif char == "," and self._depth == 1:
+            elif char == "," and scan.depth == 1:
                 self._key = None
         return [LLMTextDelta("".join(out))] if out else []
 

@@ -1,0 +1,59 @@
+"""The `text` tool-call format: tool schemas in the system prompt, calls parsed from the answer
+text by `TextToolCallParser` (the server never parses a call, so it cannot fail on one)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from llmrtc.llm.compat import CompatProfile
+from llmrtc.llm.formats.strategy import ToolCallFormat
+from llmrtc.llm.text_tools import TextToolCallParser
+from llmrtc.llm.types import LLMRequest
+from llmrtc.llm.wire import render_tool_prompt
+from llmrtc.tools.ids import to_wire_name
+
+__all__ = ["TextFormat", "text_call_parser"]
+
+logger = logging.getLogger(__name__)
+
+
+def text_call_parser(request: LLMRequest) -> TextToolCallParser:
+    """A parser of calls written as text in an answer to `request`.
+
+    Used for every request, tools or not: call-shaped JSON is never text. With tool_choice
+    "none" no call is accepted; after a retry without tools (or tool results) a call the model
+    still writes to a declared tool is one. Routable names (hidden, auto-routed tools) are
+    accepted too: a text call to one is a call the executor runs, not call-shaped noise to drop.
+    """
+    offered = [] if request.tool_choice == "none" else [t.name for t in request.tools]
+    routable = () if request.tool_choice == "none" else request.routable_names
+    return TextToolCallParser(offered, routable)
+
+
+class TextFormat:
+    """Tool schemas in the prompt, calls read from the text (see `ToolCallFormat`)."""
+
+    name: ToolCallFormat = "text"
+    history_as_text = True
+
+    def prompt(self, request: LLMRequest, compat: CompatProfile) -> list[str]:
+        """The tool hint, the tools (in the profile's wording, or `render_tool_prompt`'s) and
+        what `tool_choice` demands (the server cannot enforce it: nothing goes in `tools`)."""
+        extra = [compat.tool_hint] if compat.tool_hint else []
+        extra.append((compat.tool_prompt or render_tool_prompt)(request.tools))
+        choice = request.tool_choice
+        if isinstance(choice, Mapping):
+            extra.append(f"You must call the tool {to_wire_name(choice['name'])} now.")
+        elif choice == "required":
+            extra.append("You must call one of the tools now.")
+        return extra
+
+    def request_fields(self, request: LLMRequest) -> dict[str, Any]:
+        """None: the tools are in the prompt."""
+        return {}
+
+    def reader(self, request: LLMRequest, *, tools_sent: bool) -> TextToolCallParser:
+        """Text with calls in it."""
+        return text_call_parser(request)
