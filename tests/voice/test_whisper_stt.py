@@ -278,7 +278,9 @@ def test_weights_are_joined_verified_and_rebuilt_when_corrupt(
     wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
     assert stages == []
     # ... and in a new process a sound cache is only verified, not joined again.
-    monkeypatch.setattr(wm, "_VERIFIED", {})
+    from llmrtc import packaged_models
+
+    monkeypatch.setattr(packaged_models, "_VERIFIED", {})
     wm.ensure_whisper_model(tmp_path, progress=lambda s, f: stages.append((s, f)))
     assert {s for s, _ in stages} == {"verifying model"}
 

