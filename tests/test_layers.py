@@ -14,13 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llmrtc"
 
-_CORE = frozenset({"abort", "tools", "telemetry"})
+_CORE = frozenset({"abort", "tools", "telemetry", "packaged_models"})
 """Floor 0 and the hooks every floor may call."""
 
 ALLOWED: dict[str, frozenset[str]] = {
     "abort": frozenset(),
     "tools": frozenset({"abort"}),
     "telemetry": frozenset(),  # hooks.py, events.py, correlation: nothing of ours
+    "packaged_models": frozenset(),  # models shipped inside PyPI packages: nothing of ours
     "execution": _CORE,
     "catalog": _CORE,
     "llm": _CORE,
