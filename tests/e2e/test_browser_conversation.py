@@ -391,3 +391,21 @@ def test_the_microphone_keeps_echo_cancellation_unless_the_test_option_turns_it_
     test = open_page(server.url)  # ?test_raw_mic=1
     test.connect()
     assert test.state()["micProcessing"] == {key: False for key in on}
+
+
+def test_a_turn_error_banner_goes_away_once_a_later_turn_is_answered(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+) -> None:
+    # Found using the page: after one failed turn the banner stayed up through every later,
+    # successful turn until the user hung up.
+    server = serve_fake_speech([ScriptedResponse(error="the model failed"), "Fine now."])
+    page = open_page(server.url)
+    page.connect()
+    page.type_text("First question")
+    banner = page.element("error")
+    page.wait("the turn's error", lambda: banner.get_attribute("data-code") == "model_error")
+    assert banner.is_displayed()
+    page.type_text("Second question")
+    page.wait("the second answer", lambda: "Fine now." in page.text("assistant"))
+    page.wait("the banner to go", lambda: not banner.is_displayed(), timeout=10)

@@ -142,7 +142,10 @@ const HANDLERS = {
   agent_speech_started: () => view.agentSpeaking(true),
   agent_speech_ended: (m) => view.agentSpeechEnded(m.interrupted, m.heard_text),
   barge_in: (m) => view.bargeIn(m.heard_text),
-  turn_completed: (m) => view.turnCompleted(m.text, m.stop_reason),
+  turn_completed(m) {
+    view.turnCompleted(m.text, m.stop_reason);
+    if (m.stop_reason !== "error") view.clearTurnError();
+  },
   error(m) {
     if (call && FINAL_ERRORS.has(m.code)) call.finalError = m.code;
     // A refused automatic or on-load resume is tried again (lost()); only giving up shows an

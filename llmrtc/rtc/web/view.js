@@ -20,6 +20,8 @@ const ERROR_TEXT = {
   server_full_saved: "The server is busy: every session is taken. Your conversation is " +
     "saved: connect again in a minute to pick it up.",
 };
+// Errors about one turn (the session goes on): the next answered turn clears them.
+const TURN_ERRORS = new Set(["model_error", "speech_error", "turn_error", "too_many_turns"]);
 const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
 
 // Statuses of a call that was refused before its tool ran: no duration to show.
@@ -202,6 +204,11 @@ export function createView(document, onState) {
       ui.error.hidden = true;
       ui.error.textContent = "";
       delete ui.error.dataset.code;
+    },
+
+    // A turn answered: an error about an earlier turn no longer holds.
+    clearTurnError() {
+      if (TURN_ERRORS.has(ui.error.dataset.code)) this.clearError();
     },
 
     note(text) {
