@@ -104,8 +104,6 @@ if TYPE_CHECKING:
 
 from llmrtc._version import __version__
 
-install_log_correlation("llmrtc")
-
 
 def __getattr__(name: str) -> Any:
     # OpenTelemetryHooks pulls in the OpenTelemetry API: import it on first use only, so

@@ -202,3 +202,226 @@ def test_the_voice_and_catalog_floors_import_light(package: str) -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+# --- No import cycles (ARCHITECTURE.md: "No import cycles inside `llmrtc`") -------------------
+
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
+    # Removed by the other parts of issue 18; the lead empties this after merging them.
+    frozenset(cycle)
+    for cycle in (
+        {"llmrtc.agent.runner", "llmrtc.agent._settle"},
+        {"llmrtc.execution._state", "llmrtc.execution._reporting"},
+        {"llmrtc.llm.openai_provider", "llmrtc.llm._request"},
+        {"llmrtc.catalog._cache", "llmrtc.catalog._chunked", "llmrtc.catalog.search"},
+        {"llmrtc.catalog.llm_tools", "llmrtc.catalog._llm_run"},
+        {"llmrtc.cli._serve_run", "llmrtc.cli._serve_workers"},
+    )
+)
+"""Import cycles (each as the set of its modules) that exist today and are being removed."""
+
+
+def import_graph(sources: dict[Path, str] | None = None) -> dict[str, dict[str, int]]:
+    """module → {imported module: line of the first such import}, for every module of llmrtc
+    (or of `sources`, read as the files they are keyed by, over the package's own files).
+
+    Every import counts, also inside functions and under `TYPE_CHECKING` (a cycle hidden that
+    way is still a cycle in the design), except a module's import of an ancestor package (its
+    own `__init__` face: `from llmrtc.tools import ToolCall` inside `llmrtc.tools.registry`).
+    """
+    files = {path: path.read_text() for path in sorted(PACKAGE.rglob("*.py"))}
+    files.update(sources or {})
+    graph: dict[str, dict[str, int]] = {}
+    for path, source in files.items():
+        module = _module_name(path)
+        edges = graph.setdefault(module, {})
+        for line, target in imports_of(path, source):
+            if target == module or module.startswith(target + "."):
+                continue
+            edges.setdefault(target, line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def describe_cycle(cycle: frozenset[str], graph: dict[str, dict[str, int]]) -> str:
+    """`a ⇄ b` and, under it, every import that ties the cycle's modules (`file:line`)."""
+    lines = [" ⇄ ".join(sorted(cycle))]
+    for module in sorted(cycle):
+        for target, line in sorted(graph[module].items()):
+            if target in cycle:
+                path = module.replace(".", "/")
+                path += "/__init__.py" if (ROOT / path).is_dir() else ".py"
+                lines.append(f"    {path}:{line}: {module} imports {target}")
+    return "\n".join(lines)
+
+
+def test_there_is_no_import_cycle_inside_llmrtc() -> None:
+    graph = import_graph()
+    cycles = [cycle for cycle in import_cycles(graph) if cycle not in KNOWN_CYCLES]
+    assert not cycles, "import cycles:\n" + "\n".join(describe_cycle(c, graph) for c in cycles)
+
+
+def test_known_cycles_still_exist() -> None:
+    # A removed cycle must leave KNOWN_CYCLES, or it could silently come back.
+    gone = KNOWN_CYCLES - set(import_cycles(import_graph()))
+    assert not gone, "no longer cycles, remove from KNOWN_CYCLES: " + repr(
+        sorted(map(sorted, gone))
+    )
+
+
+def test_the_cycle_checker_counts_lazy_and_type_only_imports_but_not_the_face() -> None:
+    latent = PACKAGE / "tools" / "latent.py"
+    registry = PACKAGE / "tools" / "registry.py"
+    definition = PACKAGE / "tools" / "definition.py"
+    lazy = definition.read_text() + "\ndef f():\n    from llmrtc.tools import latent\n"
+    cycles = import_cycles(import_graph({definition: lazy}))
+    assert frozenset({"llmrtc.tools.definition", "llmrtc.tools.latent"}) <= set().union(*cycles)
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .latent import X\n"
+    graph = import_graph({registry: registry.read_text() + typed, latent: "from . import registry"})
+    assert frozenset({"llmrtc.tools.registry", "llmrtc.tools.latent"}) in import_cycles(graph)
+    face = "from llmrtc.tools import ToolCall\nfrom llmrtc import tools\n"
+    graph = import_graph({registry: registry.read_text() + face})
+    assert not [c for c in import_cycles(graph) if "llmrtc.tools.registry" in c]
+
+
+# --- Loggers are named by their module ---------------------------------------------------------
+
+ROOT_LOGGER_SETUP = ("llmrtc.cli", "llmrtc")
+"""(package, name): the one literal logger name allowed, `logging.getLogger("llmrtc")`, where
+the command line configures the library's root logger (in any module of `llmrtc.cli`)."""
+
+KNOWN_LITERAL_LOGGERS: frozenset[tuple[str, str]] = frozenset(
+    {
+        # Removed by the other parts of issue 18; the lead empties this after merging them.
+        ("llmrtc.agent._settle", "llmrtc.agent.runner"),
+        ("llmrtc.catalog._cache", "llmrtc.catalog"),
+        ("llmrtc.catalog._llm_run", "llmrtc.catalog.llm_tools"),
+        ("llmrtc.catalog._mcp_connection", "llmrtc.catalog.mcp"),
+        ("llmrtc.catalog._mcp_convert", "llmrtc.catalog.mcp"),
+        ("llmrtc.catalog.catalog", "llmrtc.catalog"),
+        ("llmrtc.catalog.embeddings", "llmrtc.catalog"),
+        ("llmrtc.catalog.injection", "llmrtc.catalog"),
+        ("llmrtc.catalog.mcp", "llmrtc.catalog.mcp"),
+        ("llmrtc.cli.bot", "llmrtc.cli"),
+        ("llmrtc.execution._reporting", "llmrtc.execution"),
+        ("llmrtc.llm._composed", "llmrtc.llm"),
+        ("llmrtc.llm._request", "llmrtc.llm"),
+        # Not in a part of issue 18 that I know of: the logger handed to `websockets` (could be
+        # `logging.getLogger(__name__ + ".websocket")`).
+        ("llmrtc.rtc.server", "llmrtc.rtc.websocket"),
+    }
+)
+"""(module, literal name) of loggers named by a literal string today, being renamed."""
+
+
+def literal_loggers(sources: dict[Path, str] | None = None) -> list[tuple[str, str, int]]:
+    """(module, name, line) of every `getLogger("<literal>")` call in llmrtc (or `sources`)."""
+    files = sources or {path: path.read_text() for path in sorted(PACKAGE.rglob("*.py"))}
+    found = []
+    for path, source in files.items():
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(source, str(path))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            first = node.args[0]
+            if called == "getLogger" and isinstance(first, ast.Constant):
+                found.append((module, str(first.value), node.lineno))
+    return found
+
+
+def _allowed_literal(module: str, name: str) -> bool:
+    package, root = ROOT_LOGGER_SETUP
+    in_package = module == package or module.startswith(package + ".")
+    return (in_package and name == root) or (module, name) in KNOWN_LITERAL_LOGGERS
+
+
+def test_loggers_are_named_by_their_module() -> None:
+    found = [
+        f"{module} line {line}: logging.getLogger({name!r}); use logging.getLogger(__name__)"
+        for module, name, line in literal_loggers()
+        if not _allowed_literal(module, name)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_known_literal_loggers_still_exist() -> None:
+    # A renamed logger must leave KNOWN_LITERAL_LOGGERS, or it could silently come back.
+    actual = {(module, name) for module, name, _ in literal_loggers()}
+    gone = KNOWN_LITERAL_LOGGERS - actual
+    assert not gone, "renamed, remove from KNOWN_LITERAL_LOGGERS: " + repr(sorted(gone))
+
+
+def test_the_logger_check_allows_only_the_root_logger_setup() -> None:
+    hooks = PACKAGE / "telemetry" / "hooks.py"
+    cli = PACKAGE / "cli" / "chat.py"
+    source = 'import logging\nlogger = logging.getLogger("llmrtc.telemetry.hooks")\n'
+    assert literal_loggers({hooks: source}) == [
+        ("llmrtc.telemetry.hooks", "llmrtc.telemetry.hooks", 2)
+    ]
+    assert not _allowed_literal("llmrtc.telemetry.hooks", "llmrtc.telemetry.hooks")
+    assert _allowed_literal("llmrtc.cli.chat", "llmrtc")
+    assert not _allowed_literal("llmrtc.telemetry.hooks", "llmrtc")
+    assert literal_loggers({cli: "from logging import getLogger\ngetLogger(__name__)\n"}) == []
+
+
+# --- `import llmrtc` changes nothing -----------------------------------------------------------
+
+
+def test_importing_llmrtc_leaves_logging_as_it_was() -> None:
+    """No handler, filter or level is installed: an unconfigured application sees llmrtc's
+    warnings through `logging.lastResort` (stderr), exactly as it sees any library's."""
+    code = (
+        "import logging\n"
+        "def state():\n"
+        "    loggers = [logging.getLogger(), logging.getLogger('llmrtc')]\n"
+        "    return [(l.handlers[:], l.filters[:], l.level, l.propagate) for l in loggers], "
+        "logging.getLogRecordFactory(), logging.lastResort, logging.getLoggerClass()\n"
+        "before = state()\n"
+        "import llmrtc\n"
+        "assert state() == before, (state(), before)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)

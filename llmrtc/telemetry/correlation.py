@@ -36,10 +36,10 @@ _IDS = (
 class CorrelationFilter(logging.Filter):
     """Sets `record.session_id`, `record.turn_id` and `record.call_id` (None when unknown).
 
-    It never drops a record. llmrtc installs one on the `llmrtc` logger's own handler, so
-    records from every `llmrtc.*` logger carry the ids before they reach your handlers; add one
-    to your own handler to get the ids on your application's records too, e.g. with a format
-    like `%(session_id)s %(turn_id)s %(call_id)s %(message)s`.
+    It never drops a record. Add one to your own handler to get the ids on every record that
+    handler writes (llmrtc's and your application's), e.g. with a format like
+    `%(session_id)s %(turn_id)s %(call_id)s %(message)s`; or call `install_log_correlation()`
+    to have them set on the records of the `llmrtc.*` loggers before any handler sees them.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -76,8 +76,13 @@ class _CorrelatingHandler(logging.Handler):
 
 
 def install_log_correlation(logger_name: str = "llmrtc") -> None:
-    """Make records of `logger_name` and its children carry the correlation ids. Idempotent;
-    llmrtc calls it for its own logger on import. No global record factory is touched."""
+    """Make records of `logger_name` and its children carry the correlation ids. Idempotent.
+
+    An application calls it when it wants the ids on llmrtc's records: importing llmrtc never
+    touches logging (warnings then reach stderr through `logging.lastResort`, as any library's
+    do). It adds a handler that writes nothing to `logger_name`, whose filter sets the ids;
+    no global record factory is touched.
+    """
     logger = logging.getLogger(logger_name)
     if not any(isinstance(h, _CorrelatingHandler) for h in logger.handlers):
         logger.addHandler(_CorrelatingHandler())

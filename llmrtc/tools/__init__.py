@@ -8,12 +8,18 @@ from llmrtc.tools.calls import (
     to_json_content,
 )
 from llmrtc.tools.context import ToolContext
-from llmrtc.tools.definition import TOOL_NAME_PATTERN, ExecutionPolicy, ToolDefinition
+from llmrtc.tools.definition import (
+    REASONING_FIELD,
+    TOOL_NAME_PATTERN,
+    ExecutionPolicy,
+    ToolDefinition,
+)
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.latent import OUTPUT_FIELD, REASONING_FIELD, LatentTool
 from llmrtc.tools.registry import CallRouter, ToolRegistry
+from llmrtc.tools.schema_form import OUTPUT_FIELD
 from llmrtc.tools.tool import (
     FunctionTool,
+    LatentTool,
     Tool,
     ToolDefinitionWarning,
     ToolHandler,

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from llmrtc.tools._schema import compact_model_schema
+from llmrtc.tools.arguments import ArgumentSchema, ArgumentsError, compile_validator
 from llmrtc.tools.ids import DEFAULT_TOOL_VERSION, format_tool_id, parse_tool_id, to_wire_name
-from llmrtc.tools.validation import compile_validator, validate_tool_arguments
 
 __all__ = [
     "ExecutionPolicy",
@@ -163,7 +163,11 @@ class ToolDefinition:
             )
         self._check_metadata()
         try:
-            validator = compile_validator(self.parameters)  # type: ignore[arg-type]
+            validator = compile_validator(
+                self.parameters,  # type: ignore[arg-type]
+                model=self.parameters_model,
+                tool_name=self.name,
+            )
         except ValueError as exc:
             raise ValueError(f"tool {self.name!r}: {exc}") from None
         self._check_output_schema()
@@ -246,13 +250,16 @@ class ToolDefinition:
             raise ValueError(f"tool {self.name!r}: {reason}") from None
 
     def _check_examples(self) -> None:
+        # The very check a call gets (`validate_tool_arguments`), on the schema compiled above.
+        validator: ArgumentSchema = self._validator  # type: ignore[attr-defined]
         for index, example in enumerate(self.examples):
-            checked = validate_tool_arguments(self, example)
-            if not checked.valid:
+            try:
+                validator.prepare(example)
+            except ArgumentsError as exc:
                 raise ValueError(
                     f"tool {self.name!r}: examples[{index}] does not match the parameters: "
-                    + "; ".join(checked.errors)
-                )
+                    + "; ".join(exc.errors)
+                ) from None
 
     @property
     def local_name(self) -> str:

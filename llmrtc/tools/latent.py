@@ -1,204 +1,36 @@
-"""Tools as pure schemas (seed 002): latent tools the calling model answers itself through their
-`_output` argument, the opt-in `_reasoningForCall` argument, and the composed `{calls, output}`
-schema a model answers with one JSON object.
+"""How tools are offered to a model and their calls read back, in seed 002's terms: the opt-in
+`_reasoningForCall` argument (added to the offered schema, taken out of each call), a latent
+tool's `_output` checked on each call, and the composed `{calls, output}` schema a model answers
+with one JSON object.
 
-A latent tool has no handler. Its offered schema requires `_output` (the tool's output schema):
-the model writes the result in its own call, and that value, checked against the output schema,
-is the call's result. Everything else is an ordinary tool: the executor runs it (hooks, spans,
-one result per call), and a missing or invalid `_output` is an `invalid_arguments` result the
-model can correct.
-
-Example:
-    sentiment = define_tool({
-        "type": "object",
-        "description": "Analyzes text sentiment",
-        "properties": {
-            "_tool": {"type": "string", "const": "sentimentAnalysis"},
-            "text": {"type": "string"},
-            "_output": {"type": "object", "properties": {"sentiment": {"type": "string"}}},
-        },
-    })
+What a latent tool is lives with the other tools (`llmrtc.tools.tool.LatentTool`); the schema
+form that writes one, and the meta-field names, in `llmrtc.tools.schema_form`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
+import logging
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
-from llmrtc.tools.context import ToolContext
+from llmrtc.tools.arguments import ArgumentsError, compile_validator, parse_arguments
 from llmrtc.tools.definition import REASONING_FIELD, ToolDefinition
+from llmrtc.tools.schema_form import REASONING_SCHEMA, TOOL_FIELD
 from llmrtc.tools.tool import Tool
-from llmrtc.tools.validation import (
-    ArgumentSchema,
-    ArgumentsError,
-    compile_validator,
-    parse_arguments,
-)
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
-    "OUTPUT_FIELD",
     "REASONING_FIELD",
     "TOOL_FIELD",
-    "LatentTool",
     "composed_schema",
-    "definition_from_schema",
-    "latent_tool",
     "offered_definitions",
     "unwrap_arguments",
     "with_reasoning_field",
     "with_reasoning_tool",
 ]
-
-TOOL_FIELD = "_tool"
-"""The seed form's meta-field naming the tool (`{"const": "sentimentAnalysis"}`)."""
-OUTPUT_FIELD = "_output"
-"""The argument in which the calling model writes a latent tool's result."""
-_META_FIELDS = (TOOL_FIELD, OUTPUT_FIELD, REASONING_FIELD)
-_OUTPUT_NOTE = (
-    "The result of this tool: you produce it yourself, from what you know, as a value "
-    "matching this schema."
-)
-_REASONING_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "description": "Why you chose this tool, in one short sentence (optional).",
-}
-_SUMMARY_CHARS = 300
-
-
-class LatentTool(Tool):
-    """A tool without a handler: the calling model writes its result in the `_output`
-    argument, and that value (checked against `output_schema`) is the result. Make one with
-    `define_tool(definition)` (no handler) or `define_tool(schema)` in seed 002's form."""
-
-    __slots__ = ("_output_check", "output_schema")
-    latent: ClassVar[bool] = True
-
-    def __init__(self, definition: ToolDefinition, output_schema: dict[str, Any]) -> None:
-        """Use `latent_tool` (it builds the offered definition with `_output` required)."""
-        super().__init__(definition, _latent_handler)
-        self.output_schema = output_schema
-        """The JSON Schema `_output` must match."""
-        self._output_check: ArgumentSchema = compile_validator(output_schema)
-
-    def __repr__(self) -> str:
-        return f"<LatentTool {self.definition.name!r}>"
-
-    def output_errors(self, arguments: Mapping[str, Any]) -> list[str]:
-        """What is wrong with the `_output` of `arguments` (empty when it is right), worded
-        for the model: what is missing or wrong, and what is allowed."""
-        allowed = f"it must match {_summary(self.output_schema)}"
-        if OUTPUT_FIELD not in arguments:
-            return [
-                f"{OUTPUT_FIELD} is missing: tool {self.name!r} is answered by you, so write "
-                f"its result in the {OUTPUT_FIELD} argument; {allowed}"
-            ]
-        try:
-            errors = self._output_check.errors(arguments[OUTPUT_FIELD])
-        except ValueError as exc:  # a value JSON cannot hold (from a Python caller)
-            errors = [f"not a JSON value ({exc})"]
-        if not errors:
-            return []
-        return [f"{OUTPUT_FIELD} is not a valid result: {'; '.join(errors)}; {allowed}"]
-
-
-async def _latent_handler(args: Any, ctx: ToolContext) -> Any:
-    # The executor checked `_output` before this runs (whatever its validate_arguments).
-    return args[OUTPUT_FIELD]
-
-
-def _summary(schema: Mapping[str, Any]) -> str:
-    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
-
-
-def latent_tool(definition: ToolDefinition) -> LatentTool:
-    """The latent tool of `definition`: its offered parameters require `_output`.
-
-    The output schema is the `_output` property the parameters already declare (seed form),
-    else `definition.output_schema`.
-
-    Raises:
-        ValueError: when the definition gives no output schema at all.
-    """
-    parameters = definition.json_schema
-    properties = dict(parameters.get("properties") or {})
-    output = properties.get(OUTPUT_FIELD)
-    if output is None:
-        output = definition.output_schema
-    if not isinstance(output, dict):
-        raise ValueError(
-            f"tool {definition.name!r} has no handler, so it is latent: the model writes its "
-            f"result, and it needs a schema for that result: pass output_schema={{...}} to "
-            f"ToolDefinition or declare an {OUTPUT_FIELD!r} property (or give a handler)"
-        )
-    offered_output = dict(output)
-    offered_output.setdefault("description", _OUTPUT_NOTE)
-    properties[OUTPUT_FIELD] = offered_output
-    required = [name for name in parameters.get("required", ()) if name != OUTPUT_FIELD]
-    offered = {**parameters, "properties": properties, "required": [*required, OUTPUT_FIELD]}
-    # A pydantic parameters model cannot hold `_output`: the latent tool validates a dict.
-    latent = replace(definition, parameters=offered, output_schema=output)
-    return LatentTool(latent, output)
-
-
-def definition_from_schema(
-    schema: Mapping[str, Any], *, name: str | None = None
-) -> tuple[ToolDefinition, bool]:
-    """A `ToolDefinition` from seed 002's schema form: `_tool` names the tool, `_output` is
-    the output schema, the other properties are the parameters.
-
-    Returns:
-        The definition (its `output_schema` from `_output`) and whether the schema declared
-        `_reasoningForCall` (the caller then offers it with `with_reasoning_field`).
-
-    Raises:
-        ValueError: without a name, or for a meta-field (`_x`) this library does not run.
-    """
-    if not isinstance(schema, Mapping):
-        raise TypeError(f"a tool schema must be a JSON Schema object, got {type(schema).__name__}")
-    properties = dict(schema.get("properties") or {})
-    named = properties.pop(TOOL_FIELD, None)
-    output = properties.pop(OUTPUT_FIELD, None)
-    reasons = properties.pop(REASONING_FIELD, None) is not None
-    if isinstance(named, Mapping):
-        const = named.get("const")
-        enum = named.get("enum")
-        if const is None and isinstance(enum, list) and len(enum) == 1:
-            const = enum[0]
-        if isinstance(const, str):
-            name = name or const
-    if not name:
-        raise ValueError(
-            "a tool schema needs a name: give its '_tool' property a const "
-            '({"_tool": {"const": "toolName"}}) or pass name=...'
-        )
-    unknown = sorted(key for key in properties if key.startswith("_"))
-    if unknown:
-        raise ValueError(
-            f"tool {name!r}: the meta-fields {unknown} are not supported; a schema's "
-            f"meta-fields may be {list(_META_FIELDS)} (give a handler for explicit execution)"
-        )
-    if output is not None and not isinstance(output, dict):
-        raise ValueError(f"tool {name!r}: {OUTPUT_FIELD} must be a JSON Schema object")
-    parameters = {
-        key: value
-        for key, value in schema.items()
-        if key not in ("properties", "required", "description", "title")
-    }
-    parameters["type"] = schema.get("type", "object")
-    parameters["properties"] = properties
-    required = [key for key in schema.get("required", ()) if key not in _META_FIELDS]
-    if required:
-        parameters["required"] = required
-    description = schema.get("description") or schema.get("title") or ""
-    definition = ToolDefinition(
-        name=name, description=description, parameters=parameters, output_schema=output
-    )
-    return definition, reasons
 
 
 # The definition a reasoning field was added to, per original (built once: compiling a
@@ -216,12 +48,15 @@ def with_reasoning_field(definition: ToolDefinition) -> ToolDefinition:
     if found is not None:
         return found
     parameters = definition.json_schema
-    properties = {REASONING_FIELD: dict(_REASONING_SCHEMA), **(parameters.get("properties") or {})}
+    properties = {REASONING_FIELD: dict(REASONING_SCHEMA), **(parameters.get("properties") or {})}
     offered = {**parameters, "properties": properties}
     # A copy, not `replace`: a pydantic parameters model (what the handler receives) is kept.
     reasoned = copy.copy(definition)
     object.__setattr__(reasoned, "parameters", offered)
-    object.__setattr__(reasoned, "_validator", compile_validator(offered))
+    validator = compile_validator(
+        offered, model=definition.parameters_model, tool_name=definition.name
+    )
+    object.__setattr__(reasoned, "_validator", validator)
     object.__setattr__(reasoned, "reasoning_for_call", True)
     _reasoned[definition] = reasoned
     return reasoned

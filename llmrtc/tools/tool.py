@@ -1,22 +1,53 @@
-"""`Tool`, `define_tool` and the `@tool` decorator: a definition bound to the code that runs it."""
+"""What a tool object is: a `ToolDefinition` bound to what answers its calls, either a handler
+(`Tool`; `FunctionTool` from the `@tool` decorator) or the calling model itself (`LatentTool`);
+`define_tool` makes either, from a definition or seed 002's schema form.
+
+A latent tool has no handler. Its offered schema requires `_output` (the tool's output schema):
+the model writes the result in its own call, and that value, checked against the output schema,
+is the call's result. Everything else is an ordinary tool: the executor runs it (hooks, spans,
+one result per call), and a missing or invalid `_output` is an `invalid_arguments` result the
+model can correct (`llmrtc.tools.latent.unwrap_arguments`).
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
+import logging
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, overload
 
 from pydantic import BaseModel
 
 from llmrtc.tools._signature import signature_model
+from llmrtc.tools.arguments import ArgumentSchema, compile_validator
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
 from llmrtc.tools.ids import DEFAULT_TOOL_VERSION
+from llmrtc.tools.schema_form import OUTPUT_FIELD, definition_from_schema
 
-__all__ = ["Tool", "FunctionTool", "ToolDefinitionWarning", "ToolHandler", "define_tool", "tool"]
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FunctionTool",
+    "LatentTool",
+    "Tool",
+    "ToolDefinitionWarning",
+    "ToolHandler",
+    "define_tool",
+    "latent_tool",
+    "tool",
+]
+
+_OUTPUT_NOTE = (
+    "The result of this tool: you produce it yourself, from what you know, as a value "
+    "matching this schema."
+)
+_SUMMARY_CHARS = 300
 
 
 class ToolDefinitionWarning(UserWarning):
@@ -83,7 +114,7 @@ def define_tool(
 ) -> Tool:
     """Bind a handler to a definition, or make a latent tool without one.
 
-    Without a handler the tool is latent (`llmrtc.tools.latent.LatentTool`): its offered
+    Without a handler the tool is latent (`LatentTool`): its offered
     schema requires an `_output` argument matching the output schema, the calling model fills
     it, and that value is the call's result.
 
@@ -104,14 +135,8 @@ def define_tool(
             is not a tool schema, or if a latent tool has no output schema.
     """
     if not isinstance(definition, ToolDefinition):
-        from llmrtc.tools import latent  # latent.py builds on this module
-
-        definition, reasons = latent.definition_from_schema(definition)
-        made = define_tool(definition, handler)
-        return latent.with_reasoning_tool(made) if reasons else made
+        definition = definition_from_schema(definition)
     if handler is None:
-        from llmrtc.tools.latent import latent_tool
-
         return latent_tool(definition)
     if not callable(handler):
         raise ValueError(f"tool {definition.name!r}: handler must be callable, got {handler!r}")
@@ -125,6 +150,82 @@ def define_tool(
     except ValueError:
         pass  # builtins without a signature: trust the caller
     return Tool(definition, handler)
+
+
+class LatentTool(Tool):
+    """A tool without a handler: the calling model writes its result in the `_output`
+    argument, and that value (checked against `output_schema`) is the result. Make one with
+    `define_tool(definition)` (no handler) or `define_tool(schema)` in seed 002's form."""
+
+    __slots__ = ("_output_check", "output_schema")
+    latent: ClassVar[bool] = True
+
+    def __init__(self, definition: ToolDefinition, output_schema: dict[str, Any]) -> None:
+        """Use `latent_tool` (it builds the offered definition with `_output` required)."""
+        super().__init__(definition, _latent_handler)
+        self.output_schema = output_schema
+        """The JSON Schema `_output` must match."""
+        self._output_check: ArgumentSchema = compile_validator(output_schema)
+
+    def __repr__(self) -> str:
+        return f"<LatentTool {self.definition.name!r}>"
+
+    def output_errors(self, arguments: Mapping[str, Any]) -> list[str]:
+        """What is wrong with the `_output` of `arguments` (empty when it is right), worded
+        for the model: what is missing or wrong, and what is allowed."""
+        allowed = f"it must match {_summary(self.output_schema)}"
+        if OUTPUT_FIELD not in arguments:
+            return [
+                f"{OUTPUT_FIELD} is missing: tool {self.name!r} is answered by you, so write "
+                f"its result in the {OUTPUT_FIELD} argument; {allowed}"
+            ]
+        try:
+            errors = self._output_check.errors(arguments[OUTPUT_FIELD])
+        except ValueError as exc:  # a value JSON cannot hold (from a Python caller)
+            errors = [f"not a JSON value ({exc})"]
+        if not errors:
+            return []
+        return [f"{OUTPUT_FIELD} is not a valid result: {'; '.join(errors)}; {allowed}"]
+
+
+async def _latent_handler(args: Any, ctx: ToolContext) -> Any:
+    # The executor checked `_output` before this runs (whatever its validate_arguments).
+    return args[OUTPUT_FIELD]
+
+
+def _summary(schema: Mapping[str, Any]) -> str:
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def latent_tool(definition: ToolDefinition) -> LatentTool:
+    """The latent tool of `definition`: its offered parameters require `_output`.
+
+    The output schema is the `_output` property the parameters already declare (seed form),
+    else `definition.output_schema`.
+
+    Raises:
+        ValueError: when the definition gives no output schema at all.
+    """
+    parameters = definition.json_schema
+    properties = dict(parameters.get("properties") or {})
+    output = properties.get(OUTPUT_FIELD)
+    if output is None:
+        output = definition.output_schema
+    if not isinstance(output, dict):
+        raise ValueError(
+            f"tool {definition.name!r} has no handler, so it is latent: the model writes its "
+            f"result, and it needs a schema for that result: pass output_schema={{...}} to "
+            f"ToolDefinition or declare an {OUTPUT_FIELD!r} property (or give a handler)"
+        )
+    offered_output = dict(output)
+    offered_output.setdefault("description", _OUTPUT_NOTE)
+    properties[OUTPUT_FIELD] = offered_output
+    required = [name for name in parameters.get("required", ()) if name != OUTPUT_FIELD]
+    offered = {**parameters, "properties": properties, "required": [*required, OUTPUT_FIELD]}
+    # A pydantic parameters model cannot hold `_output`: the latent tool validates a dict.
+    latent = replace(definition, parameters=offered, output_schema=output)
+    return LatentTool(latent, output)
 
 
 def _function_handler(

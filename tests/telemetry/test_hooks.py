@@ -264,6 +264,7 @@ async def test_callbacks_are_a_convenience_on_the_same_mechanism() -> None:
     assert errored[0][0] == calls[1] and isinstance(errored[0][1], KeyError)
 
 
+@pytest.mark.usefixtures("log_correlation")
 async def test_log_records_carry_the_call_id_in_sync_and_async_handlers(caplog: Any) -> None:
     @tool
     async def note() -> None:

@@ -227,6 +227,7 @@ def test_llmrtc_warnings_still_reach_stderr_when_logging_is_not_configured() -> 
     assert "visible warning" in completed.stderr
 
 
+@pytest.mark.usefixtures("log_correlation")
 def test_ids_given_in_extra_are_kept(caplog: Any) -> None:
     with caplog.at_level(logging.INFO, logger="llmrtc"):
         logging.getLogger("llmrtc.tests").info("hello", extra={"session_id": "mine"})

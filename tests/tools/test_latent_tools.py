@@ -18,8 +18,9 @@ from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply, tool_call_reply
 from llmrtc.testing.recording import RecordingHooks
 from llmrtc.tools import ToolCall, ToolDefinition, ToolRegistry, define_tool
-from llmrtc.tools.latent import OUTPUT_FIELD, LatentTool
 from llmrtc.tools.loader import load_tools_file
+from llmrtc.tools.schema_form import OUTPUT_FIELD
+from llmrtc.tools.tool import LatentTool
 
 pytestmark = pytest.mark.anyio
 

@@ -256,7 +256,7 @@ def test_a_validator_that_crashes_tells_the_model_nothing_internal(
             raise ConnectionError("could not connect to postgres://admin:hunter2@db:5432/orders")
 
     definition = ToolDefinition(name="lookup_order", description="Find an order.", parameters=Order)
-    with caplog.at_level("WARNING", logger="llmrtc.tools.validation"):
+    with caplog.at_level("WARNING", logger="llmrtc.tools.arguments"):
         crashed = validate_tool_arguments(definition, '{"order_id": "A-1"}')
     assert not crashed.valid
     assert crashed.errors == ["the arguments could not be checked because of an internal error"]
