@@ -212,7 +212,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     for cycle in (
         {"llmrtc.agent.runner", "llmrtc.agent._settle"},
         {"llmrtc.execution._state", "llmrtc.execution._reporting"},
-        {"llmrtc.llm.openai_provider", "llmrtc.llm._request"},
         {"llmrtc.catalog._cache", "llmrtc.catalog._chunked", "llmrtc.catalog.search"},
         {"llmrtc.catalog.llm_tools", "llmrtc.catalog._llm_run"},
         {"llmrtc.cli._serve_run", "llmrtc.cli._serve_workers"},
@@ -341,16 +340,10 @@ KNOWN_LITERAL_LOGGERS: frozenset[tuple[str, str]] = frozenset(
         ("llmrtc.catalog._mcp_connection", "llmrtc.catalog.mcp"),
         ("llmrtc.catalog._mcp_convert", "llmrtc.catalog.mcp"),
         ("llmrtc.catalog.catalog", "llmrtc.catalog"),
-        ("llmrtc.catalog.embeddings", "llmrtc.catalog"),
         ("llmrtc.catalog.injection", "llmrtc.catalog"),
         ("llmrtc.catalog.mcp", "llmrtc.catalog.mcp"),
         ("llmrtc.cli.bot", "llmrtc.cli"),
         ("llmrtc.execution._reporting", "llmrtc.execution"),
-        ("llmrtc.llm._composed", "llmrtc.llm"),
-        ("llmrtc.llm._request", "llmrtc.llm"),
-        # Not in a part of issue 18 that I know of: the logger handed to `websockets` (could be
-        # `logging.getLogger(__name__ + ".websocket")`).
-        ("llmrtc.rtc.server", "llmrtc.rtc.websocket"),
     }
 )
 """(module, literal name) of loggers named by a literal string today, being renamed."""

@@ -232,7 +232,7 @@ class RTCServer:
                 process_request=StaticFiles(),
                 max_size=MAX_FRAME_BYTES,
                 reuse_port=self.config.reuse_port or None,
-                logger=logging.getLogger("llmrtc.rtc.websocket"),
+                logger=logging.getLogger(f"{__name__}.websocket"),
             )
         except BaseException:
             await stack.aclose()
