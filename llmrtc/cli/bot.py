@@ -1,4 +1,5 @@
-"""The bot a command talks to: a playbook's orchestrator, or a runner with a tools file.
+"""The bot a command talks to: loaded from a playbook and/or a tools file (`load_bot`), built
+into a playbook's orchestrator or a runner with the tools (`build_handler`).
 
 `llmrtc chat`, `llmrtc voice` and `llmrtc serve` answer with the same handler, built here,
 over the tools `open_mcp_tools` adds from the playbook's MCP servers.
@@ -14,7 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from llmrtc.cli.errors import CLIError, describe_tools_file_error, playbook_failure
+from llmrtc.cli.models import has_llm_tools, tool_models
 
 if TYPE_CHECKING:
     from llmrtc.agent import TurnHandler
@@ -28,16 +32,92 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "Bot",
     "build_handler",
+    "load_bot",
+    "load_target",
+    "load_tools",
     "open_mcp_tools",
     "run_with_mcp_tools",
-    "tool_models",
 ]
 
-logger = logging.getLogger("llmrtc.cli")
+logger = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the tools when they help. Answer briefly."
 """The system prompt of `chat` and `voice` without a playbook (`--system` replaces it)."""
+
+_Loaded = TypeVar("_Loaded")
+
+
+class Bot(NamedTuple):
+    """What a command answers with, as loaded from its files."""
+
+    playbook: Playbook | None
+    """The playbook (None: a plain runner with the tools)."""
+    registry: ToolRegistry | None
+    """The tools (None: none)."""
+    toolkits: list[Toolkit]
+    """The `Toolkit`s the tools file defines at module level (stages may name them by key)."""
+
+
+def load_tools(load: Callable[[Any], _Loaded], source: Any, *, failure: str) -> _Loaded:
+    """`load(source)` with a tools loader; anything the tools file raises while it is imported
+    becomes a `CLIError` reading `failure:` and the short description of what went wrong (the
+    file, line and code). The loader's own errors (a missing file, no tools) are one line
+    already and propagate as they are."""
+    from llmrtc.tools.loader import IMPORT_NOTE
+
+    try:
+        return load(source)
+    except Exception as exc:
+        notes = getattr(exc, "__notes__", ())
+        if not any(str(note).startswith(IMPORT_NOTE) for note in notes):
+            raise
+        detail = describe_tools_file_error(exc).replace("\n", "\n  ")
+        raise CLIError(f"{failure}:\n  {detail}") from exc
+
+
+def load_bot(playbook_path: str | None, tools_path: str | None) -> Bot:
+    """The playbook, tools and toolkits a command answers with (a tools file given explicitly
+    wins over the playbook's own).
+
+    Raises:
+        CLIError: either file cannot be loaded (a playbook's findings, a missing file, what
+            the tools file raised), saying why.
+    """
+    from llmrtc.catalog.toolkits import Toolkit
+    from llmrtc.playbook import PlaybookError, load_playbook
+    from llmrtc.playbook.loading import load_playbook_toolkit_tools
+    from llmrtc.tools.loader import load_tools_module
+
+    playbook = None
+    registry = None
+    toolkits: list[Toolkit] = []
+    failure = "cannot load the tools file"
+    try:
+        if tools_path is not None:
+            loaded = load_tools(load_tools_module, tools_path, failure=failure)
+            registry = loaded.registry
+            toolkits = [item for item in loaded.objects if isinstance(item, Toolkit)]
+        if playbook_path is not None:
+            playbook = load_playbook(playbook_path, registry=registry, toolkits=toolkits)
+            if playbook.tools_file and tools_path is None:
+                registry, toolkits = load_tools(
+                    load_playbook_toolkit_tools, playbook, failure=failure
+                )
+    except PlaybookError as exc:
+        assert playbook_path is not None  # only loading a playbook raises it
+        raise playbook_failure(exc, playbook_path) from exc
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(str(exc)) from exc
+    return Bot(playbook, registry, toolkits)
+
+
+def load_target(target: str | None) -> Bot:
+    """`load_bot` for a command's one PLAYBOOK_OR_TOOLS argument: a `.py` file is a tools
+    file, anything else a playbook; None: no tools at all."""
+    is_tools = target is not None and Path(target).suffix == ".py"
+    return load_bot(None if is_tools else target, target if is_tools else None)
 
 
 def build_handler(
@@ -65,7 +145,7 @@ def build_handler(
     from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
 
     tools = registry if registry is not None else ToolRegistry()
-    if models is None and _has_llm_tools(tools):
+    if models is None and has_llm_tools(tools):
         models = tool_models(llm)
     if playbook is not None:
         return PlaybookOrchestrator(
@@ -73,25 +153,6 @@ def build_handler(
         )
     executor = ToolExecutor(tools, hooks=hooks, models=models)
     return TurnRunner(llm, executor, system_prompt=system_prompt, hooks=hooks)
-
-
-def _has_llm_tools(registry: ToolRegistry) -> bool:
-    from llmrtc.catalog import LLMTool
-
-    return any(isinstance(registry.get(name), LLMTool) for name in registry.names())
-
-
-def tool_models(llm: LLMProvider) -> ModelPool:
-    """A `ModelPool` running LLM-backed tools on the command's own, already open `llm`
-    (provider `default`, model `default/<llm.model>`); the pool never closes `llm`."""
-    from llmrtc.catalog import ModelPool
-    from llmrtc.llm import PromptCompleter
-
-    provider: Any = llm if callable(getattr(llm, "complete_prompt", None)) else None
-    if provider is None:
-        provider = PromptCompleter(llm)
-    model = getattr(llm, "model", None) or "default"
-    return ModelPool({"default": provider}, default_model=f"default/{model}")
 
 
 @asynccontextmanager

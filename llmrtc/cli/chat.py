@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -19,12 +19,15 @@ from llmrtc.abort import AbortController
 from llmrtc.agent import (
     StageChanged,
     TextDelta,
-    ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
     TurnError,
     TurnHandler,
 )
+from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
+from llmrtc.cli.errors import CLIError
+from llmrtc.cli.event_lines import event_line
+from llmrtc.cli.logs import command_logging, log_file
 from llmrtc.cli.terminal import Screen, model_progress, read_lines
 from llmrtc.llm import LLMError, OpenAIProvider
 
@@ -33,10 +36,67 @@ if TYPE_CHECKING:
     from llmrtc.playbook import Playbook
     from llmrtc.tools import ToolRegistry
 
-__all__ = ["run_chat"]
+__all__ = ["add_chat_parser", "chat_command", "run_chat"]
+
+CHAT_EPILOG = """\
+In the chat: Ctrl-C stops the answer being written (as a barge-in would: tools it started
+are cancelled and get an aborted result);
+Ctrl-C at the prompt, Ctrl-D or /quit ends the chat. A model or server failure ends only the
+turn (one error line on stderr) and the next question works; a model API that cannot be
+reached at all is reported before the first prompt, with exit status 1. A playbook that
+reaches a terminal stage ends the chat (exit status 0). Warnings and log lines go to LOG_FILE,
+not between the lines of the conversation (--verbose shows them on stderr too)."""
 
 _PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")
 _INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+
+
+def add_chat_parser(commands: Any) -> None:
+    """Add the `chat` subcommand to `commands` (an argparse subparsers object)."""
+    chat = commands.add_parser(
+        "chat",
+        help="chat in the terminal (OPENAI_API_KEY/OPENAI_BASE_URL, else the offline model)",
+        description="Chat with the model in the terminal, with tools and optionally a playbook.",
+        epilog=CHAT_EPILOG.replace("LOG_FILE", str(log_file())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat.add_argument(
+        "playbook", nargs="?", help="a playbook (.yaml/.json) to run, e.g. playbooks/support.yaml"
+    )
+    chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
+    chat.add_argument(
+        "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
+    )
+    chat.add_argument(
+        "--verbose", action="store_true", help="show warnings and log lines on stderr too"
+    )
+    chat.set_defaults(handler=chat_command)
+
+
+def chat_command(args: argparse.Namespace) -> int:
+    """Run `llmrtc chat` with parsed `args`; the exit status.
+
+    Raises:
+        CLIError: the playbook or tools cannot be loaded (or its MCP tools do not fit it).
+    """
+    from llmrtc.cli.bot import load_bot, run_with_mcp_tools
+    from llmrtc.playbook import PlaybookError
+
+    with command_logging(args.verbose):
+        bot = load_bot(args.playbook, args.tools)
+        try:
+            return anyio.run(
+                partial(run_with_mcp_tools, run_chat, toolkits=bot.toolkits),
+                args,
+                bot.registry,
+                bot.playbook,
+                bot.toolkits,
+            )
+        except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
+            print()
+            return _INTERRUPTED
+        except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
+            raise CLIError(str(exc)) from exc
 
 
 class _Chat:
@@ -152,24 +212,12 @@ class _Chat:
             async for event in runner.run_turn(text, abort_signal=controller.signal):
                 if isinstance(event, TextDelta):
                     screen.text(event.text)
-                elif isinstance(event, ToolCallStarted):
-                    arguments = event.call.arguments
-                    shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
-                    screen.line(f"  -> {event.call.name}({shown})")
-                elif isinstance(event, ToolCallFinished):
-                    result = event.result
-                    outcome = result.to_content() if result.success else result.error
-                    screen.line(
-                        f"  <- {result.tool_name} {result.status} "
-                        f"{result.duration_ms:.0f} ms: {outcome}"
-                    )
-                    screen.thinking()
-                elif isinstance(event, StageChanged):
-                    screen.line(
-                        f"  [stage {event.from_stage} -> {event.to_stage} ({event.transition_id})]"
-                    )
-                    ended = ended or event.conversation_ended
-                    screen.thinking()
+                elif (line := event_line(event)) is not None:
+                    screen.line(line)
+                    if isinstance(event, StageChanged):
+                        ended = ended or event.conversation_ended
+                    if not isinstance(event, ToolCallStarted):
+                        screen.thinking()  # the tool is done: the model works on
                 elif isinstance(event, TurnError):
                     screen.error(f"  [error: {event.message}]")
                 elif isinstance(event, TurnCompleted):

@@ -1,12 +1,44 @@
-"""Short, actionable error texts for the command line (no tracebacks through llmrtc itself)."""
+"""How a command fails: `CLIError` (what `main` prints, and the exit status), and the short,
+actionable texts it carries (no tracebacks through llmrtc itself)."""
 
 from __future__ import annotations
 
 import os
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["describe_tools_file_error", "shown_path"]
+if TYPE_CHECKING:
+    from llmrtc.playbook import PlaybookError
+
+__all__ = ["CLIError", "describe_tools_file_error", "playbook_failure", "shown_path"]
+
+
+class CLIError(Exception):
+    """A command cannot go on: `main` prints `error: MESSAGE` on stderr and exits with
+    `status`. Raised wherever the reason is known, instead of printing and returning a status
+    up through every caller."""
+
+    def __init__(self, message: str, status: int = 1, *, prefix: str = "error: ") -> None:
+        """`message`: what was wrong and what to do; `prefix`: "" for a text that carries its
+        own heading (a playbook's findings)."""
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.prefix = prefix
+
+    @property
+    def text(self) -> str:
+        """What `main` prints on stderr."""
+        return f"{self.prefix}{self.message}"
+
+
+def playbook_failure(exc: PlaybookError, path: str) -> CLIError:
+    """A playbook that cannot be used: every finding, then a count line (exit status 1)."""
+    errors = sum(f.severity == "error" for f in exc.findings)
+    count = f"{path}: {errors} errors, {len(exc.findings) - errors} warnings"
+    return CLIError(f"{exc}\n{count}", prefix="")
+
 
 _LOADER_FILE = str(Path(__file__).resolve().parents[1] / "tools" / "loader.py")
 

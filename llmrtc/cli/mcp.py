@@ -20,12 +20,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from llmrtc.cli.arguments import seconds
+from llmrtc.cli.errors import CLIError
+
 if TYPE_CHECKING:
     from llmrtc.catalog import ModelPool
     from llmrtc.execution import ToolExecutor
     from llmrtc.tools import ToolCallResult, ToolRegistry
 
-__all__ = ["add_mcp_parser", "build_mcp_server", "default_model_pool", "serve_mcp_stdio"]
+__all__ = ["add_mcp_parser", "build_mcp_server", "mcp_command", "serve_mcp_stdio"]
 
 DESCRIPTION = """\
 Serve the tools a Python file defines to any MCP client, over stdio.
@@ -57,46 +60,36 @@ def add_mcp_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=seconds,
         default=30.0,
         metavar="SECONDS",
         help="seconds a call may run unless the tool sets its own (default 30)",
     )
-    parser.set_defaults(handler=_cmd_mcp)
+    parser.set_defaults(handler=mcp_command)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be seconds > 0, got {text!r}")
-    return value
+def mcp_command(args: argparse.Namespace) -> int:
+    """Run `llmrtc mcp` with parsed `args` until the client leaves; the exit status.
 
-
-def _cmd_mcp(args: argparse.Namespace) -> int:
+    Raises:
+        CLIError: the mcp package is missing, or the tools file cannot be loaded.
+    """
     import anyio
 
-    from llmrtc.cli.errors import describe_tools_file_error
-    from llmrtc.tools.loader import IMPORT_NOTE, load_tools_file
+    from llmrtc.cli.bot import load_tools
+    from llmrtc.tools.loader import load_tools_file
 
     try:
         import mcp  # noqa: F401
     except ImportError:
-        print("error: llmrtc mcp needs the mcp package: pip install 'llmrtc[mcp]'", file=sys.stderr)
-        return 1
+        raise CLIError("llmrtc mcp needs the mcp package: pip install 'llmrtc[mcp]'") from None
     with _protocol_stdout() as protocol:
         try:
-            registry = load_tools_file(args.tools)
-        except Exception as exc:  # the file's own errors, shown as the tools command shows them
-            notes = getattr(exc, "__notes__", ())
-            if any(str(note).startswith(IMPORT_NOTE) for note in notes):
-                detail = describe_tools_file_error(exc).replace("\n", "\n  ")
-                print(f"error: cannot load the tools file:\n  {detail}", file=sys.stderr)
-            else:
-                print(f"error: {exc}", file=sys.stderr)
-            return 1
+            registry = load_tools(load_tools_file, args.tools, failure="cannot load the tools file")
+        except CLIError:
+            raise
+        except Exception as exc:  # whatever else loading raised: its message, on one line
+            raise CLIError(str(exc)) from exc
         name = args.name or Path(args.tools).stem
         try:
             anyio.run(_serve, registry, name, args.timeout, protocol)
@@ -133,30 +126,6 @@ async def _serve(registry: ToolRegistry, name: str, timeout: float, protocol: Bi
     await serve_mcp_stdio(registry, name, timeout, stdout=out)
 
 
-def _has_llm_tools(registry: ToolRegistry) -> bool:
-    from llmrtc.catalog import LLMTool
-
-    return any(isinstance(registry.get(name), LLMTool) for name in registry.names())
-
-
-def default_model_pool() -> ModelPool:
-    """A `ModelPool` whose one provider, `default`, is `llmrtc.open_default_provider` (opened
-    at the first LLM-backed call, closed with the pool): the API that `OPENAI_API_KEY` /
-    `OPENAI_BASE_URL` name (model `LLMRTC_MODEL`, default `gpt-4o-mini`), else the offline
-    model. Its `default_model` is the model every LLM-backed tool falls back to."""
-    from llmrtc.catalog import ModelPool
-    from llmrtc.llm.default import DEFAULT_OPENAI_MODEL, open_default_provider
-
-    model = os.environ.get("LLMRTC_MODEL")
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        model = model or DEFAULT_OPENAI_MODEL
-    else:  # the offline server answers to any model name; send the one it loads
-        from llmrtc.llm.local import LOCAL_MODELS
-
-        model = LOCAL_MODELS.get(model or "1.5b", LOCAL_MODELS["1.5b"]).name
-    return ModelPool({"default": open_default_provider}, default_model=f"default/{model}")
-
-
 async def serve_mcp_stdio(
     registry: ToolRegistry, name: str, timeout: float = 30.0, *, stdout: Any = None
 ) -> None:
@@ -177,11 +146,12 @@ async def serve_mcp_stdio(
     import anyio
     from mcp.server.stdio import stdio_server
 
+    from llmrtc.cli.models import default_model_pool, has_llm_tools
     from llmrtc.execution import ToolExecutor
 
     async with AsyncExitStack() as stack:
         models = None
-        if _has_llm_tools(registry):
+        if has_llm_tools(registry):
             models = await stack.enter_async_context(default_model_pool())
         executor = ToolExecutor(registry, timeout=timeout, models=models)
         server = build_mcp_server(executor, name)

@@ -17,7 +17,9 @@ Hidden options (not in `--help`; for tests and for the worker processes of `--wo
   - `--worker-store PATH`: run as one worker of `--workers` (SO_REUSEPORT, the SQLite session
     store at PATH, stopped also when its stdin closes: the supervisor went away).
 
-This module imports only argparse at load time: `llmrtc --help` stays fast.
+The command loads the bot, then runs one serving process (`serve_process`) or, with
+`--workers N`, the supervisor of N of them (`supervisor`). This module imports only argparse
+at load time: `llmrtc --help` stays fast.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["SERVE_EPILOG", "add_serve_parser"]
+from llmrtc.cli.arguments import count, port, seconds
+
+__all__ = ["SERVE_EPILOG", "add_serve_parser", "serve_command"]
 
 SERVE_EPILOG = """\
 The model: --llm auto uses OPENAI_API_KEY / OPENAI_BASE_URL when set (LLMRTC_MODEL names the
@@ -52,39 +56,6 @@ times in a row within 60 s of its start is not, the others serve on. A second --
 on a port in use is refused."""
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    """An argparse type: a TCP port, 0-65535 (0: any free port)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port 0-65535 (0: any free), got {text!r}")
-    return value
-
-
 def add_serve_parser(commands: Any) -> None:
     """Add the `serve` subcommand to `commands` (an argparse subparsers object)."""
     serve = commands.add_parser(
@@ -108,18 +79,18 @@ def add_serve_parser(commands: Any) -> None:
         help="interface to listen on (default 127.0.0.1, which also makes ICE loopback-only)",
     )
     serve.add_argument(
-        "--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port)"
+        "--port", type=port, default=8080, help="TCP port (default 8080; 0: any free port)"
     )
     serve.add_argument(
         "--workers",
-        type=_count,
+        type=count,
         default=1,
         metavar="N",
         help="processes sharing the port, each with its own --max-sessions (default 1)",
     )
     serve.add_argument(
         "--max-sessions",
-        type=_count,
+        type=count,
         default=10,
         metavar="N",
         help="live sessions per process; one more is refused with server_full (default 10)",
@@ -143,21 +114,21 @@ def add_serve_parser(commands: Any) -> None:
     )
     serve.add_argument(
         "--idle-timeout",
-        type=_seconds,
+        type=seconds,
         default=300.0,
         metavar="SECONDS",
         help="close a session after this long without the user (default 300)",
     )
     serve.add_argument(
         "--resume-ttl",
-        type=_seconds,
+        type=seconds,
         default=120.0,
         metavar="SECONDS",
         help="how long a vanished client can resume its session (default 120)",
     )
     serve.add_argument(
         "--shutdown-grace",
-        type=_seconds,
+        type=seconds,
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM or Ctrl-C, how long live sessions get to end (default 30)",
@@ -165,10 +136,25 @@ def add_serve_parser(commands: Any) -> None:
     # Hidden (see the module docstring): testing without models, and worker processes.
     serve.add_argument("--fake-engines", nargs="?", const="", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--worker-store", default=None, help=argparse.SUPPRESS)
-    serve.set_defaults(handler=_cmd_serve)
+    serve.set_defaults(handler=serve_command)
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from llmrtc.cli._serve_run import serve_command
+def serve_command(args: argparse.Namespace) -> int:
+    """Run `llmrtc serve` with parsed `args`; the exit status.
 
-    return serve_command(args)
+    Raises:
+        CLIError: the playbook or tools file cannot be loaded; with `--workers`, what every
+            worker would fail on (no SO_REUSEPORT, `--llm openai` without a key, a port in use).
+    """
+    import anyio
+
+    from llmrtc.cli.bot import load_target
+
+    bot = load_target(args.target)  # checked once here, before any worker starts
+    if args.workers > 1 and args.worker_store is None:
+        from llmrtc.cli.supervisor import supervise
+
+        return anyio.run(supervise, args)
+    from llmrtc.cli.serve_process import serve_process
+
+    return serve_process(args, bot)

@@ -4,39 +4,30 @@ The file goes through the same `VoiceLoop` a WebRTC session uses: pushed as 20 m
 (faster than real time: endpointing counts audio time), then microphone silence paced in real
 time while the agent answers, as a quiet user would send. The loop's outbound frames are
 collected, and what the agent said is written from its first to its last non-silent frame.
+
+The voice stack (`llmrtc.voice`) is imported only when the command runs, so `llmrtc --help`
+stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from llmrtc.agent import (
-    StageChanged,
-    ToolCallFinished,
-    ToolCallStarted,
-    TurnCompleted,
-    TurnError,
-)
+from llmrtc.agent import ToolCallFinished, ToolCallStarted, TurnCompleted, TurnError
+from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
+from llmrtc.cli.errors import CLIError
+from llmrtc.cli.event_lines import event_line
+from llmrtc.cli.logs import command_logging, log_file
 from llmrtc.llm import LLMError
-from llmrtc.voice.events import (
-    AgentSpeechEnded,
-    AgentSpeechStarted,
-    LoopEvent,
-    SpeechError,
-    Transcript,
-    UserSpeechEnded,
-    UserSpeechStarted,
-)
-from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -44,9 +35,26 @@ if TYPE_CHECKING:
     from llmrtc.catalog import Toolkit
     from llmrtc.playbook import Playbook
     from llmrtc.tools import ToolRegistry
+    from llmrtc.voice.events import LoopEvent
+    from llmrtc.voice.frames import AudioFrame
     from llmrtc.voice.loop import VoiceLoop
 
-__all__ = ["SPOKEN_GRACE", "TAIL_SILENCE", "run_voice", "trim_silence"]
+__all__ = [
+    "SPOKEN_GRACE",
+    "TAIL_SILENCE",
+    "add_voice_parser",
+    "run_voice",
+    "trim_silence",
+    "voice_command",
+]
+
+VOICE_EPILOG = """\
+The speech engines are the offline ones (Silero VAD, faster-whisper, piper) unless
+OPENAI_API_KEY / OPENAI_BASE_URL is set (LLMRTC_SPEECH=offline|openai forces the choice).
+The file is pushed as 20 ms frames faster than real time, then silence while the agent
+answers; every utterance in it is a turn. Exit status 1 on any error (no speech heard, a
+failed model, STT or TTS), with one line on stderr. Log lines go to LOG_FILE."""
+_INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
 TAIL_SILENCE = 1.0
 """Seconds of silence pushed at full speed after the file, on top of the loop's
@@ -55,6 +63,89 @@ SPOKEN_GRACE = 15.0
 """Seconds a finished turn's speakable text may take to start playing (TTS of its sentence)."""
 _UNSPOKEN_GRACE = 2.0  # a turn with nothing speakable: only a filler could still start
 _PADDING = 5  # 20 ms frames of silence kept around the reply in the written file
+
+
+def add_voice_parser(commands: Any) -> None:
+    """Add the `voice` subcommand to `commands` (an argparse subparsers object)."""
+    voice = commands.add_parser(
+        "voice",
+        help="one spoken turn, from a WAV file (or --text) to a WAV file",
+        description=(
+            "One voice turn without a browser: the WAV goes through the same VoiceLoop a\n"
+            "WebRTC session uses (VAD, STT, the model and its tools, TTS sentence by\n"
+            "sentence). Prints the transcript, the tool calls and the reply, and writes\n"
+            "the spoken reply to --out."
+        ),
+        epilog=VOICE_EPILOG.replace("LOG_FILE", str(log_file())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    voice.add_argument(
+        "bot",
+        nargs="?",
+        metavar="PLAYBOOK_OR_TOOLS",
+        help="a playbook (.yaml/.json) or a Python tools file (.py); none: no tools",
+    )
+    said = voice.add_mutually_exclusive_group(required=True)
+    said.add_argument(
+        "--in", dest="input", metavar="FILE.wav", help="what the user says: 16-bit PCM WAV"
+    )
+    said.add_argument("--text", help="what the user types instead (a turn without STT)")
+    voice.add_argument(
+        "--out", metavar="FILE.wav", help="write the agent's spoken reply here (48 kHz mono)"
+    )
+    voice.add_argument(
+        "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
+    )
+    voice.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up when the reply has not finished playing after this long (default 120)",
+    )
+    voice.add_argument(
+        "--verbose", action="store_true", help="show warnings and log lines on stderr too"
+    )
+    voice.set_defaults(handler=voice_command)
+
+
+def voice_command(args: argparse.Namespace) -> int:
+    """Run `llmrtc voice` with parsed `args`; the exit status.
+
+    Raises:
+        CLIError: a bad option value, a bot or `--in` file that cannot be loaded, engines
+            that cannot be opened.
+    """
+    from llmrtc.cli.bot import load_target, run_with_mcp_tools
+    from llmrtc.playbook import PlaybookError
+    from llmrtc.voice.wav import read_wav
+
+    with command_logging(args.verbose):
+        if args.timeout <= 0:
+            raise CLIError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
+        if args.text is not None and not args.text.strip():
+            raise CLIError("--text needs some text to say")
+        bot = load_target(args.bot)
+        audio = None
+        if args.input is not None:
+            try:
+                audio = read_wav(args.input)  # before any model loads: a bad file fails at once
+            except (FileNotFoundError, IsADirectoryError, ValueError) as exc:
+                raise CLIError(str(exc)) from exc
+        try:
+            return anyio.run(
+                partial(run_with_mcp_tools, run_voice, toolkits=bot.toolkits),
+                args,
+                bot.registry,
+                bot.playbook,
+                audio,
+                bot.toolkits,
+            )
+        except KeyboardInterrupt:
+            print()
+            return _INTERRUPTED
+        except PlaybookError as exc:  # e.g. a playbook whose tools file lacks a stage's tool
+            raise CLIError(str(exc)) from exc
 
 
 def trim_silence(frames: list[AudioFrame], *, padding: int = _PADDING) -> list[AudioFrame]:
@@ -107,6 +198,16 @@ class _Turns:
         self.check_done()
 
     async def follow(self, events: AsyncIterator[LoopEvent], group: anyio.abc.TaskGroup) -> None:
+        """Print the conversation and count the turns until `events` ends."""
+        from llmrtc.voice.events import (
+            AgentSpeechEnded,
+            AgentSpeechStarted,
+            SpeechError,
+            Transcript,
+            UserSpeechEnded,
+            UserSpeechStarted,
+        )
+
         async for event in events:
             self._track(event)
             if isinstance(event, UserSpeechStarted):
@@ -119,19 +220,8 @@ class _Turns:
                 else:
                     self.error(f"the speech recognizer heard no words in {self.source}")
                     self.turn_over()
-            elif isinstance(event, ToolCallStarted):
-                arguments = event.call.arguments
-                shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
-                self.say(f"  -> {event.call.name}({shown})")
-            elif isinstance(event, ToolCallFinished):
-                result = event.result
-                outcome = result.to_content() if result.success else result.error
-                self.say(
-                    f"  <- {result.tool_name} {result.status} {result.duration_ms:.0f} ms: "
-                    f"{outcome}"
-                )
-            elif isinstance(event, StageChanged):
-                self.say(f"  [stage {event.from_stage} -> {event.to_stage}]")
+            elif (line := event_line(event)) is not None:
+                self.say(line)
             elif isinstance(event, TurnError):
                 self.error(f"the model failed: {event.message}")
             elif isinstance(event, SpeechError):
@@ -145,6 +235,8 @@ class _Turns:
                 self.turn_over()
 
     def _track(self, event: LoopEvent) -> None:
+        from llmrtc.voice.events import AgentSpeechStarted, Transcript, UserSpeechEnded
+
         if isinstance(event, UserSpeechEnded):
             self.waiting_for = "the transcript"
         elif isinstance(event, Transcript | ToolCallFinished):
@@ -179,6 +271,7 @@ class _Turns:
 async def _push_file(loop: VoiceLoop, audio: AudioFrame, turns: _Turns) -> None:
     """The file as 20 ms frames at full speed, a tail of silence, then real-time silence."""
     from llmrtc.voice.audio import mix_to_mono, split_frames
+    from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 
     rate = audio.sample_rate
     for frame in split_frames(mix_to_mono(audio.pcm, audio.channels), rate):
@@ -215,6 +308,7 @@ async def run_voice(
     from llmrtc.cli.bot import build_handler
     from llmrtc.cli.terminal import model_progress
     from llmrtc.voice import VoiceLoop, open_default_speech
+    from llmrtc.voice.frames import FRAME_DURATION
 
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -225,8 +319,7 @@ async def run_voice(
                 )
         except (LLMError, ImportError, RuntimeError, ValueError) as exc:
             # A missing package or model, a bad LLMRTC_SPEECH: the message says what to do.
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            raise CLIError(str(exc)) from exc
         handler = build_handler(
             llm, registry, playbook, system_prompt=args.system, toolkits=toolkits
         )

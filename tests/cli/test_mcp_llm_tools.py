@@ -61,7 +61,7 @@ async def test_llm_backed_tools_run_on_the_default_model(tmp_path: Path) -> None
 
 
 def test_the_default_model_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmrtc.cli.mcp import default_model_pool
+    from llmrtc.cli.models import default_model_pool
     from llmrtc.llm.local import LOCAL_MODELS
 
     for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_MODEL"):

@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
 
-from llmrtc.cli._serve_run import BACKSTOP_MARGIN
+from llmrtc.cli.serve_process import BACKSTOP_MARGIN
 from llmrtc.cli.terminal import ModelProgress
 from llmrtc.testing import FakeTTS, RTCTestClient
 

@@ -1,14 +1,15 @@
-"""One `llmrtc serve` process: load the bot, open the engines, serve until a signal.
+"""One serving process of `llmrtc serve`: open the engines, serve until a signal, stop within
+the grace (a backstop exits whatever still runs past it).
 
-With `--workers N` (N > 1) this process is the supervisor instead (`_serve_workers`): it
-starts N of these as worker processes and prints the one URL line once all of them listen.
+It runs alone, or as one worker of `--workers N` under `supervisor`: then its stdout carries
+only the `LISTENING` line the supervisor waits for, its messages on stderr are prefixed with
+its pid, and `WORKER_SETUP_FAILED` tells the supervisor not to start it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import signal
 import sys
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
-from llmrtc.cli._serve_engines import (
+from llmrtc.cli.logs import serve_logging
+from llmrtc.cli.serve_engines import (
     ServeSetupError,
     open_llm,
     open_speech,
@@ -33,12 +35,13 @@ from llmrtc.telemetry.hooks import CompositeHooks, Hooks
 if TYPE_CHECKING:
     from llmrtc.agent import TurnHandler
     from llmrtc.catalog import Toolkit
+    from llmrtc.cli.bot import Bot
     from llmrtc.playbook import Playbook
     from llmrtc.rtc.server import RTCServer
     from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
     from llmrtc.tools import ToolRegistry
 
-__all__ = ["LISTENING", "WORKER_SETUP_FAILED", "serve_command"]
+__all__ = ["BACKSTOP_MARGIN", "LISTENING", "WORKER_SETUP_FAILED", "serve_process"]
 
 LISTENING = "llmrtc serve: listening on "
 """How the one line on stdout starts (then the URL and `(open it in Chromium)`)."""
@@ -52,24 +55,13 @@ BACKSTOP_MARGIN = 5.0
 (a tool that ignores cancellation, a shutdown step that hangs), listing it (status 1)."""
 
 
-def serve_command(args: argparse.Namespace) -> int:
-    """Run `llmrtc serve` with parsed `args`; the exit status."""
-    from llmrtc.cli import _load_bot
-
-    target = args.target
-    is_tools = target.endswith(".py")
-    loaded = _load_bot(None if is_tools else target, target if is_tools else None)
-    if isinstance(loaded, int):
-        return loaded  # the reason is printed already
-    if args.workers > 1 and args.worker_store is None:
-        from llmrtc.cli._serve_workers import supervise
-
-        return anyio.run(supervise, args)
+def serve_process(args: argparse.Namespace, bot: Bot) -> int:
+    """Serve `bot` in this process until a signal (as a worker when `args.worker_store` is
+    set); the exit status."""
     worker = args.worker_store is not None
-    _configure_logging(args.log_level, worker=worker)
-    playbook, registry, toolkits = loaded
+    serve_logging(args.log_level, worker=worker)
     try:
-        status = anyio.run(_serve, args, playbook, registry, toolkits)
+        status = anyio.run(_serve, args, bot.playbook, bot.registry, bot.toolkits)
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
         return _INTERRUPTED
     if status == 0:
@@ -85,16 +77,6 @@ def _wait_for_threads() -> None:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
-
-
-def _configure_logging(level: str, *, worker: bool) -> None:
-    """Log lines on stderr from `--log-level` up (a worker's are prefixed with its pid)."""
-    prefix = f"[worker {os.getpid()}] " if worker else ""
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format=f"{prefix}%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def _messages(*, worker: bool) -> TextIO:

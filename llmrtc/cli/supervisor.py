@@ -40,8 +40,9 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from llmrtc.cli._serve_engines import ServeSetupError, check_setup, workers_message
-from llmrtc.cli._serve_run import LISTENING, WORKER_SETUP_FAILED
+from llmrtc.cli.errors import CLIError
+from llmrtc.cli.serve_engines import ServeSetupError, check_setup, workers_message
+from llmrtc.cli.serve_process import LISTENING, WORKER_SETUP_FAILED
 
 __all__ = ["supervise", "worker_command"]
 
@@ -150,23 +151,24 @@ class _Workers:
 
 
 async def supervise(args: argparse.Namespace) -> int:
-    """Run `args.workers` workers on one port until a signal; the exit status."""
+    """Run `args.workers` workers on one port until a signal; the exit status.
+
+    Raises:
+        CLIError: what every worker would fail on (said once, before any starts).
+    """
     if not hasattr(socket, "SO_REUSEPORT"):
-        print("error: --workers needs SO_REUSEPORT (Linux, macOS, BSD)", file=sys.stderr)
-        return 1
+        raise CLIError("--workers needs SO_REUSEPORT (Linux, macOS, BSD)")
     try:
         check_setup(args.llm)  # what every worker would fail the same way: said once
     except ServeSetupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise CLIError(str(exc)) from exc
     try:
         if args.port != 0:
             _probe_port(args.host, args.port)
         reserved = _reserve_port(args.host, args.port)
     except OSError as exc:
         taken = " (something is already listening there)" if exc.errno == errno.EADDRINUSE else ""
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc}{taken}", file=sys.stderr)
-        return 1
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc}{taken}") from exc
     port = reserved.getsockname()[1]
     store_dir = Path(tempfile.mkdtemp(prefix="llmrtc-serve-"))
     workers = _Workers(args.workers)
