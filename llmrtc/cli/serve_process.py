@@ -249,12 +249,6 @@ async def _open_and_serve(
                                 fake=args.fake_engines is not None, progress=progress.speech
                             )
                         )
-                    from llmrtc.cli.bot import open_mcp_tools
-
-                    # The playbook's `mcp_servers:`: connected once, shared by every session.
-                    registry = await stack.enter_async_context(
-                        open_mcp_tools(registry, playbook, toolkits=toolkits)
-                    )
             except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
                 # A missing package or model, a bad LLMRTC_SPEECH, no API key for --llm
                 # openai: the message says what to do.
@@ -264,6 +258,21 @@ async def _open_and_serve(
         stop.clear_screen = None
         if stop.requested.is_set():
             return 0  # stopped while opening: what did open closes as the stack unwinds
+        from llmrtc.cli.bot import open_mcp_tools
+
+        # The playbook's `mcp_servers:`, connected once and shared by every session. Opened
+        # here, at the stack's own level, not inside the progress display or the opening's
+        # cancel scope: their connections run task groups that outlive both, and a scope
+        # must close in the order it opened.
+        try:
+            registry = await stack.enter_async_context(
+                open_mcp_tools(registry, playbook, toolkits=toolkits)
+            )
+        except (ServeSetupError, ImportError, RuntimeError, ValueError, OSError) as exc:
+            print(f"error: {exc}", file=stop.say, flush=True)  # e.g. a server that won't start
+            return WORKER_SETUP_FAILED if worker else 1
+        if stop.requested.is_set():
+            return 0
         server = _server(args, llm, speech, playbook, registry, toolkits, hooks)
         return await _run_until_signal(server, args, stop)
 
