@@ -4,6 +4,7 @@ offline model and the offline speech engines, as the README's first command runs
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,5 +94,8 @@ async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> 
     # line per stage of preparing the model and the speech engines (a bar on a terminal).
     assert "llmrtc serve: opening the model and the speech engines" in text, text
     assert "about" in text.splitlines()[0], text
-    for stage in ("loading model", "warming up", "speech: loading model"):
+    for stage in ("warming up", "speech: loading model"):
         assert f"llmrtc: {stage}..." in text, text
+    # The model's load holds the GIL: its line says what to expect, then how long it took.
+    assert re.search(r"llmrtc: loading model \(about \d+ s\)\.\.\.", text), text
+    assert re.search(r"llmrtc: loading model took \d+ s", text), text
