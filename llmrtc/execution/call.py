@@ -182,12 +182,27 @@ class Call:
                     # was aborted (the batch gives every unfinished call its aborted result).
                     if signal is not None and signal.aborted:
                         return
-                    if self.timed_out():
+                    deadline = self.deadline
+                    if self.expired or (deadline != 0.0 and _monotonic() >= deadline):
                         self.time_out()
                     elif failure is not None:
                         self.finish("error", error=failure, duration_s=duration_s)
-                    else:
-                        self.finish("ok", value=value, duration_s=duration_s)
+                    elif self.result is None:
+                        # `finish("ok", ...)` written out: the one status every batch pays for.
+                        if deadline:
+                            # Finished in time: its signal never reads "timed out" later.
+                            self.controller.deadline = None  # type: ignore[union-attr]
+                        call = self.call
+                        self.result = new_result(
+                            call.call_id,
+                            call.name,
+                            "ok",
+                            value,
+                            None,
+                            duration_s * 1000,
+                            ctx.model_usage,
+                        )
+                        self.duration_s = duration_s
                 finally:
                     self.running = False
                     slots.release()
