@@ -129,7 +129,7 @@ class Batch:
         self.formats = formats
         self.strip_reasoning = strip_reasoning
         # Some call's tool has on_interrupt="finish": an abort then stops calls one by one
-        # (see `scheduling`) instead of cancelling the whole batch at once.
+        # (see `scheduling._interrupt`) instead of cancelling the whole batch at once.
         self.finishing = False
 
     def arm(self, item: Expiring, limit: float) -> None:

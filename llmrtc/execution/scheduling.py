@@ -149,8 +149,8 @@ def _interrupt(calls: list[Call]) -> None:
 
 
 class Finished:
-    """Calls whose tasks ended, waiting for the caller's task to take them (see
-    `scheduling`): a call's task hands itself over here as it ends.
+    """The calls of a group whose tasks ended, waiting for the caller's task to take them
+    (`_run_group`): each call is handed over here as its task ends.
 
     On asyncio the caller waits on a bare loop future: cheaper than an anyio `Event`, and a
     cancellation of the caller cancels only that future, never the tasks running the calls
