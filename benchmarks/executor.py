@@ -1,6 +1,6 @@
 """Benchmark of `ToolExecutor`: per-call overhead, parallelism, timeout overshoot, abort latency.
 
-Run:  .venv/bin/python benchmarks/executor.py [--quick]
+Run:  .venv/bin/python benchmarks/executor.py [--quick] [--only N ...]
 (full run ~1.5-2.5 min, --quick ~20 s). Everything runs under one `anyio.run` on asyncio.
 It is a measurement, not a test: it always exits 0 unless it crashes.
 
@@ -43,6 +43,11 @@ What it prints, and how to read it:
    `@function_tool async def echo(x: int) -> int`, against `executor.execute` of 5 calls with
    the same JSON string arguments (validation on, default timeout and concurrency limit, no
    hooks). Interleaved round by round. Target: llmrtc <= 1.25x the SDK (aim: parity).
+7. Per-call cost of `execute` for a batch of 5 validated async calls with JSON string arguments
+   (validation on, default timeout and concurrency limit, no hooks, no abort_signal) against
+   the bare floor of the same work: `asyncio.gather` of the same 5 handler coroutines, each
+   handed `json.loads` of its argument string (no validation, no timeout, no results built).
+   Interleaved round by round. Target (issue 18): execute <= 2x the gather floor.
 
 With ~50 samples a p99 is close to the max. The machine this runs on may be shared and noisy:
 treat single MISSes near the line with suspicion and re-run; ratios within one run are more
@@ -549,7 +554,62 @@ async def bench_agents_sdk(cycles: int, warmup_cycles: int) -> list[str]:
     return lines
 
 
-async def main(quick: bool) -> None:
+# ----------------------------------------------------------------------------- 7. gather floor
+
+GATHER_TARGET = 2.0
+
+
+async def bench_gather_floor(cycles: int, warmup_cycles: int) -> list[str]:
+    import asyncio
+    import json
+
+    size = 5
+    arguments = [f'{{"x": {i}}}' for i in range(size)]
+    executor = ToolExecutor(ToolRegistry([make_tool("echo", echo)]))
+    calls = [ToolCall(f"call_{i}", "echo", raw) for i, raw in enumerate(arguments)]
+    gather = asyncio.gather
+    loads = json.loads
+
+    async def gather_side(batches: int) -> None:
+        for _ in range(batches):
+            await gather(*[echo(loads(raw), None) for raw in arguments])
+
+    check(await executor.execute(calls), "ok")
+    if await gather(*[echo(loads(raw), None) for raw in arguments]) != list(range(size)):
+        raise RuntimeError("the gather floor did not echo its arguments")
+    sides = {"llmrtc execute": executor_side(executor, calls), "gather+json.loads": gather_side}
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    gc.collect()
+    gc.disable()
+    try:
+        for cycle in range(warmup_cycles + cycles):
+            for name, run in sides.items():
+                started = now_ns()
+                await run(BATCHES_PER_ROUND)
+                if cycle >= warmup_cycles:
+                    elapsed = now_ns() - started
+                    samples[name].append(elapsed / 1000 / (BATCHES_PER_ROUND * size))
+            gc.collect()
+    finally:
+        gc.enable()
+    p50 = {name: percentile(values, 50) for name, values in samples.items()}
+    ratio = p50["llmrtc execute"] / p50["gather+json.loads"]
+    lines = [
+        f"7) vs a bare asyncio.gather of the same handlers: batch of {size}, JSON string"
+        " arguments, per call",
+        "   llmrtc: execute(calls), validation on, timeout 30 s, max_concurrency 10, no hooks",
+        "   floor:  asyncio.gather(handler(json.loads(raw), None) x 5)",
+    ]
+    for name, values in samples.items():
+        lines.append(f"   {name:<24}p50 {p50[name]:7.2f} us   p99 {percentile(values, 99):7.2f} us")
+    lines.append(
+        f"   target: llmrtc <= {GATHER_TARGET}x the gather floor (p50 vs p50): {ratio:.2f}x"
+        f"  {verdict(ratio <= GATHER_TARGET)}"
+    )
+    return lines
+
+
+async def main(quick: bool, only: list[int] | None = None) -> None:
     cycles, warmup = (40, 4) if quick else (300, 10)
     samples = 20 if quick else 50
     print(
@@ -568,18 +628,25 @@ async def main(quick: bool) -> None:
         lambda: bench_abort(samples),
         lambda: bench_otel(cycles // 3, warmup),
         lambda: bench_agents_sdk(cycles // 3, warmup),
+        lambda: bench_gather_floor(cycles // 3, warmup),
     ]
     for index, section in enumerate(sections):
+        if only and index + 1 not in only:
+            continue
         started = time.monotonic()
         lines = await section()
         lines[0] += f"  [{time.monotonic() - started:.0f} s]"
         print("\n".join(lines), end="\n\n", flush=True)
-        if index == 2:
+        if index == 2 and not only:
             await anyio.sleep(1.1)  # let the threads abandoned by timeouts finish their sleeps
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (~20 s)")
-    anyio.run(main, parser.parse_args().quick, backend="asyncio")
+    parser.add_argument(
+        "--only", type=int, action="append", metavar="N", help="run only section N (repeatable)"
+    )
+    options = parser.parse_args()
+    anyio.run(main, options.quick, options.only, backend="asyncio")
     sys.exit(0)

@@ -8,8 +8,6 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-import anyio
-
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._callbacks import (
     CallbackHooks,
@@ -17,38 +15,30 @@ from llmrtc.execution._callbacks import (
     ToolErrorCallback,
     ToolStartCallback,
 )
-from llmrtc.execution._group import run_group
-from llmrtc.execution._reporting import (
-    Dispatch,
-    report,
-    report_all,
-)
-from llmrtc.execution._running import CallRunner
 from llmrtc.execution._slots import SlotPool
-from llmrtc.execution._state import Batch, CallState, ResultCallback, finish
 from llmrtc.execution._threads import WorkerThreads
-from llmrtc.execution.errors import (
-    InvalidToolArgumentsError,
-    ToolNotFoundError,
-)
+from llmrtc.execution.batch import Batch, Dispatch, ResultCallback
+from llmrtc.execution.call import new_calls
 from llmrtc.execution.observers import context_hooks
+from llmrtc.execution.scheduling import run_batch
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
-from llmrtc.tools.latent import offered_definitions, unwrap_arguments
+from llmrtc.tools.latent import offered_definitions
 from llmrtc.tools.registry import ToolRegistry
-from llmrtc.tools.validation import ArgumentsError, prepare_arguments
 
 __all__ = ["ResultCallback", "ToolExecutor"]
 
 _EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
-class ToolExecutor(CallRunner):
+class ToolExecutor:
     """Runs tool calls with policies, a shared concurrency limit, timeouts, abort and validation.
 
     One executor per session: its `max_concurrency` is shared by every batch running on it, so it
-    protects that session's resources. It holds no event-loop-bound state between batches (each
+    protects that session's resources. It has the parts a batch runs with (the slot pool, the
+    worker threads, its hooks sorted once); each `execute` makes a `Batch` of `Call`s and
+    hands it to `scheduling.run_batch`. It holds no event-loop-bound state between batches (each
     turn may run under a new loop), but serves one event loop at a time.
 
     Example:
@@ -254,10 +244,10 @@ class ToolExecutor(CallRunner):
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:  # trio: no asyncio loop in this thread
             loop = None
+        dispatch = self._batch_hooks(hooks)
         batch = Batch(
-            call_list,
             signal=abort_signal,
-            hooks=self._batch_hooks(hooks),
+            hooks=dispatch,
             tools=self.registry if tools is None else tools,
             on_result=on_result,
             loop=loop,
@@ -266,131 +256,17 @@ class ToolExecutor(CallRunner):
             stage_id=stage_id,
             metadata=MappingProxyType(dict(metadata)) if metadata else _EMPTY_METADATA,
             models=self.models,
+            slots=self._slots,
+            threads=self._threads,
+            default_policy=self.default_policy,
+            timeout=self.timeout,
+            validate=self.validate_arguments,
+            formats=self.validate_formats,
+            strip_reasoning=self.reasoning_for_call,
         )
-        # Every tool is looked up (in the batch's view) before anything is reported, also for a
-        # batch aborted before it starts: the end events carry each tool's sensitive fields.
-        segments = self._segments(batch)
-        try:
-            if call_list and not batch.aborted():
-                if abort_signal is None:
-                    await self._run(batch, segments)
-                elif batch.finishing:
-                    await self._run_interruptible(batch, segments)
-                else:
-                    # Cancelled by an abort, and by the signal's (or a parent's) deadline.
-                    with abort_signal.cancel_scope():
-                        await self._run(batch, segments)
-        finally:
-            batch.disarm()
-            # Whatever has no result now was aborted: by the signal, or by the caller cancelling
-            # us. It still gets its one result and its report (shielded, so a cancelled caller
-            # does not skip them); the caller's cancellation then propagates unchanged.
-            if batch.unsettled():
-                with anyio.CancelScope(shield=True):
-                    batch.settle()
-                    await report_all(batch)
-        return [item.result for item in batch.calls]  # type: ignore[misc]  # all set above
-
-    # Scheduling ----------------------------------------------------------------------------
-
-    async def _run(self, batch: Batch, segments: list[list[CallState]]) -> None:
-        reporting = batch.reporting
-        for segment in segments:
-            if batch.aborted():
-                return  # aborted from another thread; the cancel is on its way to our loop
-            ready: list[CallState] = []
-            for item in segment:
-                if self._prepare(batch, item):
-                    ready.append(item)
-                elif reporting:
-                    await report(batch, item)
-            if len(ready) == 1:  # a lone call runs in the caller's task: no task to pay for
-                item = ready[0]
-                await self._run_call(batch, item, None)
-                if reporting:
-                    await report(batch, item)
-            elif ready:
-                await run_group(batch, ready, self._run_call)
-
-    async def _run_interruptible(self, batch: Batch, segments: list[list[CallState]]) -> None:
-        """`_run` for a batch with `"finish"` calls: an abort of the batch signal (or its
-        deadline) cancels the calls one by one (`Batch.interrupt`) instead of the whole
-        batch, so a started `"finish"` call runs on and the batch waits for it. A watcher task
-        is the price, paid only by such batches. Cancelling the caller still cancels every
-        call, `"finish"` ones too."""
-        signal: AbortSignal = batch.signal  # type: ignore[assignment]  # checked by execute
-
-        async def watch() -> None:
-            await signal.wait()
-            batch.interrupt()
-
-        async with anyio.create_task_group() as watcher:
-            watcher.start_soon(watch)
-            try:
-                await self._run(batch, segments)
-            finally:
-                watcher.cancel_scope.cancel()
-
-    def _segments(self, batch: Batch) -> list[list[CallState]]:
-        """Split the batch at sequential calls: each sequential call is a segment of its own.
-        Looks each tool up once, in the batch's view, and marks the calls that finish on
-        interrupt."""
-        segments: list[list[CallState]] = []
-        group: list[CallState] = []
-        # The registry re-targets a router's call (discovery's execute_tool) to the real tool and
-        # names wire-name/id calls by the tool's name: policy, timeout, hooks and spans see the
-        # call that runs, under the model's call id.
-        resolve = batch.tools.resolve
-        default = self.default_policy
-        for item in batch.calls:
-            item.call, tool = resolve(item.call)
-            item.tool = tool
-            if tool is None:
-                policy = default
-            else:
-                definition = tool.definition
-                policy = definition.execution_policy or default
-                if definition.on_interrupt == "finish":
-                    item.finish = batch.finishing = True
-            if policy == "parallel":
-                group.append(item)
-                continue
-            if group:
-                segments.append(group)
-                group = []
-            segments.append([item])
-        if group:
-            segments.append(group)
-        return segments
-
-    def _prepare(self, batch: Batch, item: CallState) -> bool:
-        """Build the call's arguments; a call that cannot run gets its result here."""
-        call = item.call
-        tool = item.tool
-        if tool is None:
-            message = batch.tools.missing_tool_message(call.name)
-            finish(item, "not_found", error=ToolNotFoundError(call.name, message))
-            return False
-        definition = tool.definition
-        raw = call.arguments
-        validate = self.validate_arguments
-        try:
-            if tool.latent or self.reasoning_for_call or definition.reasoning_for_call:
-                # A latent tool's `_output` is its result: checked whatever validate_arguments.
-                raw, item.reasoning = unwrap_arguments(
-                    tool, raw, strip_reasoning=self.reasoning_for_call
-                )
-                validate = validate or tool.latent
-            item.args = prepare_arguments(
-                definition, raw, validate=validate, formats=self.validate_formats
-            )
-        except ArgumentsError as exc:
-            invalid = InvalidToolArgumentsError(call.name, exc.errors)
-            finish(item, "invalid_arguments", error=invalid)
-            return False
-        item.limit = definition.timeout or self.timeout
-        item.scope = batch.new_scope()
-        return True
+        items = new_calls(call_list, numbered=dispatch.active)
+        await run_batch(batch, items)
+        return [item.result for item in items]  # type: ignore[misc]  # all set by run_batch
 
 
 def _is_int(value: object) -> bool:

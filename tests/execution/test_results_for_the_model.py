@@ -92,7 +92,7 @@ async def test_an_internal_error_never_reaches_the_model_but_hooks_and_log_get_i
     assert end.error_type == "KeyError"
     assert SECRET not in (end.error or "") and SECRET not in (end.result_content or "")
     assert isinstance(hooks.errors["c1"].error, KeyError)
-    [record] = [r for r in caplog.records if r.name == "llmrtc.execution"]
+    [record] = [r for r in caplog.records if r.name == "llmrtc.execution.call"]
     assert record.levelno == logging.WARNING
     assert record.exc_info is not None and record.exc_info[1] is end.exception
     assert name in record.getMessage() and "c1" in record.getMessage()

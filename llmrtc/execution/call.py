@@ -1,0 +1,501 @@
+"""`Call`: one tool call's lifecycle — its state, its arguments, running its handler under its
+slot, cancel scope and time limit, the one result it finishes with, and its report to
+`on_result` and the hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import anyio
+
+from llmrtc.abort import AbortController, AbortSignal
+from llmrtc.execution.batch import Batch
+from llmrtc.execution.errors import (
+    InvalidToolArgumentsError,
+    ToolAbortedError,
+    ToolNotFoundError,
+    ToolTimeoutError,
+)
+from llmrtc.telemetry.correlation import current_call_id
+from llmrtc.telemetry.hooks import (
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolStartEvent,
+    emit,
+    error_type_name,
+)
+from llmrtc.tools._errors import speakable_reason
+from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
+from llmrtc.tools.context import ToolContext, new_context
+from llmrtc.tools.errors import ToolError
+from llmrtc.tools.latent import unwrap_arguments
+from llmrtc.tools.tool import Tool
+from llmrtc.tools.validation import ArgumentsError, prepare_arguments
+
+__all__ = ["Call", "message_for_model", "new_calls", "report_all"]
+
+# Handler failures are logged here in full (the model only gets a short sentence).
+logger = logging.getLogger(__name__)
+
+_perf_counter = time.perf_counter
+_monotonic = time.monotonic
+_execution_ids = itertools.count(1)
+
+
+def new_calls(calls: Iterable[ToolCall], *, numbered: bool) -> list[Call]:
+    """One `Call` per tool call, in request order; `numbered` gives each an execution id (hook
+    events carry it; without hooks nobody reads it)."""
+    if numbered:
+        return [Call(call, f"x{next(_execution_ids)}") for call in calls]
+    return [Call(call, "") for call in calls]
+
+
+class Call:
+    """Everything the executor knows about one call of a batch, from lookup to report, and
+    the steps of its life: `prepare`, `run`, `finish` (exactly once), `report`.
+
+    The defaults live on the class (no `__slots__`): a call sets only what happens to it,
+    which keeps building a batch cheap.
+    """
+
+    tool: Tool | None = None
+    args: Any = None
+    limit = 0.0  # seconds the handler may run (math.inf: no limit)
+    # Set when the handler is about to run: its controller (a child of the batch signal, so a
+    # timeout of one call never aborts its siblings) and the context it receives.
+    controller: AbortController | None = None
+    context: ToolContext | None = None
+    scope: anyio.CancelScope | None = None  # cancels this call alone
+    # Its tool has on_interrupt="finish": once its handler started, an abort of the batch
+    # leaves it running (its controller is then no child of the batch signal).
+    finishes_on_interrupt = False
+    running = False  # its handler is running
+    deadline = 0.0  # time.monotonic() when its time limit passes (0.0: no limit)
+    expires_at = 0.0  # the same on the loop's clock (asyncio)
+    expired = False  # the batch timer ended it at its limit
+    event: ToolStartEvent | None = None  # built only when hooks listen
+    announced = False  # start hooks were told
+    started = 0.0  # perf_counter() when the handler started; 0.0: never started
+    queued_s = 0.0
+    duration_s = 0.0
+    result: ToolCallResult | None = None
+    error: BaseException | None = None  # what hooks get for a non-ok result
+    reported = False
+    reasoning: str | None = None  # the model's `_reasoningForCall`, taken out of the arguments
+
+    def __init__(self, call: ToolCall, execution_id: str) -> None:
+        self.call = call
+        self.execution_id = execution_id
+
+    # Before it runs -------------------------------------------------------------------------
+
+    def prepare(self, batch: Batch) -> bool:
+        """Build the call's arguments; a call that cannot run gets its result here."""
+        call = self.call
+        tool = self.tool
+        if tool is None:
+            message = batch.tools.missing_tool_message(call.name)
+            self.finish("not_found", error=ToolNotFoundError(call.name, message))
+            return False
+        definition = tool.definition
+        raw = call.arguments
+        validate = batch.validate
+        try:
+            if tool.latent or batch.strip_reasoning or definition.reasoning_for_call:
+                # A latent tool's `_output` is its result: checked whatever validate_arguments.
+                raw, self.reasoning = unwrap_arguments(
+                    tool, raw, strip_reasoning=batch.strip_reasoning
+                )
+                validate = validate or tool.latent
+            self.args = prepare_arguments(definition, raw, validate=validate, formats=batch.formats)
+        except ArgumentsError as exc:
+            invalid = InvalidToolArgumentsError(call.name, exc.errors)
+            self.finish("invalid_arguments", error=invalid)
+            return False
+        self.limit = definition.timeout or batch.timeout
+        self.scope = batch.new_scope()
+        return True
+
+    # Running --------------------------------------------------------------------------------
+
+    async def run(self, batch: Batch, ended: Callable[[Call], object] | None) -> None:
+        """Run the call with its own slot, cancel scope and time limit, and record how it
+        ended; then hand it to `ended`, if given (also when cancelled). Never raises, except
+        for the cancellation of the caller's task (when run in it). One coroutine from slot to
+        result: each nested one would cost per call."""
+        scope: anyio.CancelScope = self.scope  # type: ignore[assignment]  # set by prepare
+        slots = batch.slots
+        signal = batch.signal
+        try:
+            with scope:
+                if slots.can_take(1):  # the common case, without a coroutine to await
+                    slots.take(1)
+                else:
+                    waiting_since = _perf_counter()
+                    await slots.acquire()
+                    self.queued_s = _perf_counter() - waiting_since
+                try:
+                    if scope.cancel_called or (signal is not None and signal.aborted):
+                        return  # aborted while queued: the batch gives it its result
+                    if batch.hooks.wants_start_event:
+                        ctx = self._new_context(batch, None)  # the start event carries it
+                        await self._announce(batch)
+                        if scope.cancel_called or (signal is not None and signal.aborted):
+                            return  # aborted during the start hooks: the handler never runs
+                        self._start_clock(batch, scope, self.controller)
+                    else:
+                        ctx = self._new_context(batch, self._start_clock(batch, scope))
+                    if self.finishes_on_interrupt:
+                        signal = None  # it started: an abort of the batch no longer stops it
+                    tool: Tool = self.tool  # type: ignore[assignment]  # prepared calls only
+                    started = self.started = _perf_counter()
+                    token = current_call_id.set(ctx.call_id)
+                    entered = self._enter_contexts(batch) if batch.hooks.context else None
+                    failure: BaseException | None = None
+                    try:
+                        if tool.is_async:
+                            value = await tool.handler(self.args, ctx)
+                        else:
+                            value = await batch.threads.run(tool.handler, self.args, ctx)
+                            if hasattr(value, "__await__"):  # a def that returned a coroutine
+                                value = await value
+                    except Exception as exc:
+                        failure = exc
+                    except BaseException as exc:  # cancelled: decided below or by the caller
+                        failure = exc
+                        raise
+                    finally:
+                        if entered:
+                            _exit_contexts(entered, failure)
+                        current_call_id.reset(token)
+                    duration_s = _perf_counter() - started
+                    # A handler that raised while being cancelled (its cleanup failed), or that
+                    # returned once its signal was set (a cooperative thread noticing the
+                    # timeout or abort), has a partial value at best: it still timed out or
+                    # was aborted (the batch gives every unfinished call its aborted result).
+                    if signal is not None and signal.aborted:
+                        return
+                    deadline = self.deadline
+                    if self.expired or (deadline != 0.0 and _monotonic() >= deadline):
+                        self.time_out()
+                    elif failure is not None:
+                        self.finish("error", error=failure, duration_s=duration_s)
+                    elif self.result is None:
+                        # `finish("ok", ...)` written out: the one status every batch pays for.
+                        if deadline:
+                            # Finished in time: its signal never reads "timed out" later.
+                            self.controller.deadline = None  # type: ignore[union-attr]
+                        call = self.call
+                        self.result = new_result(
+                            call.call_id,
+                            call.name,
+                            "ok",
+                            value,
+                            None,
+                            duration_s * 1000,
+                            ctx.model_usage,
+                        )
+                        self.duration_s = duration_s
+                finally:
+                    self.running = False
+                    slots.release()
+            if self.result is None:
+                if self.started and self.timed_out():
+                    self.time_out()  # the scope ended the handler at its limit
+                elif batch.finishing and batch.aborted():
+                    # Interrupted while other calls finish: its result is reported now, not
+                    # once the batch is over.
+                    self.abort(batch.signal)
+        finally:
+            if ended is not None:
+                ended(self)
+
+    def _new_context(self, batch: Batch, deadline: float | None) -> ToolContext:
+        """The call's own controller (a child of the batch signal, unless the call finishes on
+        interrupt) and the context the handler receives."""
+        parent = None if self.finishes_on_interrupt else batch.signal
+        controller = self.controller = AbortController(parent=parent, deadline=deadline)
+        self.context = new_context(
+            self.call.call_id,
+            controller.signal,
+            batch.session_id,
+            batch.turn_id,
+            batch.metadata,
+            batch.models,
+        )
+        return self.context
+
+    def _start_clock(
+        self,
+        batch: Batch,
+        scope: anyio.CancelScope,
+        controller: AbortController | None = None,
+    ) -> float | None:
+        """The handler starts now: so does its time limit. Returns the signal's deadline (for
+        a controller made after this), or None for no limit."""
+        self.running = True
+        limit = self.limit
+        if limit == math.inf:
+            return None
+        # The signal's deadline comes first, so it has passed whenever the timer fired: a
+        # handler's `finally` or a polling thread sees the timeout the moment it happens.
+        deadline = self.deadline = _monotonic() + limit
+        if controller is not None:
+            controller.deadline = deadline
+        if batch.loop is not None:
+            batch.arm(self, limit)
+        else:
+            scope.deadline = anyio.current_time() + limit
+        return deadline
+
+    def expire(self) -> None:
+        """The time limit passed: tell the handler's signal, then cancel the handler."""
+        self.expired = True
+        if self.controller is not None:
+            self.controller.abort("timeout")
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def timed_out(self) -> bool:
+        """Whether the handler ran past its limit (its signal's deadline is exact even when
+        the loop is too busy to fire the timer on time)."""
+        return self.expired or (self.deadline != 0.0 and time.monotonic() >= self.deadline)
+
+    # Finishing ------------------------------------------------------------------------------
+
+    def finish(
+        self,
+        status: ToolCallStatus,
+        *,
+        value: Any = None,
+        error: BaseException | None = None,
+        duration_s: float = 0.0,
+    ) -> None:
+        """Give the call its one result (the first wins); every status goes through here.
+
+        A call that timed out or was aborted also has its signal aborted, so a handler still
+        running (a worker thread cannot be killed) learns that it should stop.
+        """
+        if self.result is not None:
+            return
+        call = self.call
+        if status == "timeout" or status == "aborted":
+            controller = self.controller
+            if controller is not None:
+                controller.abort(
+                    getattr(error, "reason", None) if status == "aborted" else "timeout"
+                )
+        elif self.deadline:
+            # Finished in time: never "timed out" later.
+            self.controller.deadline = None  # type: ignore[union-attr]
+        self.result = new_result(
+            call.call_id,
+            call.name,
+            status,
+            value,
+            # Only a handler's failure has status "error"; every other status's error is ours.
+            None if error is None else message_for_model(call, error, raised=status == "error"),
+            duration_s * 1000,
+            # An LLM-backed tool reports the models it used on its context (ok or not).
+            None if self.context is None else self.context.model_usage,
+        )
+        self.duration_s = duration_s
+        self.error = error
+
+    def time_out(self) -> None:
+        """Finish as `timeout` (the handler ran past its limit)."""
+        error = ToolTimeoutError(self.call.name, self.limit)
+        self.finish("timeout", error=error, duration_s=_perf_counter() - self.started)
+
+    def abort(self, signal: AbortSignal | None) -> None:
+        """Finish as `aborted`: by `signal` (the batch's) when it is set, else because the
+        caller was cancelled (a running handler learns it through its own signal)."""
+        reason = signal.reason if signal is not None and signal.aborted else "execution cancelled"
+        name = self.call.name
+        text = f"tool call {name!r} aborted"
+        said = speakable_reason(reason)
+        if said is not None:
+            text += f" ({said})"
+        error = ToolAbortedError(name, text, reason)
+        duration_s = time.perf_counter() - self.started if self.started else 0.0
+        self.finish("aborted", error=error, duration_s=duration_s)
+
+    # Reporting ------------------------------------------------------------------------------
+
+    def _start_event(self, batch: Batch) -> ToolStartEvent:
+        """The start event of a call whose handler is about to run."""
+        call = self.call
+        definition = self.tool.definition  # type: ignore[union-attr]  # only calls that run
+        event = self.event = ToolStartEvent(
+            execution_id=self.execution_id,
+            call_id=call.call_id,
+            tool_name=call.name,
+            tool_description=definition.description,
+            arguments=call.arguments,
+            sensitive_fields=definition.sensitive_fields,
+            session_id=batch.session_id,
+            turn_id=batch.turn_id,
+            stage_id=batch.stage_id,
+            context=self.context,
+            reasoning=self.reasoning,
+        )
+        return event
+
+    async def _announce(self, batch: Batch) -> None:
+        """Tell the start hooks (unshielded: an abort meanwhile must not wait for them)."""
+        event = self._start_event(batch)
+        if batch.hooks.start:
+            self.announced = True
+            await emit(batch.hooks.start, "on_tool_start", event, shield=False)
+
+    def _enter_contexts(self, batch: Batch) -> list[AbstractContextManager[object]]:
+        """Enter the contexts hooks want the handler to run in (e.g. its span made current).
+
+        Called in the task that runs the handler, just before it; a hook that raises is logged
+        and skipped, never stops the call.
+        """
+        entered: list[AbstractContextManager[object]] = []
+        for hook in batch.hooks.context:
+            try:
+                manager = hook.tool_call_context(self.event)  # type: ignore[arg-type]
+                if manager is not None:
+                    manager.__enter__()
+                    entered.append(manager)
+            except Exception:
+                logger.exception("hook %s.tool_call_context raised; ignored", type(hook).__name__)
+        return entered
+
+    async def report(self, batch: Batch) -> None:
+        """Hand the call's result to `on_result`, then to the error and end hooks (once; in
+        the task that calls this, the caller's)."""
+        result = self.result
+        if not batch.reporting or result is None or self.reported:
+            return
+        self.reported = True
+        call = self.call
+        token = current_call_id.set(call.call_id)  # so a hook's own log records carry it
+        try:
+            if batch.on_result is not None:
+                try:
+                    batch.on_result(result)
+                except Exception:
+                    logger.exception("on_result callback raised for call %s; ignored", call.call_id)
+            hooks = batch.hooks
+            error = self.error
+            if error is not None and hooks.error:
+                await emit(
+                    hooks.error,
+                    "on_tool_error",
+                    ToolErrorEvent(
+                        execution_id=self.execution_id,
+                        call_id=call.call_id,
+                        tool_name=call.name,
+                        status=result.status,
+                        error=error,
+                        arguments=call.arguments,
+                        session_id=batch.session_id,
+                        turn_id=batch.turn_id,
+                        stage_id=batch.stage_id,
+                    ),
+                )
+            if hooks.end:
+                definition = self.tool.definition if self.tool is not None else None
+                await emit(
+                    hooks.end,
+                    "on_tool_end",
+                    ToolEndEvent(
+                        execution_id=self.execution_id,
+                        call_id=call.call_id,
+                        tool_name=call.name,
+                        status=result.status,
+                        tool_description=definition.description if definition else "",
+                        arguments=call.arguments,
+                        sensitive_fields=definition.sensitive_fields if definition else (),
+                        error=result.error,
+                        error_type=_error_type(result.status, error),
+                        exception=error if result.status == "error" else None,
+                        duration_s=self.duration_s,
+                        queued_s=self.queued_s,
+                        started=self.announced,
+                        result=result.result,
+                        result_content=result.to_content(),
+                        model_usage=result.model_usage,
+                        session_id=batch.session_id,
+                        turn_id=batch.turn_id,
+                        stage_id=batch.stage_id,
+                        reasoning=self.reasoning,
+                    ),
+                )
+        finally:
+            current_call_id.reset(token)
+
+
+async def report_all(batch: Batch, calls: list[Call]) -> None:
+    """Report every call not reported yet, in request order. A further native cancellation
+    of the caller (asyncio's `Task.cancel()` pierces anyio's shield) cuts short only the hook
+    it lands in: the other calls are still reported, then it propagates."""
+    cancelled: BaseException | None = None
+    for item in calls:
+        try:
+            await item.report(batch)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+
+
+def message_for_model(call: ToolCall, error: BaseException, *, raised: bool) -> str:
+    """What the model is told about a failure.
+
+    The executor's own status texts (timeout, not found, …) for the errors it created itself
+    (`raised` False); for what a handler raised (`raised` True), a `ToolError`'s own words, and
+    for anything else a short generic sentence, since a voice agent may speak it and exception
+    text can hold secrets. That includes the executor's own error classes raised by a handler
+    (e.g. a nested lookup's `ToolNotFoundError`): its text was never meant for the model. The
+    full exception is logged here (WARNING with its traceback) and goes to hooks as
+    `ToolEndEvent.exception`.
+    """
+    if not raised:
+        return str(error)
+    if isinstance(error, ToolError):
+        logger.debug("tool %r (call %s) reported: %s", call.name, call.call_id, error)
+        return str(error)
+    logger.warning(
+        "tool %r (call %s) raised %s; the model was told it failed with an internal error",
+        call.name,
+        call.call_id,
+        error_type_name(error),
+        exc_info=error,
+    )
+    return f"tool {call.name!r} failed because of an internal error"
+
+
+def _exit_contexts(
+    entered: list[AbstractContextManager[object]], error: BaseException | None
+) -> None:
+    """Leave the hooks' contexts in reverse order, telling each how the handler ended. A
+    context cannot swallow the handler's exception: what it returns is ignored."""
+    for manager in reversed(entered):
+        try:
+            if error is None:
+                manager.__exit__(None, None, None)
+            else:
+                manager.__exit__(type(error), error, error.__traceback__)
+        except Exception:
+            logger.exception("a tool_call_context of %r raised on exit; ignored", manager)
+
+
+def _error_type(status: str, error: BaseException | None) -> str | None:
+    """The status word, or the fully qualified class name of what a handler raised."""
+    if status == "ok":
+        return None
+    if status != "error" or error is None:
+        return status
+    return error_type_name(error)
