@@ -1,18 +1,15 @@
-"""One turn's running state, and one model round of it: the request, and its response streamed
-with its hook events."""
+"""One model round of a turn: the request it sends (from the history, the settings and the
+offered tools), and its response streamed and reported to the `on_llm_*` hooks."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 
 from llmrtc.abort import AbortSignal
-from llmrtc.agent.events import TextDelta, TurnStopReason
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
@@ -26,167 +23,13 @@ from llmrtc.telemetry.hooks import (
     emit,
     hooks_for,
 )
-from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 
+__all__ = ["ModelRound", "model_request"]
+
 logger = logging.getLogger(__name__)
-
-
-class TurnState:
-    """The running state of one turn, and how it writes to the conversation history."""
-
-    def __init__(
-        self,
-        history: ConversationHistory,
-        turn_id: str | None = None,
-        max_tool_result_chars: int | None = None,
-    ) -> None:
-        self.history = history
-        self.max_tool_result_chars = max_tool_result_chars  # see TurnSettings
-        self.id = turn_id or f"turn_{uuid.uuid4().hex[:12]}"
-        self.started = time.perf_counter()
-        self.texts: list[str] = []  # everything yielded as text, in order
-        self.partial: list[str] = []  # text of the response being streamed, not yet stored
-        self.pending: list[ToolCall] = []  # calls in the history that have no result yet
-        self.results: list[ToolCallResult] = []
-        self.usage = Usage()
-        self.stop_reason: TurnStopReason = "stop"
-        self.response: tuple[LLMDone, list[ToolCall]] | None = None
-        self.failure: BaseException | None = None  # a model failure the turn recovered from
-
-    def say(self, text: str) -> list[TextDelta]:
-        """Record `text` as said in this turn; returns the deltas to yield (a space first
-        when it would otherwise glue onto the words said before it)."""
-        deltas = []
-        if not self.partial and _needs_space(self.texts, text):
-            # A new response after earlier text: keep the words apart (for speech, and for
-            # keyword conditions on the turn's text).
-            self.texts.append(" ")
-            deltas.append(TextDelta(" "))
-        self.texts.append(text)
-        deltas.append(TextDelta(text))
-        return deltas
-
-    def store_partial(self) -> None:
-        """Keep what the model actually said before it was cut off, marked interrupted."""
-        text = "".join(self.partial)
-        self.partial = []
-        if text:
-            self.history.append(AssistantMessage(text, (), True))
-
-    def record_results(self, results: list[ToolCallResult]) -> None:
-        """Store a batch's results (in request order): the pending calls are settled."""
-        limit = self.max_tool_result_chars
-        for result in results:
-            content = result.to_content()
-            if limit is not None and len(content) > limit:
-                cut = cut_tool_result(result, limit)
-                logger.info(
-                    "the result of tool %r (call %s) was too long for the model "
-                    "(max_tool_result_chars=%d): it was shown the first %d of the %d characters "
-                    "of %s",
-                    result.tool_name,
-                    result.call_id,
-                    limit,
-                    cut.shown_chars,
-                    cut.total_chars,
-                    cut.what,
-                )
-                content = cut.content
-            self.history.append(ToolMessage(result.call_id, content))
-        self.results.extend(results)
-        self.pending = []
-
-    def __repr__(self) -> str:
-        return f"<turn {self.id} {self.stop_reason}>"
-
-
-@dataclass(frozen=True)
-class CutResult:
-    """What the model is sent instead of a result longer than the cap."""
-
-    content: str
-    """The tool message's content, at most the cap long (JSON)."""
-    shown_chars: int
-    """How many characters of `what` it holds."""
-    total_chars: int
-    """How many characters `what` has."""
-    what: str
-    """What was cut: `"its text"`, `"its JSON"` or `"its error text"`."""
-
-
-def cut_tool_result(result: ToolCallResult, limit: int) -> CutResult:
-    """`result` as a tool message of at most `limit` characters, for a result whose whole
-    content (`to_content()`) is longer.
-
-    - A string result: `{"truncated": true, "shown_chars": K, "total_chars": M, "note": ...,
-      "partial_result": "<the first K characters of the string itself>"}` (K and M count the
-      string's characters; it is escaped once, as any JSON string).
-    - Any other successful result: the same object, with `partial_result` the first K
-      characters of the result's JSON text (a prefix that is not valid JSON by itself) and K,
-      M counting that JSON text.
-    - A failed result: `{"error": "<the first K characters of the error text> ... [cut: K of
-      M characters]", "status": "<status>"}`: the status stays, the error text is shortened.
-
-    A JSON object, not a bare prefix: the model reads the note, and the message stays valid
-    JSON like every other."""
-    if result.status != "ok":
-        error = result.error or ""
-
-        def cut_error(shown: int) -> str:
-            text = f"{error[:shown]} ... [cut: {shown} of {len(error)} characters]"
-            return json.dumps({"error": text, "status": result.status}, ensure_ascii=False)
-
-        shown = _longest(cut_error, len(error), limit)
-        return CutResult(cut_error(shown), shown, len(error), "its error text")
-    if isinstance(result.result, str):
-        text, what, kind = result.result, "its text", "text"
-    else:
-        text, what, kind = result.to_content(), "its JSON", "JSON text (a prefix, not valid JSON)"
-    total = len(text)
-
-    def cut(shown: int) -> str:
-        return json.dumps(
-            {
-                "truncated": True,
-                "shown_chars": shown,
-                "total_chars": total,
-                "note": (
-                    f"The tool's result was too long for you: partial_result holds only the "
-                    f"first {shown} of the {total} characters of its {kind}."
-                ),
-                "partial_result": text[:shown],
-            },
-            ensure_ascii=False,
-        )
-
-    shown = _longest(cut, total, limit)
-    return CutResult(cut(shown), shown, total, what)
-
-
-def _longest(render: Callable[[int], str], total: int, limit: int) -> int:
-    """The largest `shown` (at most `total`) whose `render(shown)` fits in `limit` (0 if none:
-    the cap's minimum leaves room for the note)."""
-    # Most texts escape little: the longest prefix the rest of the message leaves room for.
-    best = min(total, max(0, limit - len(render(0)) - 2 * (len(str(limit)) - 1)))
-    if len(render(best)) <= limit:
-        low, high = best, best
-    else:
-        low, high = 0, best
-    # Escaping (quotes, backslashes, control characters) made the prefix longer than itself:
-    # the longest that fits.
-    while low < high:
-        middle = (low + high + 1) // 2
-        if len(render(middle)) <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def _needs_space(texts: Sequence[str], text: str) -> bool:
-    return bool(texts) and not texts[-1][-1:].isspace() and not text[:1].isspace()
 
 
 def model_request(
@@ -264,96 +107,115 @@ def _reachable_choice(choice: ToolChoice, names: set[str]) -> ToolChoice:
     return choice
 
 
-async def stream_model_round(
-    llm: LLMProvider,
-    request: LLMRequest,
-    turn: TurnState,
-    signal: AbortSignal,
-    *,
-    hooks: Hooks | None,
-    session_id: str | None,
-    stage_id: str | None,
-) -> AsyncGenerator[TextDelta, None]:
-    """Stream one model response as `TextDelta`s, reporting it to the `on_llm_*` hooks.
+class ModelRound:
+    """One model request of a turn and its response, streamed as text and reported to the
+    `on_llm_*` hooks (`on_llm_end` also when it failed or was cut off).
 
-    Leaves `(done, calls)` in `turn.response`, or None when the response was aborted. Its text
-    is in `turn.partial` either way (the caller stores it). Raises what the provider raises
-    (after `on_llm_end` reported it).
+    After `stream()` ended without raising: `response` holds `(done, calls)`, or None when
+    the response was aborted; `usage` holds what it cost either way.
     """
-    request_id = f"req_{uuid.uuid4().hex[:12]}"
-    model = request.settings.model or llm.model
-    listeners = [hooks]
-    await emit(
-        hooks_for(listeners, "on_llm_start"),
-        "on_llm_start",
-        LLMStartEvent(
-            request_id=request_id,
-            model=model,
-            session_id=session_id,
-            turn_id=turn.id,
-            stage_id=stage_id,
-            provider=llm.provider_name,
-            messages=request.messages,
-            tool_names=tuple(t.name for t in request.tools),
-            temperature=request.settings.temperature,
-            max_tokens=request.settings.max_tokens,
-        ),
-    )
-    started = time.perf_counter()
-    first = True
-    calls: list[ToolCall] = []
-    done = LLMDone("stop")
-    turn.response = None
-    error_type: str | None = None
-    try:
-        events = llm.stream(request, abort_signal=signal)
-        async with aclosing(events) as stream:  # type: ignore[type-var]  # providers return generators
-            async for event in stream:
-                if first and not isinstance(event, LLMDone):
-                    first = False
-                    await emit(
-                        hooks_for(listeners, "on_llm_first_token"),
-                        "on_llm_first_token",
-                        LLMFirstTokenEvent(
-                            request_id=request_id,
-                            model=model,
-                            latency_s=time.perf_counter() - started,
-                            session_id=session_id,
-                            turn_id=turn.id,
-                        ),
-                    )
-                if isinstance(event, LLMTextDelta):
-                    deltas = turn.say(event.text)
-                    turn.partial.append(event.text)
-                    for delta in deltas:
-                        yield delta
-                elif isinstance(event, LLMToolCall):
-                    calls.append(event.call)
-                else:
-                    done = event
-    except BaseException as exc:
-        error_type = type(exc).__qualname__
-        raise
-    finally:
+
+    def __init__(
+        self,
+        llm: LLMProvider,
+        request: LLMRequest,
+        *,
+        hooks: Hooks | None,
+        session_id: str | None,
+        turn_id: str,
+        stage_id: str | None,
+    ) -> None:
+        """Prepare the round (nothing is sent before `stream()`)."""
+        self.llm = llm
+        self.request = request
+        self.hooks = hooks
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.stage_id = stage_id
+        self.response: tuple[LLMDone, list[ToolCall]] | None = None
+        """The finished response and its tool calls; None while streaming or when aborted."""
+        self.usage = Usage()
+        """Token usage of the response (set once it ended)."""
+
+    async def stream(self, signal: AbortSignal) -> AsyncGenerator[str, None]:
+        """Send the request and yield the response's text as it comes.
+
+        Raises what the provider raises (after `on_llm_end` reported it).
+        """
+        llm, request = self.llm, self.request
+        request_id = f"req_{uuid.uuid4().hex[:12]}"
+        model = request.settings.model or llm.model
+        listeners = [self.hooks]
         await emit(
-            hooks_for(listeners, "on_llm_end"),
-            "on_llm_end",
-            LLMEndEvent(
+            hooks_for(listeners, "on_llm_start"),
+            "on_llm_start",
+            LLMStartEvent(
                 request_id=request_id,
                 model=model,
-                session_id=session_id,
-                turn_id=turn.id,
-                stage_id=stage_id,
+                session_id=self.session_id,
+                turn_id=self.turn_id,
+                stage_id=self.stage_id,
                 provider=llm.provider_name,
-                response_model=done.model,
-                stop_reason=done.stop_reason,
-                input_tokens=done.usage.input_tokens,
-                output_tokens=done.usage.output_tokens,
-                duration_s=time.perf_counter() - started,
-                output_text="".join(turn.partial),
-                error_type=error_type,
+                messages=request.messages,
+                tool_names=tuple(t.name for t in request.tools),
+                temperature=request.settings.temperature,
+                max_tokens=request.settings.max_tokens,
             ),
         )
-    turn.usage = turn.usage + done.usage
-    if done.stop_reason != "aborted" and not signal.aborted:
-        turn.response = (done, calls)
+        started = time.perf_counter()
+        first = True
+        text: list[str] = []  # appended before each yield: complete if the consumer leaves
+        calls: list[ToolCall] = []
+        done = LLMDone("stop")
+        self.response = None
+        error_type: str | None = None
+        try:
+            events = llm.stream(request, abort_signal=signal)
+            async with aclosing(events) as stream:  # type: ignore[type-var]  # providers return generators
+                async for event in stream:
+                    if first and not isinstance(event, LLMDone):
+                        first = False
+                        await emit(
+                            hooks_for(listeners, "on_llm_first_token"),
+                            "on_llm_first_token",
+                            LLMFirstTokenEvent(
+                                request_id=request_id,
+                                model=model,
+                                latency_s=time.perf_counter() - started,
+                                session_id=self.session_id,
+                                turn_id=self.turn_id,
+                            ),
+                        )
+                    if isinstance(event, LLMTextDelta):
+                        text.append(event.text)
+                        yield event.text
+                    elif isinstance(event, LLMToolCall):
+                        calls.append(event.call)
+                    else:
+                        done = event
+        except BaseException as exc:
+            error_type = type(exc).__qualname__
+            raise
+        finally:
+            await emit(
+                hooks_for(listeners, "on_llm_end"),
+                "on_llm_end",
+                LLMEndEvent(
+                    request_id=request_id,
+                    model=model,
+                    session_id=self.session_id,
+                    turn_id=self.turn_id,
+                    stage_id=self.stage_id,
+                    provider=llm.provider_name,
+                    response_model=done.model,
+                    stop_reason=done.stop_reason,
+                    input_tokens=done.usage.input_tokens,
+                    output_tokens=done.usage.output_tokens,
+                    duration_s=time.perf_counter() - started,
+                    output_text="".join(text),
+                    error_type=error_type,
+                ),
+            )
+        self.usage = done.usage
+        if done.stop_reason != "aborted" and not signal.aborted:
+            self.response = (done, calls)

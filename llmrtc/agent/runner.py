@@ -3,58 +3,31 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
-from llmrtc.abort import AbortController, AbortSignal
-from llmrtc.agent._round import TurnState, model_request
-from llmrtc.agent._settle import rounds, settle
-from llmrtc.agent.events import (
-    AgentEvent,
-    TurnCompleted,
-)
+from llmrtc.abort import AbortSignal
+from llmrtc.agent._round import model_request
+from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
+from llmrtc.agent.turn import AfterAnswer, AfterBatch, BatchDecision, Turn
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import UserMessage
 from llmrtc.llm.provider import LLMProvider
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import LLMRequest, ToolChoice
-from llmrtc.telemetry.hooks import (
-    Hooks,
-    TurnStartEvent,
-    emit,
-    hooks_for,
-)
-from llmrtc.tools.calls import ToolCall, ToolCallResult
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 
+# `run_turn`'s callbacks are part of this module's API: they are named here as well as in
+# `llmrtc.agent.turn`, where the turn that awaits them lives.
 __all__ = ["AfterAnswer", "AfterBatch", "BatchDecision", "TurnRunner"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchDecision:
-    """What an `after_batch` callback decides after a tool batch."""
-
-    events: tuple[AgentEvent, ...] = ()
-    """Extra events to yield right after the batch's `ToolCallFinished` events."""
-    final: bool = False
-    """Make the next model request the turn's last, without tool use (a two-phase answer)."""
-
-
-AfterBatch = Callable[[list[ToolCall], list[ToolCallResult]], Awaitable[BatchDecision]]
-"""`after_batch(calls, results)`, awaited after each tool batch of a turn."""
-
-AfterAnswer = Callable[[str], Awaitable[Sequence[AgentEvent]]]
-"""`after_answer(turn_text)`, awaited when a turn was answered (not aborted, no model failure),
-still inside the turn (before `on_turn_end`); returns events to yield just before
-`TurnCompleted`."""
 
 
 class TurnRunner:
@@ -159,11 +132,9 @@ class TurnRunner:
         self.session_id = session_id
         self._stage_id: str | None = None
         self.tool_metadata = tool_metadata
-        self.current_turn_id: str | None = None
-        """The id of the turn running now (None between turns)."""
         self.turns_started = 0
         """Turns started on this runner (`restore` is only allowed before the first)."""
-        self._turn_hooks = hooks_for([hooks], "on_turn_start"), hooks_for([hooks], "on_turn_end")
+        self._turn: Turn | None = None  # the turn running now
         self.settings = settings
 
     # Settings ------------------------------------------------------------------------------
@@ -178,8 +149,15 @@ class TurnRunner:
         view = self._view_for(settings)
         # Checks tool_choice against the tools (strict: a mistake in these settings raises now).
         model_request(self.history, settings, view, 0, strict=True)
+        self._configure(settings, view)
+
+    def _configure(self, settings: TurnSettings, view: ToolRegistry) -> None:
         self._settings = settings
         self._view = view
+        if self._turn is not None:
+            # A change during a turn (a playbook transition after a tool batch) applies from
+            # the turn's next model request.
+            self._turn.reconfigure(settings, view, self._stage_id)
 
     def _view_for(self, settings: TurnSettings, *, strict: bool = True) -> ToolRegistry:
         """The one set of tools these settings offer, and the only ones a batch may run.
@@ -212,7 +190,12 @@ class TurnRunner:
         # Only the scope's name changes (its refusals name the stage): the settings were checked
         # when assigned, and a tool that left the registry since is dropped, not an error (the
         # orchestrator sets the stage just before the stage's own settings).
-        self._view = self._view_for(self._settings, strict=False)
+        self._configure(self._settings, self._view_for(self._settings, strict=False))
+
+    @property
+    def current_turn_id(self) -> str | None:
+        """The id of the turn running now (None between turns)."""
+        return self._turn.id if self._turn is not None else None
 
     @property
     def system_prompt(self) -> str:
@@ -228,23 +211,12 @@ class TurnRunner:
         """The tools offered to the model, in a stable order (stable prompts cache better)."""
         return self.executor.offered_definitions(self._view.definitions())
 
-    def _request(
-        self, round_index: int, *, final: bool = False, without_tools: bool = False
-    ) -> LLMRequest:
-        return model_request(
-            self.history,
-            self._settings,
-            self._view,
-            round_index,
-            final=final,
-            without_tools=without_tools,
-            offer=self.executor.offered_definitions,
-        )
-
     async def warm(self) -> None:
         """Send the system prompt and tools once with `max_tokens=1`, so a local server has
         the prompt prefix cached before the first real turn."""
-        request = self._request(0)
+        request = model_request(
+            self.history, self._settings, self._view, 0, offer=self.executor.offered_definitions
+        )
         warm_request = LLMRequest(
             messages=[request.messages[0], UserMessage("Hello")],
             tools=request.tools,
@@ -329,43 +301,26 @@ class TurnRunner:
         # registered now, and a named tool unregistered since is no longer offered or run.
         self._view = self._view_for(self._settings, strict=False)
         self.turns_started += 1
-        controller = AbortController(parent=abort_signal)
-        signal = controller.signal
-        turn = TurnState(self.history, turn_id, self._settings.max_tool_result_chars)
-        self.current_turn_id = turn.id
-        if user_text is not None:
-            self.history.append(UserMessage(user_text))
-        await emit(
-            self._turn_hooks[0],
-            "on_turn_start",
-            TurnStartEvent(
-                turn_id=turn.id,
-                session_id=self.session_id,
-                stage_id=self.stage_id,
-                user_text=user_text,
-            ),
+        turn = Turn(
+            self.llm,
+            self.executor,
+            self.history,
+            settings=self._settings,
+            tools=self._view,
+            stage_id=self._stage_id,
+            hooks=self.hooks,
+            session_id=self.session_id,
+            tool_metadata=self.tool_metadata,
+            abort_signal=abort_signal,
+            after_batch=after_batch,
+            after_answer=after_answer,
+            turn_id=turn_id,
         )
-        error: BaseException | None = None
+        self._turn = turn
         try:
-            async with aclosing(rounds(self, turn, signal, after_batch)) as events:
+            async with aclosing(turn.run(user_text)) as events:
                 async for event in events:
                     yield event
-            if after_answer is not None and turn.stop_reason not in ("aborted", "error"):
-                for extra in await after_answer("".join(turn.texts)):
-                    yield extra
-        except GeneratorExit:
-            controller.abort("the consumer left the turn")
-            turn.stop_reason = "aborted"
-            raise
-        except BaseException as exc:
-            error = exc
-            raise
         finally:
-            await settle(self, turn, controller, error)
-            self.current_turn_id = None
-        yield TurnCompleted(
-            text="".join(turn.texts),
-            tool_results=tuple(turn.results),
-            usage=turn.usage,
-            stop_reason=turn.stop_reason,
-        )
+            self._turn = None  # before TurnCompleted: the turn is over for whoever sees it
+        yield turn.completed()

@@ -162,7 +162,7 @@ async def test_a_long_error_keeps_its_status_and_the_start_of_its_text() -> None
 async def test_the_cut_is_logged_with_what_the_model_was_shown(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="llmrtc.agent._round")
+    caplog.set_level(logging.INFO, logger="llmrtc.agent.turn")
     await tool_message_sent(2000, max_tool_result_chars=1000)
     (line,) = [r.getMessage() for r in caplog.records if "max_tool_result_chars" in r.message]
     assert "'read_log' (call c1)" in line and "max_tool_result_chars=1000" in line
