@@ -21,6 +21,9 @@ task-augmented calls (`execution.taskSupport: "required"`) is not offered: a war
 The connection lives in a task the backend owns (entered and left in the same task, as anyio
 requires); calls from any task of the same event loop share it. A server that dies mid-call
 gives that call an error result, and the next use of the backend connects again.
+
+Its submodules: `connection` (one live MCP session, owned by the backend's task) and `convert`
+(MCP tools and results as llmrtc definitions and values).
 """
 
 from __future__ import annotations
