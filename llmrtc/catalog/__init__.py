@@ -10,24 +10,22 @@ from llmrtc.catalog.embeddings import MiniLMEmbedder, TextEmbedder, default_embe
 from llmrtc.catalog.ids import ToolId, format_tool_id, from_wire_name, parse_tool_id, to_wire_name
 from llmrtc.catalog.injection import ToolInjection, estimate_tokens
 from llmrtc.catalog.llm_tools import (
+    UTIL_TOOLS,
     LLMTool,
     LLMToolError,
     MaxTokensContext,
+    MissingCredentialsError,
+    ModelPool,
     ModelPreference,
+    ModelUnavailableError,
+    PromptProvider,
     PromptVariant,
+    ToolPrompt,
     define_llm_tool,
 )
 from llmrtc.catalog.mcp import MCPBackend, MCPConnectionError
-from llmrtc.catalog.model_pool import (
-    MissingCredentialsError,
-    ModelPool,
-    ModelUnavailableError,
-    PromptProvider,
-    ToolPrompt,
-)
 from llmrtc.catalog.search import SearchHit
 from llmrtc.catalog.toolkits import Toolkit, ToolsConfig
-from llmrtc.catalog.util_tools import UTIL_TOOLS
 
 __all__ = [
     "UTIL_TOOLS",

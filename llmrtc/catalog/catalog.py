@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from llmrtc.catalog._cache import QUERY_CACHE_SIZE, CatalogCore, Snapshot
-from llmrtc.catalog._chunked import IndexSuperseded
+from llmrtc.catalog._cache import QUERY_CACHE_SIZE, CatalogCore
+from llmrtc.catalog._index_build import IndexSuperseded
+from llmrtc.catalog._snapshot import Snapshot
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import ToolId, from_wire_name, parse_tool_id
 from llmrtc.catalog.search import (
@@ -21,7 +22,6 @@ from llmrtc.catalog.search import (
     hybrid_score,
     matches,
     rank_hybrid,
-    search_candidates,
 )
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.tool import Tool
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SearchMode", "ToolCatalog"]
 
-logger = logging.getLogger("llmrtc.catalog")
+logger = logging.getLogger(__name__)
 
 SearchMode = Literal["hybrid", "keyword"]
 """`"hybrid"`: keyword scores blended with semantic similarity (keyword-only when no embedding
@@ -284,7 +284,7 @@ class ToolCatalog:
         if not keywords.phrase:
             return []
         only = None if ids is None else frozenset(ids)
-        candidates = search_candidates(snapshot, namespace, tag, only, self._permits)
+        candidates = snapshot.candidates(namespace, tag, only, self._permits)
         entries = snapshot.keywords.entries
         allowed = snapshot.latest_set if candidates is snapshot.latest else set(candidates)
         matched: dict[int, KeywordMatch] = {}

@@ -25,7 +25,7 @@ from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool
 
-logger = logging.getLogger("llmrtc.catalog")
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHARS_PER_TOKEN",

@@ -47,16 +47,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import WIRE_SEPARATOR
 from llmrtc.tools.tool import Tool
-
-if TYPE_CHECKING:  # _cache imports this module
-    from llmrtc.catalog._cache import Snapshot
 
 __all__ = [
     "EXACT_NAME",
@@ -73,7 +70,6 @@ __all__ = [
     "hybrid_score",
     "matches",
     "rank_hybrid",
-    "search_candidates",
 ]
 
 EXACT_NAME, NAME_PREFIX, NAME_SUBSTRING = 100.0, 80.0, 60.0
@@ -455,28 +451,3 @@ def matches(tool: Tool, namespace: str | None, tag: str | None) -> bool:
     return (namespace is None or definition.namespace == namespace) and (
         tag is None or tag in definition.tags
     )
-
-
-def search_candidates(
-    snapshot: Snapshot,
-    namespace: str | None,
-    tag: str | None,
-    ids: frozenset[str] | None,
-    permits: Callable[[Tool], bool] | None,
-) -> Sequence[int]:
-    """Positions of the tools a search may return: in `namespace`, with `tag`, among `ids`,
-    permitted, and only the highest such version of each name (the model and users pick a
-    tool by name). None filters nothing."""
-    tools = snapshot.tools
-    if namespace is None and tag is None and permits is None and ids is None:
-        return snapshot.latest
-    chosen = []
-    for versions in snapshot.versions:
-        for i in versions:
-            tool = tools[i]
-            if ids is not None and tool.definition.tool_id not in ids:
-                continue
-            if matches(tool, namespace, tag) and (permits is None or permits(tool)):
-                chosen.append(i)
-                break
-    return sorted(chosen)

@@ -18,7 +18,7 @@ from llmrtc.catalog.llm_tools import (
     PromptVariant,
     define_llm_tool,
 )
-from llmrtc.catalog.model_pool import (
+from llmrtc.catalog.llm_tools.model_pool import (
     MissingCredentialsError,
     ModelPool,
     ModelUnavailableError,

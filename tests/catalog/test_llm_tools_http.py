@@ -12,7 +12,7 @@ import pytest
 
 from llmrtc.abort import AbortController
 from llmrtc.catalog.llm_tools import LLMTool, ModelPreference, define_llm_tool
-from llmrtc.catalog.model_pool import ModelPool
+from llmrtc.catalog.llm_tools.model_pool import ModelPool
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import OpenAIProvider
 from llmrtc.llm.compat import CompatProfile, RetryPolicy

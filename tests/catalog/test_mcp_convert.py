@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from llmrtc.catalog._mcp_convert import (
+from llmrtc.catalog.mcp.convert import (
     MAX_ERROR_TEXT,
     content_text,
     error_text,

@@ -1,10 +1,10 @@
-"""Pins the `mcp` SDK internal that `_mcp_connection.Connection.alive()` reads (review R12):
-the client session's `_dispatcher._closed`, False while the transport is open and True once
-a stdio server exited. The SDK has no public signal for this; if a new SDK renames or drops
-it, `alive()` silently answers True (a dead idle server is then noticed only by the next
-call failing), so this test fails loudly instead. Also: `alive()` on a connection whose
-client already left its context (`auto`: the listen stream saw the server go and the session
-ended) says False instead of raising the SDK's RuntimeError."""
+"""Pins the `mcp` SDK internal that `llmrtc.catalog.mcp.connection.Connection.alive()` reads
+(review R12): the client session's `_dispatcher._closed`, False while the transport is open
+and True once a stdio server exited. The SDK has no public signal for this; if a new SDK
+renames or drops it, `alive()` silently answers True (a dead idle server is then noticed only
+by the next call failing), so this test fails loudly instead. Also: `alive()` on a connection
+whose client already left its context (`auto`: the listen stream saw the server go and the
+session ended) says False instead of raising the SDK's RuntimeError."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmrtc.catalog.model_pool import (
+from llmrtc.catalog.llm_tools.model_pool import (
     MissingCredentialsError,
     ModelPool,
     PromptProvider,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmrtc.catalog.model_pool import ModelPool, ToolPrompt
+from llmrtc.catalog.llm_tools.model_pool import ModelPool, ToolPrompt
 from llmrtc.llm import OpenAIProvider
 from llmrtc.testing import ScriptedLLM, ScriptedOpenAIServer, text_reply
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from llmrtc.catalog.backend import LocalBackend
-from llmrtc.catalog.model_pool import ModelPool
-from llmrtc.catalog.util_tools import UTIL_TOOLS, classify, extract, summarize
+from llmrtc.catalog.llm_tools.model_pool import ModelPool
+from llmrtc.catalog.llm_tools.util_tools import UTIL_TOOLS, classify, extract, summarize
 from llmrtc.execution import ToolExecutor
 from llmrtc.telemetry.hooks import ToolEndEvent
 from llmrtc.testing import RecordingHooks, ScriptedLLM

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from llmrtc.catalog.model_pool import ModelPool
-from llmrtc.catalog.util_tools import UTIL_TOOLS
+from llmrtc.catalog.llm_tools.model_pool import ModelPool
+from llmrtc.catalog.llm_tools.util_tools import UTIL_TOOLS
 from llmrtc.execution import ToolExecutor
 from llmrtc.tools import ToolCall, ToolRegistry
 

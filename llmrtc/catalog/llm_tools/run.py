@@ -8,12 +8,28 @@ import functools
 import inspect
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import anyio.lowlevel
 
-from llmrtc.catalog._llm_events import ModelFallbackEvent, ToolWarningEvent, emit_optional
-from llmrtc.catalog._llm_text import (
+from llmrtc.catalog.injection import estimate_tokens
+from llmrtc.catalog.llm_tools.events import ModelFallbackEvent, ToolWarningEvent, emit_optional
+from llmrtc.catalog.llm_tools.model_pool import (
+    MissingCredentialsError,
+    ModelPool,
+    ModelUnavailableError,
+    ToolPrompt,
+    parse_model_id,
+)
+from llmrtc.catalog.llm_tools.spec import (
+    UNSET,
+    LLMToolSpec,
+    MaxTokensContext,
+    schema_error,
+    select_variant,
+)
+from llmrtc.catalog.llm_tools.text import (
     OutputParseError,
     json_response_format,
     json_system_prompt,
@@ -21,33 +37,26 @@ from llmrtc.catalog._llm_text import (
     render_template,
     shorten,
 )
-from llmrtc.catalog.injection import estimate_tokens
-from llmrtc.catalog.llm_tools import (
-    _UNSET,
-    LLMToolError,
-    MaxTokensContext,
-    _schema_error,
-    select_variant,
-)
-from llmrtc.catalog.model_pool import (
-    MissingCredentialsError,
-    ModelPool,
-    ModelUnavailableError,
-    ToolPrompt,
-    parse_model_id,
-)
 from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.validation import compile_validator, prepare_arguments
 
-if TYPE_CHECKING:
-    from llmrtc.catalog.llm_tools import LLMToolSpec
+__all__ = ["LLMToolError", "PromptRunner"]
 
-__all__ = ["PromptRunner"]
+logger = logging.getLogger(__name__)
 
-logger = logging.getLogger("llmrtc.catalog.llm_tools")
+
+class LLMToolError(ToolError):
+    """An LLM-backed tool failed on every model it tried. Its text is safe for the calling
+    model (what each model's output was wrong about, or that the model service failed);
+    `failures` has the full reason per model, for logs."""
+
+    def __init__(self, message: str, failures: Sequence[str]) -> None:
+        super().__init__(message)
+        self.failures: tuple[str, ...] = tuple(failures)
+        """`"provider/model: why"` per model tried, in order."""
 
 
 class _OutputError(Exception):
@@ -159,7 +168,7 @@ class PromptRunner:
         if variant is not None:
             system_template = variant.system_prompt or system_template
             user_template = variant.user_template or user_template
-            if variant.output_example is not _UNSET:
+            if variant.output_example is not UNSET:
                 example = variant.output_example
             max_tokens = variant.max_tokens or max_tokens
             temperature = variant.temperature if variant.temperature is not None else temperature
@@ -243,7 +252,7 @@ class PromptRunner:
         except (TypeError, ValueError) as exc:  # not JSON, or not a valid schema
             # Built from the arguments: the calling model can correct them.
             raise ToolError(
-                f"{self.definition.name}: the output schema is invalid: {_schema_error(exc)}"
+                f"{self.definition.name}: the output schema is invalid: {schema_error(exc)}"
             ) from None
 
     async def _check_output(

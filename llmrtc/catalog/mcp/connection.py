@@ -33,7 +33,7 @@ __all__ = [
     "target_of",
 ]
 
-logger = logging.getLogger("llmrtc.catalog.mcp")
+logger = logging.getLogger(__name__)
 
 
 class Connection:

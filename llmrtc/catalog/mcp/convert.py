@@ -27,7 +27,7 @@ __all__ = [
     "without_media",
 ]
 
-logger = logging.getLogger("llmrtc.catalog.mcp")
+logger = logging.getLogger(__name__)
 
 MAX_ERROR_TEXT = 1000
 """An MCP `isError` result's text is cut to this many characters for the model."""

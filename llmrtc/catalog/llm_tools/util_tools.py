@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmrtc.catalog.llm_tools import LLMTool, MaxTokensContext, ModelPreference, define_llm_tool
+from llmrtc.catalog.llm_tools.spec import MaxTokensContext, ModelPreference
+from llmrtc.catalog.llm_tools.tool import LLMTool, define_llm_tool
 
 __all__ = ["UTIL_TOOLS", "classify", "extract", "summarize"]
 

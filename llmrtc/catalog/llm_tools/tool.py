@@ -1,5 +1,5 @@
-"""`define_llm_tool`: a tool whose handler is a prompt to a model, run on a `ModelPool` with
-model fallback, and registered and executed like any other tool.
+"""`define_llm_tool` and `LLMTool`: a tool whose handler is a prompt to a model, run on a
+`ModelPool` with model fallback, and registered and executed like any other tool.
 
 Example:
     summarize = define_llm_tool(
@@ -17,148 +17,26 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from llmrtc.catalog._llm_text import template_names
-from llmrtc.catalog.model_pool import parse_model_id
+from llmrtc.catalog.llm_tools.run import PromptRunner
+from llmrtc.catalog.llm_tools.spec import (
+    UNSET,
+    LLMToolSpec,
+    MaxTokensContext,
+    ModelPreference,
+    OutputFormat,
+    PromptVariant,
+    schema_error,
+)
+from llmrtc.catalog.llm_tools.text import template_names
 from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
-from llmrtc.tools.errors import ToolError
 from llmrtc.tools.ids import parse_tool_id
 from llmrtc.tools.tool import Tool
 from llmrtc.tools.validation import compile_validator
 
-__all__ = [
-    "LLMTool",
-    "LLMToolError",
-    "LLMToolSpec",
-    "MaxTokensContext",
-    "ModelPreference",
-    "OutputFormat",
-    "PromptVariant",
-    "define_llm_tool",
-    "select_variant",
-]
-
-OutputFormat = Literal["json", "text"]
-"""`"text"`: the answer, stripped, is the result. `"json"`: the JSON value in the answer is."""
-
-_UNSET: Any = object()
-
-
-@dataclass(frozen=True)
-class ModelPreference:
-    """The models an LLM-backed tool asks for, and its sampling defaults."""
-
-    preferred: str | None = None
-    """The `provider/model` id tried first (after the pool's compat list for the tool)."""
-    fallbacks: Sequence[str] = ()
-    """Tried in order when the models before fail (stored as a tuple)."""
-    max_tokens: int | None = None
-    """Output token limit, unless a variant or `resolve_max_tokens` sets one."""
-    temperature: float | None = None
-    """Sampling temperature, unless a variant sets one."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.fallbacks, str):
-            raise ValueError("fallbacks must be a list of 'provider/model' ids, not one string")
-        object.__setattr__(self, "fallbacks", tuple(self.fallbacks))
-        for model_id in (
-            *([self.preferred] if self.preferred is not None else []),
-            *self.fallbacks,
-        ):
-            parse_model_id(model_id)
-        _check_limits("ModelPreference", self.max_tokens, self.temperature)
-
-
-@dataclass(frozen=True)
-class PromptVariant:
-    """Prompt wording for some models: the fields it sets replace the tool's own when the
-    model tried matches (`select_variant`)."""
-
-    id: str
-    """Names the variant (unique within a tool)."""
-    provider_match: str | Sequence[str] = ()
-    """Substrings of the `provider/model` id this variant is for (`"local/"`, `"gpt-4o"`)."""
-    is_default: bool = False
-    """Used when no variant matches (else the first variant is)."""
-    system_prompt: str | None = None
-    """Replaces the tool's system prompt (a template too)."""
-    user_template: str | None = None
-    """Replaces the tool's user template."""
-    output_example: Any = _UNSET
-    """Replaces the tool's output example (JSON output only; None shows none)."""
-    max_tokens: int | None = None
-    """Replaces the preference's output limit (`resolve_max_tokens` still overrides it)."""
-    temperature: float | None = None
-    """Replaces the preference's temperature."""
-
-    def __post_init__(self) -> None:
-        matches = (self.provider_match,) if isinstance(self.provider_match, str) else None
-        object.__setattr__(self, "provider_match", matches or tuple(self.provider_match))
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"a prompt variant needs a non-empty id, got {self.id!r}")
-        _check_limits(f"variant {self.id!r}", self.max_tokens, self.temperature)
-
-    def matches(self, model_id: str) -> bool:
-        """Whether one of `provider_match` occurs in `model_id`."""
-        return any(pattern and pattern in model_id for pattern in self.provider_match)
-
-
-def select_variant(variants: Sequence[PromptVariant], model_id: str) -> PromptVariant | None:
-    """The first variant matching `model_id`, else the default one, else the first, else
-    None (no variants)."""
-    for variant in variants:
-        if variant.matches(model_id):
-            return variant
-    for variant in variants:
-        if variant.is_default:
-            return variant
-    return variants[0] if variants else None
-
-
-@dataclass(frozen=True, slots=True)
-class MaxTokensContext:
-    """What `resolve_max_tokens` knows about the request it sizes."""
-
-    model_id: str
-    """The `provider/model` id about to be asked."""
-    provider: str
-    model: str
-    input_tokens: int
-    """Estimated tokens of the system prompt and user message (`estimate_tokens`)."""
-
-
-class LLMToolError(ToolError):
-    """An LLM-backed tool failed on every model it tried. Its text is safe for the calling
-    model (what each model's output was wrong about, or that the model service failed);
-    `failures` has the full reason per model, for logs."""
-
-    def __init__(self, message: str, failures: Sequence[str]) -> None:
-        super().__init__(message)
-        self.failures: tuple[str, ...] = tuple(failures)
-        """`"provider/model: why"` per model tried, in order."""
-
-
-@dataclass(frozen=True)
-class LLMToolSpec:
-    """Everything `define_llm_tool` was given (see its arguments)."""
-
-    tool_id: str
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None
-    system_prompt: str
-    user_template: str
-    output_format: OutputFormat
-    output_example: Any
-    variants: tuple[PromptVariant, ...]
-    model_preference: ModelPreference
-    prepare_input: Callable[[dict[str, Any]], Any] | None = None
-    resolve_max_tokens: Callable[[dict[str, Any], MaxTokensContext], int | None] | None = None
-    resolve_output_schema: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
-    output_validator: Any = field(default=None, repr=False)
+__all__ = ["LLMTool", "define_llm_tool"]
 
 
 class LLMTool(Tool):
@@ -168,30 +46,9 @@ class LLMTool(Tool):
 
     def __init__(self, definition: ToolDefinition, spec: LLMToolSpec) -> None:
         """Bind the prompt runner for `spec` to `definition`."""
-        from llmrtc.catalog._llm_run import PromptRunner
-
         self.spec = spec
         """The prompt, output and model settings."""
         super().__init__(definition, PromptRunner(definition, spec).run)
-
-
-def _schema_error(exc: Exception) -> str:
-    # compile_validator words its errors for tool parameters.
-    return str(exc).replace("parameters is not", "not", 1).replace("parameters has", "it has", 1)
-
-
-def _check_limits(where: str, max_tokens: int | None, temperature: float | None) -> None:
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
-        raise ValueError(f"{where}: max_tokens must be an integer >= 1, got {max_tokens!r}")
-    if temperature is not None and (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, int | float)
-        or not math.isfinite(temperature)
-        or temperature < 0
-    ):
-        raise ValueError(f"{where}: temperature must be a number >= 0, got {temperature!r}")
 
 
 def define_llm_tool(
@@ -297,7 +154,7 @@ def define_llm_tool(
         try:
             validator = compile_validator(output_schema)
         except ValueError as exc:
-            raise ValueError(f"tool {id!r}: output_schema: {_schema_error(exc)}") from None
+            raise ValueError(f"tool {id!r}: output_schema: {schema_error(exc)}") from None
     variants = tuple(variants)
     _check_variants(id, variants, json_output=output_format == "json")
     if prepare_input is None:
@@ -339,7 +196,7 @@ def _check_variants(
     for variant in variants:
         if not isinstance(variant, PromptVariant):
             raise ValueError(f"tool {tool_id!r}: variants must be PromptVariant, got {variant!r}")
-        if not json_output and variant.output_example is not _UNSET:
+        if not json_output and variant.output_example is not UNSET:
             raise ValueError(
                 f"tool {tool_id!r}: variant {variant.id!r} sets output_example, which only JSON "
                 "output uses; set output_format='json'"

@@ -21,6 +21,9 @@ task-augmented calls (`execution.taskSupport: "required"`) is not offered: a war
 The connection lives in a task the backend owns (entered and left in the same task, as anyio
 requires); calls from any task of the same event loop share it. A server that dies mid-call
 gives that call an error result, and the next use of the backend connects again.
+
+Its submodules: `connection` (one live MCP session, owned by the backend's task) and `convert`
+(MCP tools and results as llmrtc definitions and values).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import anyio
 
 from llmrtc.abort import AbortSignal
-from llmrtc.catalog._mcp_connection import (
+from llmrtc.catalog.mcp.connection import (
     Connection,
     cancel_reason,
     import_sdk,
@@ -46,7 +49,7 @@ from llmrtc.catalog._mcp_connection import (
     serve_connection,
     target_of,
 )
-from llmrtc.catalog._mcp_convert import (
+from llmrtc.catalog.mcp.convert import (
     error_text,
     mcp_definition,
     namespace_for,
@@ -67,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MCPBackend", "MCPConnectionError"]
 
-logger = logging.getLogger("llmrtc.catalog.mcp")
+logger = logging.getLogger(__name__)
 
 
 class MCPConnectionError(ConnectionError):
