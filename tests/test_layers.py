@@ -206,19 +206,6 @@ def test_the_voice_and_catalog_floors_import_light(package: str) -> None:
 
 # --- No import cycles (ARCHITECTURE.md: "No import cycles inside `llmrtc`") -------------------
 
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    # Removed by the other parts of issue 18; the lead empties this after merging them.
-    frozenset(cycle)
-    for cycle in (
-        {"llmrtc.agent.runner", "llmrtc.agent._settle"},
-        {"llmrtc.execution._state", "llmrtc.execution._reporting"},
-        {"llmrtc.catalog._cache", "llmrtc.catalog._chunked", "llmrtc.catalog.search"},
-        {"llmrtc.catalog.llm_tools", "llmrtc.catalog._llm_run"},
-        {"llmrtc.cli._serve_run", "llmrtc.cli._serve_workers"},
-    )
-)
-"""Import cycles (each as the set of its modules) that exist today and are being removed."""
-
 
 def import_graph(sources: dict[Path, str] | None = None) -> dict[str, dict[str, int]]:
     """module → {imported module: line of the first such import}, for every module of llmrtc
@@ -298,16 +285,8 @@ def describe_cycle(cycle: frozenset[str], graph: dict[str, dict[str, int]]) -> s
 
 def test_there_is_no_import_cycle_inside_llmrtc() -> None:
     graph = import_graph()
-    cycles = [cycle for cycle in import_cycles(graph) if cycle not in KNOWN_CYCLES]
+    cycles = import_cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(describe_cycle(c, graph) for c in cycles)
-
-
-def test_known_cycles_still_exist() -> None:
-    # A removed cycle must leave KNOWN_CYCLES, or it could silently come back.
-    gone = KNOWN_CYCLES - set(import_cycles(import_graph()))
-    assert not gone, "no longer cycles, remove from KNOWN_CYCLES: " + repr(
-        sorted(map(sorted, gone))
-    )
 
 
 def test_the_cycle_checker_counts_lazy_and_type_only_imports_but_not_the_face() -> None:
@@ -331,23 +310,6 @@ ROOT_LOGGER_SETUP = ("llmrtc.cli", "llmrtc")
 """(package, name): the one literal logger name allowed, `logging.getLogger("llmrtc")`, where
 the command line configures the library's root logger (in any module of `llmrtc.cli`)."""
 
-KNOWN_LITERAL_LOGGERS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # Removed by the other parts of issue 18; the lead empties this after merging them.
-        ("llmrtc.agent._settle", "llmrtc.agent.runner"),
-        ("llmrtc.catalog._cache", "llmrtc.catalog"),
-        ("llmrtc.catalog._llm_run", "llmrtc.catalog.llm_tools"),
-        ("llmrtc.catalog._mcp_connection", "llmrtc.catalog.mcp"),
-        ("llmrtc.catalog._mcp_convert", "llmrtc.catalog.mcp"),
-        ("llmrtc.catalog.catalog", "llmrtc.catalog"),
-        ("llmrtc.catalog.injection", "llmrtc.catalog"),
-        ("llmrtc.catalog.mcp", "llmrtc.catalog.mcp"),
-        ("llmrtc.cli.bot", "llmrtc.cli"),
-        ("llmrtc.execution._reporting", "llmrtc.execution"),
-    }
-)
-"""(module, literal name) of loggers named by a literal string today, being renamed."""
-
 
 def literal_loggers(sources: dict[Path, str] | None = None) -> list[tuple[str, str, int]]:
     """(module, name, line) of every `getLogger("<literal>")` call in llmrtc (or `sources`)."""
@@ -369,7 +331,7 @@ def literal_loggers(sources: dict[Path, str] | None = None) -> list[tuple[str, s
 def _allowed_literal(module: str, name: str) -> bool:
     package, root = ROOT_LOGGER_SETUP
     in_package = module == package or module.startswith(package + ".")
-    return (in_package and name == root) or (module, name) in KNOWN_LITERAL_LOGGERS
+    return in_package and name == root
 
 
 def test_loggers_are_named_by_their_module() -> None:
@@ -379,13 +341,6 @@ def test_loggers_are_named_by_their_module() -> None:
         if not _allowed_literal(module, name)
     ]
     assert not found, "\n".join(found)
-
-
-def test_known_literal_loggers_still_exist() -> None:
-    # A renamed logger must leave KNOWN_LITERAL_LOGGERS, or it could silently come back.
-    actual = {(module, name) for module, name, _ in literal_loggers()}
-    gone = KNOWN_LITERAL_LOGGERS - actual
-    assert not gone, "renamed, remove from KNOWN_LITERAL_LOGGERS: " + repr(sorted(gone))
 
 
 def test_the_logger_check_allows_only_the_root_logger_setup() -> None:

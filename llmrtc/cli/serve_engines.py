@@ -54,7 +54,8 @@ def _offline(mode: LLMMode, *, fake: bool) -> bool:
 
 def _joined_model() -> tuple[Path, bool]:
     """Where the offline model is joined, and whether it is there already."""
-    from llmrtc.llm.local.weights import LOCAL_MODELS, cache_dir_for
+    from llmrtc.llm.local.weights import LOCAL_MODELS
+    from llmrtc.packaged_models import cache_dir_for
 
     spec = LOCAL_MODELS.get(os.environ.get("LLMRTC_MODEL") or "1.5b", LOCAL_MODELS["1.5b"])
     joined = cache_dir_for(None) / spec.filename

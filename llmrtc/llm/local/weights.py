@@ -23,7 +23,7 @@ from llmrtc.packaged_models import (
 )
 
 # `llmrtc.cli` reads the joined file's path from here; the cache rules live in packaged_models.
-from llmrtc.packaged_models import cache_dir_for as cache_dir_for
+from llmrtc.packaged_models import cache_dir_for
 
 __all__ = [
     "DEFAULT_MODEL_SIZE",
