@@ -19,11 +19,9 @@ from llmrtc.packaged_models import (
     PackageNotInstalledError,
     PackageVersionError,
     Progress,
+    cache_dir_for,
     sha256_of,
 )
-
-# `llmrtc.cli` reads the joined file's path from here; the cache rules live in packaged_models.
-from llmrtc.packaged_models import cache_dir_for
 
 __all__ = [
     "DEFAULT_MODEL_SIZE",
