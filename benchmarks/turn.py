@@ -194,7 +194,7 @@ async def bench_crash_questions(server: Any) -> list[str]:
     native path with continuation by prefill, and today's text tool calls."""
     import logging
 
-    from llmrtc.agent.events import TurnError
+    from llmrtc.agent.events import TurnFailed
     from llmrtc.llm import CompatProfile, ModelSettings, OpenAIProvider
     from llmrtc.llm.local import LLAMA_CPP_PROFILE, LOCAL_RETRY, TOOL_HINT, local_provider
 
@@ -249,7 +249,7 @@ async def bench_crash_questions(server: Any) -> list[str]:
                 began = time.perf_counter()
                 events = [event async for event in runner.run_turn(question)]
                 seconds.append(time.perf_counter() - began)
-                failed = any(isinstance(e, TurnError) for e in events)
+                failed = any(isinstance(e, TurnFailed) for e in events)
                 text = "".join(e.text for e in events if isinstance(e, TextDelta))
                 answered += not failed and bool(text.strip())
                 called += any(isinstance(e, ToolCallStarted) for e in events)

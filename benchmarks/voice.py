@@ -55,7 +55,8 @@ from llmrtc.abort import AbortSignal
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.types import LLMRequest
-from llmrtc.telemetry.hooks import BargeInEvent, Hooks, ToolEndEvent
+from llmrtc.telemetry.events import BargeInEvent, ToolEndEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
 from llmrtc.tools import ToolCall, ToolContext, ToolRegistry, tool
 from llmrtc.voice import AudioFrame, Speech, VoiceConfig, VoiceLoop, open_default_speech

@@ -20,7 +20,7 @@ from llmrtc import (
     ToolExecutor,
     ToolRegistry,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnRunner,
     open_default_provider,
     tool,
@@ -65,7 +65,7 @@ async def main(question: str) -> None:
                     end="",
                     flush=True,
                 )
-            elif isinstance(event, TurnError):  # the model failed; an apology follows as text
+            elif isinstance(event, TurnFailed):  # the model failed; an apology follows as text
                 print(f"[error: {event.message}]", file=sys.stderr)
             elif isinstance(event, TurnCompleted):
                 print(f"\n({event.stop_reason}; {event.usage.total_tokens} tokens)")

@@ -21,7 +21,7 @@ from llmrtc.agent import (
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnHandler,
     TurnRunner,
     TurnSettings,
@@ -54,11 +54,9 @@ from llmrtc.playbook import (
     validate_playbook,
 )
 from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     BargeInEvent,
-    CompositeHooks,
     ErrorEvent,
-    Hooks,
     LLMEndEvent,
     LLMFirstTokenEvent,
     LLMStartEvent,
@@ -80,6 +78,7 @@ from llmrtc.telemetry.hooks import (
     TurnEndEvent,
     TurnStartEvent,
 )
+from llmrtc.telemetry.hooks import CompositeHooks, Hooks
 from llmrtc.tools import (
     ExecutionPolicy,
     FunctionTool,
@@ -179,7 +178,7 @@ __all__ = [
     "TransitionEvent",
     "TurnCompleted",
     "TurnEndEvent",
-    "TurnError",
+    "TurnFailed",
     "ResumableHandler",
     "TurnHandler",
     "TurnRunner",

@@ -185,7 +185,7 @@ def test_the_public_face_exports_what_a_hooks_subclass_needs() -> None:
     assert events <= set(llmrtc.__all__)
     for name in ("LLMProvider", "load_playbook_tools", "ToolError", "ModelSettings"):
         assert name in llmrtc.__all__
-    for name in ("TurnSettings", "TurnError", "AgentEvent", "TurnHandler"):
+    for name in ("TurnSettings", "TurnFailed", "AgentEvent", "TurnHandler"):
         assert name in llmrtc.__all__
     assert "RecordingHooks" not in llmrtc.__all__  # it lives in llmrtc.testing
 

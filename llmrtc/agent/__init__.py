@@ -7,8 +7,7 @@ from llmrtc.agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
-    TurnEvent,
+    TurnFailed,
     TurnStopReason,
 )
 from llmrtc.agent.handler import ResumableHandler, TurnHandler
@@ -25,8 +24,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnCompleted",
-    "TurnError",
-    "TurnEvent",
+    "TurnFailed",
     "TurnHandler",
     "TurnRunner",
     "TurnSettings",

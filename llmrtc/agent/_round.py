@@ -15,14 +15,8 @@ from llmrtc.agent.settings import TurnSettings
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
 from llmrtc.llm.provider import LLMProvider
 from llmrtc.llm.types import LLMDone, LLMRequest, LLMTextDelta, LLMToolCall, ToolChoice, Usage
-from llmrtc.telemetry.hooks import (
-    Hooks,
-    LLMEndEvent,
-    LLMFirstTokenEvent,
-    LLMStartEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.telemetry.events import LLMEndEvent, LLMFirstTokenEvent, LLMStartEvent
+from llmrtc.telemetry.hooks import Hooks, emit
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
@@ -145,10 +139,8 @@ class ModelRound:
         llm, request = self.llm, self.request
         request_id = f"req_{uuid.uuid4().hex[:12]}"
         model = request.settings.model or llm.model
-        listeners = [self.hooks]
         await emit(
-            hooks_for(listeners, "on_llm_start"),
-            "on_llm_start",
+            self.hooks,
             LLMStartEvent(
                 request_id=request_id,
                 model=model,
@@ -176,8 +168,7 @@ class ModelRound:
                     if first and not isinstance(event, LLMDone):
                         first = False
                         await emit(
-                            hooks_for(listeners, "on_llm_first_token"),
-                            "on_llm_first_token",
+                            self.hooks,
                             LLMFirstTokenEvent(
                                 request_id=request_id,
                                 model=model,
@@ -198,8 +189,7 @@ class ModelRound:
             raise
         finally:
             await emit(
-                hooks_for(listeners, "on_llm_end"),
-                "on_llm_end",
+                self.hooks,
                 LLMEndEvent(
                     request_id=request_id,
                     model=model,

@@ -1,7 +1,16 @@
-"""What `TurnRunner.run_turn` yields, in the order things happen."""
+"""Stream events: what `TurnRunner.run_turn` (any `TurnHandler`) yields, in the order things
+happen.
+
+Naming rule: a stream event is a past-tense fact without a suffix (`TextDelta`, `ToolCallStarted`,
+`TurnCompleted`, `TurnFailed`, ...) and is consumed by iterating a turn. The other family, hook
+events (`llmrtc.telemetry.events`), are named `<Subject><Moment>Event`, one per
+`Hooks.on_<subject>_<moment>`, and reach observers through `emit`; a stream event is never sent
+to hooks.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,15 +24,16 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnCompleted",
-    "TurnError",
-    "TurnEvent",
+    "TurnFailed",
     "TurnStopReason",
 ]
+
+logger = logging.getLogger(__name__)
 
 TurnStopReason = Literal["stop", "length", "max_tool_rounds", "aborted", "error"]
 """Why a turn ended: the model finished (`stop`), hit its token limit (`length`), the tool
 round limit forced a final answer (`max_tool_rounds`), it was aborted (barge-in), or the model
-failed for good (`error`: a `TurnError` was yielded and the agent apologised)."""
+failed for good (`error`: a `TurnFailed` was yielded and the agent apologised)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +84,7 @@ class StageChanged:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnError:
+class TurnFailed:
     """The model (or its server) failed for good during the turn. The turn still ends with a
     short spoken-style apology as text and a valid history; the next turn works as usual."""
 
@@ -84,11 +94,7 @@ class TurnError:
     """The failure's class name, e.g. `LLMError`."""
 
 
-TurnEvent = TextDelta | ToolCallStarted | ToolCallFinished | TurnCompleted
-"""What `TurnRunner.run_turn` yields without a playbook (kept for compatibility: see
-`AgentEvent`)."""
-
 AgentEvent = (
-    TextDelta | ToolCallStarted | ToolCallFinished | StageChanged | TurnError | TurnCompleted
+    TextDelta | ToolCallStarted | ToolCallFinished | StageChanged | TurnFailed | TurnCompleted
 )
 """Everything a `TurnHandler` (`TurnRunner`, `PlaybookOrchestrator`) yields from a turn."""

@@ -21,7 +21,7 @@ class TurnHandler(Protocol):
 
     Contract of `run_turn` and `run_timeout_turn`:
       - they yield `AgentEvent`s as things happen, and `TurnCompleted` last, once;
-      - a model or server failure does not raise: the turn yields `TurnError`, then a short
+      - a model or server failure does not raise: the turn yields `TurnFailed`, then a short
         spoken-style apology as `TextDelta`, and ends with `TurnCompleted(stop_reason="error")`;
         the history stays valid and the next turn works;
       - an abort (barge-in) or leaving the `async for` early ends the turn with

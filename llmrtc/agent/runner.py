@@ -40,7 +40,7 @@ class TurnRunner:
 
     A turn always ends with something said:
       - a model or server failure (`LLMError`, after the provider's own retries) yields
-        `TurnError`, then `settings.error_reply` as text, and ends with
+        `TurnFailed`, then `settings.error_reply` as text, and ends with
         `TurnCompleted(stop_reason="error")`; the history stays valid (what was said before the
         failure is kept, marked interrupted, then the apology) and the next turn works;
       - a response that would end the turn with nothing said in it at all (no text in the

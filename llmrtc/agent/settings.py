@@ -55,7 +55,7 @@ class TurnSettings:
     model: ModelSettings = field(default_factory=ModelSettings)
     """Model name and sampling options for every request (None fields: provider defaults)."""
     error_reply: str = DEFAULT_ERROR_REPLY
-    """Said (as `TextDelta`) after a `TurnError`: the model or its server failed for good."""
+    """Said (as `TextDelta`) after a `TurnFailed`: the model or its server failed for good."""
     empty_reply: str | None = DEFAULT_EMPTY_REPLY
     """Said when a turn would end with nothing said, even after one retry without tools;
     None ends such a turn silently."""

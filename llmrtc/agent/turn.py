@@ -20,7 +20,7 @@ from llmrtc.agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
@@ -31,14 +31,8 @@ from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.llm.provider import LLMError, LLMProvider
 from llmrtc.llm.types import Usage
 from llmrtc.telemetry.correlation import current_turn_id
-from llmrtc.telemetry.hooks import (
-    ErrorEvent,
-    Hooks,
-    TurnEndEvent,
-    TurnStartEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.telemetry.events import ErrorEvent, TurnEndEvent, TurnStartEvent
+from llmrtc.telemetry.hooks import Hooks, emit
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.registry import ToolRegistry
 
@@ -184,8 +178,7 @@ class Turn:
         if user_text is not None:
             self.history.append(UserMessage(user_text))
         await emit(
-            hooks_for([self.hooks], "on_turn_start"),
-            "on_turn_start",
+            self.hooks,
             TurnStartEvent(
                 turn_id=self.id,
                 session_id=self.session_id,
@@ -379,14 +372,13 @@ class Turn:
         self._failure = exc
         self.stop_reason = "error"
         self._store_partial()
-        yield TurnError(str(exc), type(exc).__name__)
+        yield TurnFailed(str(exc), type(exc).__name__)
         reply = self._settings.error_reply
         for delta in self._say(reply):
             yield delta
         self.history.append(AssistantMessage(reply))
         await emit(
-            hooks_for([self.hooks], "on_error"),
-            "on_error",
+            self.hooks,
             ErrorEvent(
                 error=exc,
                 where="llm",
@@ -410,8 +402,7 @@ class Turn:
             await self._settle_unrun()
         failure = error if error is not None else self._failure
         await emit(
-            hooks_for([self.hooks], "on_turn_end"),
-            "on_turn_end",
+            self.hooks,
             TurnEndEvent(
                 turn_id=self.id,
                 stop_reason="error" if failure is not None else self.stop_reason,

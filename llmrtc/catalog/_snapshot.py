@@ -19,7 +19,8 @@ from llmrtc.catalog._index_build import IndexBuild
 from llmrtc.catalog.backend import ToolBackend
 from llmrtc.catalog.ids import semver_key
 from llmrtc.catalog.search import KeywordEntry, KeywordIndex, matches
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks, emit, hooks_for
+from llmrtc.telemetry.events import ErrorEvent
+from llmrtc.telemetry.hooks import Hooks, emit
 from llmrtc.tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -155,8 +156,7 @@ async def _list_backend(
             exc,
         )
         if hooks is not None:
-            event = ErrorEvent(error=exc, where=f"catalog backend {backend.name!r}")
-            await emit(hooks_for([hooks], "on_error"), "on_error", event)
+            await emit(hooks, ErrorEvent(error=exc, where=f"catalog backend {backend.name!r}"))
         return None
     tools = []
     for item in listed:

@@ -21,7 +21,7 @@ from llmrtc.agent import (
     TextDelta,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnHandler,
 )
 from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
@@ -218,7 +218,7 @@ class _Chat:
                         ended = ended or event.conversation_ended
                     if not isinstance(event, ToolCallStarted):
                         screen.thinking()  # the tool is done: the model works on
-                elif isinstance(event, TurnError):
+                elif isinstance(event, TurnFailed):
                     screen.error(f"  [error: {event.message}]")
                 elif isinstance(event, TurnCompleted):
                     if event.stop_reason == "aborted":

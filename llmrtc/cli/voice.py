@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from llmrtc.agent import ToolCallFinished, ToolCallStarted, TurnCompleted, TurnError
+from llmrtc.agent import ToolCallFinished, ToolCallStarted, TurnCompleted, TurnFailed
 from llmrtc.cli.bot import DEFAULT_SYSTEM_PROMPT
 from llmrtc.cli.errors import CLIError
 from llmrtc.cli.event_lines import event_line
@@ -222,7 +222,7 @@ class _Turns:
                     self.turn_over()
             elif (line := event_line(event)) is not None:
                 self.say(line)
-            elif isinstance(event, TurnError):
+            elif isinstance(event, TurnFailed):
                 self.error(f"the model failed: {event.message}")
             elif isinstance(event, SpeechError):
                 self.error(f"{event.source.upper()} failed: {event.message}")

@@ -6,7 +6,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 
 ToolStartCallback = Callable[[ToolCall, Any], Any]

@@ -12,7 +12,8 @@ import anyio
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
-from llmrtc.telemetry.hooks import Hooks, hooks_for
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import Hooks, listeners, tool_call_context_hooks
 from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy
 from llmrtc.tools.registry import ToolRegistry
@@ -33,10 +34,10 @@ class Dispatch:
 
     def __init__(self, leaves: Iterable[Hooks | None]) -> None:
         leaves = tuple(leaves)
-        self.start = hooks_for(leaves, "on_tool_start")
-        self.context = hooks_for(leaves, "tool_call_context")
-        self.end = hooks_for(leaves, "on_tool_end")
-        self.error = hooks_for(leaves, "on_tool_error")
+        self.start = listeners(leaves, ToolStartEvent)
+        self.context = tool_call_context_hooks(leaves)
+        self.end = listeners(leaves, ToolEndEvent)
+        self.error = listeners(leaves, ToolErrorEvent)
         self.wants_start_event = bool(self.start or self.context)
         self.active = bool(self.wants_start_event or self.end or self.error)
 

@@ -24,13 +24,8 @@ from llmrtc.execution.errors import (
     ToolTimeoutError,
 )
 from llmrtc.telemetry.correlation import current_call_id
-from llmrtc.telemetry.hooks import (
-    ToolEndEvent,
-    ToolErrorEvent,
-    ToolStartEvent,
-    emit,
-    error_type_name,
-)
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import emit, error_type_name
 from llmrtc.tools._errors import speakable_reason
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext, new_context
@@ -353,7 +348,7 @@ class Call:
         event = self._start_event(batch)
         if batch.hooks.start:
             self.announced = True
-            await emit(batch.hooks.start, "on_tool_start", event, shield=False)
+            await emit(batch.hooks.start, event, shield=False)
 
     def _enter_contexts(self, batch: Batch) -> list[AbstractContextManager[object]]:
         """Enter the contexts hooks want the handler to run in (e.g. its span made current).
@@ -392,7 +387,6 @@ class Call:
             if error is not None and hooks.error:
                 await emit(
                     hooks.error,
-                    "on_tool_error",
                     ToolErrorEvent(
                         execution_id=self.execution_id,
                         call_id=call.call_id,
@@ -409,7 +403,6 @@ class Call:
                 definition = self.tool.definition if self.tool is not None else None
                 await emit(
                     hooks.end,
-                    "on_tool_end",
                     ToolEndEvent(
                         execution_id=self.execution_id,
                         call_id=call.call_id,

@@ -6,15 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmrtc.playbook.engine import PlaybookEngine, StageChange
-from llmrtc.telemetry.hooks import (
-    ErrorEvent,
-    Hooks,
-    StageEnterEvent,
-    StageExitEvent,
-    TransitionEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.telemetry.events import ErrorEvent, StageEnterEvent, StageExitEvent, TransitionEvent
+from llmrtc.telemetry.hooks import Hooks, emit
 
 __all__ = ["report_change", "report_errors", "report_initial_entry"]
 
@@ -23,10 +16,8 @@ async def report_change(
     hooks: Hooks | None, change: StageChange, *, session_id: str | None, turn_id: str | None
 ) -> None:
     """Report an applied transition, then the errors of its stage callbacks."""
-    observers = [hooks]
     await emit(
-        hooks_for(observers, "on_stage_exit"),
-        "on_stage_exit",
+        hooks,
         StageExitEvent(
             stage_id=change.from_stage,
             to_stage=change.to_stage,
@@ -36,8 +27,7 @@ async def report_change(
         ),
     )
     await emit(
-        hooks_for(observers, "on_transition"),
-        "on_transition",
+        hooks,
         TransitionEvent(
             from_stage=change.from_stage,
             to_stage=change.to_stage,
@@ -49,8 +39,7 @@ async def report_change(
         ),
     )
     await emit(
-        hooks_for(observers, "on_stage_enter"),
-        "on_stage_enter",
+        hooks,
         StageEnterEvent(
             stage_id=change.to_stage,
             from_stage=change.from_stage,
@@ -89,7 +78,7 @@ async def report_errors(
             turn_id=turn_id,
             stage_id=stage,
         )
-        await emit(hooks_for([hooks], "on_error"), "on_error", event)
+        await emit(hooks, event)
 
 
 async def report_initial_entry(
@@ -98,8 +87,7 @@ async def report_initial_entry(
     """Report the initial stage's entry (and its `on_enter` errors), before the first turn."""
     stage = engine.current_stage
     await emit(
-        hooks_for([hooks], "on_stage_enter"),
-        "on_stage_enter",
+        hooks,
         StageEnterEvent(stage_id=stage.id, session_id=session_id),
     )
     await report_errors(hooks, engine.entry_errors, stage.id, session_id=session_id)

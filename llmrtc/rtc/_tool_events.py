@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
 from llmrtc.rtc.events import wire_duration_ms
 from llmrtc.rtc.messages import ServerMessage, ToolCallFinishedMessage, ToolCallStartedMessage
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import Hooks
 
 __all__ = ["ToolEventRelay"]
 

@@ -8,7 +8,7 @@ from llmrtc.agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
 )
 from llmrtc.rtc.messages import (
     AgentSpeechEndedMessage,
@@ -50,7 +50,7 @@ MODEL_ERROR_TEXT = (
     "The language model failed during this turn; the agent answered with an apology. "
     "You can go on talking."
 )
-"""The `model_error` message sent for a `TurnError`."""
+"""The `model_error` message sent for a `TurnFailed`."""
 STT_ERROR_TEXT = "Speech recognition failed for the last utterance; please say it again."
 """The `speech_error` message sent when the STT failed."""
 TTS_ERROR_TEXT = "Speech synthesis failed; the agent's reply is shown as text only."
@@ -109,7 +109,7 @@ def wire_event(event: object) -> ServerMessage | None:
             return StageChangedMessage(from_stage=event.from_stage, to_stage=event.to_stage)
         case TurnCompleted():
             return TurnCompletedMessage(text=event.text, stop_reason=event.stop_reason)
-        case TurnError():
+        case TurnFailed():
             return ErrorMessage(code="model_error", message=MODEL_ERROR_TEXT)
         case UserSpeechStarted():
             return _SPEECH_STARTED

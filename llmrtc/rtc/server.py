@@ -53,8 +53,8 @@ from llmrtc.rtc.protocol import (
 from llmrtc.rtc.session import Session
 from llmrtc.rtc.store import InMemorySessionStore, SessionState, SessionStore
 from llmrtc.rtc.store import new_session_credentials as _new_credentials
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks, SessionEndEvent, SessionStartEvent, emit
-from llmrtc.telemetry.hooks import hooks_for as _hooks_for
+from llmrtc.telemetry.events import ErrorEvent, SessionEndEvent, SessionStartEvent
+from llmrtc.telemetry.hooks import Hooks, emit, listeners
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -143,8 +143,8 @@ class RTCServer:
         self.hooks = hooks
         self.store: SessionStore = store if store is not None else InMemorySessionStore()
         self._session_hooks = {
-            name: _hooks_for([hooks], name)
-            for name in ("on_session_start", "on_session_end", "on_error")
+            kind: listeners(hooks, kind)
+            for kind in (SessionStartEvent, SessionEndEvent, ErrorEvent)
         }
         self._sessions: set[Session] = set()
         self._admitted = 0  # live slots held (freed when a session starts ending)
@@ -282,8 +282,7 @@ class RTCServer:
         except Exception as exc:
             logger.exception("a signalling connection failed; it is closed")
             await emit(
-                self._session_hooks["on_error"],
-                "on_error",
+                self._session_hooks[ErrorEvent],
                 ErrorEvent(error=exc, where="signalling"),
             )
             with suppress(Exception):
@@ -463,8 +462,7 @@ class RTCServer:
         started = time.monotonic()
         try:
             await emit(
-                self._session_hooks["on_session_start"],
-                "on_session_start",
+                self._session_hooks[SessionStartEvent],
                 SessionStartEvent(session_id=session_id, transport="webrtc"),
             )
             await session.run(offer)
@@ -472,8 +470,7 @@ class RTCServer:
             self._sessions.discard(session)
             with anyio.CancelScope(shield=True):
                 await emit(
-                    self._session_hooks["on_session_end"],
-                    "on_session_end",
+                    self._session_hooks[SessionEndEvent],
                     SessionEndEvent(
                         session_id=session_id,
                         duration_s=time.monotonic() - started,

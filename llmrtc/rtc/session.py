@@ -56,7 +56,8 @@ from llmrtc.rtc.protocol import (
 )
 from llmrtc.rtc.store import SessionStore, hash_token
 from llmrtc.rtc.tracks import InboundAudio, OutboundAudio
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks, emit, hooks_for
+from llmrtc.telemetry.events import ErrorEvent
+from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice.events import Transcript, UserSpeechEnded, UserSpeechStarted
 from llmrtc.voice.loop import VoiceLoop
 
@@ -144,7 +145,7 @@ class Session:
         """Whether the answer was delivered (False: refused, failed or gone before it). Only a
         started session saves its state; before that a resumed state is the server's to put
         back, with the token the client still has."""
-        self._error_hooks = hooks_for([hooks], "on_error")
+        self._error_hooks = listeners(hooks, ErrorEvent)
         self.end_reason: str | None = None
         """Why the session ended (a key of the module docstring's table, or an error code)."""
         self._final: tuple[ErrorCode | None, int, str, str | None] | None = None
@@ -241,7 +242,7 @@ class Session:
             else:
                 logger.exception("session %s failed; it is closed", self.session_id)
                 with suppress(Exception):
-                    await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
+                    await emit(self._error_hooks, _error_event(exc, self.session_id))
                 self.end("internal")
                 await self._close_websocket()
         finally:
@@ -352,7 +353,7 @@ class Session:
         except Exception as exc:
             logger.exception("session %s: %s failed", self.session_id, task.__name__)
             with suppress(Exception):
-                await emit(self._error_hooks, "on_error", _error_event(exc, self.session_id))
+                await emit(self._error_hooks, _error_event(exc, self.session_id))
             self.end("internal")
 
     async def _close_websocket(self) -> None:

@@ -21,7 +21,8 @@ from llmrtc.telemetry.hooks import (
     combined_tool_call_context,
     emit,
     error_type_name,
-    hooks_for,
+    listeners,
+    tool_call_context_hooks,
 )
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
     "current_turn_id",
     "emit",
     "error_type_name",
-    "hooks_for",
+    "listeners",
+    "tool_call_context_hooks",
     "install_log_correlation",
     *_events_all,
 ]

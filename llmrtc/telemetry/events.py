@@ -1,4 +1,10 @@
-"""The events every layer reports through `Hooks`: small frozen dataclasses of plain data.
+"""Hook events: what a `Hooks` observer receives, as small frozen dataclasses of plain data.
+
+Naming rule: a hook event is named `<Subject><Moment>Event` and there is exactly one per
+`Hooks.on_<subject>_<moment>` method; its class attribute `hook` names that method (`emit`
+dispatches on it). The other family, stream events (`llmrtc.agent.events`: `TextDelta`,
+`TurnCompleted`, `TurnFailed`, ...), are what `run_turn` yields: past-tense facts without a suffix,
+and none of them has a `hook`.
 
 Each event carries the ids that tie it to its place (`session_id`, `turn_id`, `call_id`,
 `stage_id`), so a hook can correlate without looking anything up. Fields documented as
@@ -9,9 +15,12 @@ hold personal data: record them only with the user's consent, and mask a tool's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BargeInEvent",
@@ -39,8 +48,6 @@ __all__ = [
     "TurnStartEvent",
 ]
 
-from llmrtc.telemetry.model_events import ModelFallbackEvent, ToolWarningEvent
-
 _EMPTY: Mapping[str, Any] = {}
 
 # Tools ------------------------------------------------------------------------------------------
@@ -49,6 +56,8 @@ _EMPTY: Mapping[str, Any] = {}
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolStartEvent:
     """A tool handler is about to run (its concurrency slot is taken)."""
+
+    hook: ClassVar[str] = "on_tool_start"
 
     execution_id: str
     """Unique per call execution: pairs start and end (call ids repeat across batches)."""
@@ -74,6 +83,8 @@ class ToolStartEvent:
 class ToolEndEvent:
     """A tool call finished, whatever its status. Fires exactly once per call, also for calls
     that never ran (`not_found`, `invalid_arguments`, aborted while queued)."""
+
+    hook: ClassVar[str] = "on_tool_end"
 
     execution_id: str
     call_id: str
@@ -115,6 +126,8 @@ class ToolEndEvent:
 class ToolErrorEvent:
     """A tool call ended with a status other than `ok`; sent just before its `ToolEndEvent`."""
 
+    hook: ClassVar[str] = "on_tool_error"
+
     execution_id: str
     call_id: str
     tool_name: str
@@ -127,12 +140,61 @@ class ToolErrorEvent:
     stage_id: str | None = None
 
 
+# LLM-backed tools (`llmrtc.catalog.define_llm_tool`) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelFallbackEvent:
+    """An LLM-backed tool's model failed and the tool moves on to its next model."""
+
+    hook: ClassVar[str] = "on_model_fallback"
+
+    tool_name: str
+    """The tool's name (`util.summarize`)."""
+    tool_id: str
+    """The tool's versioned id (`util:summarize@1.0.0`)."""
+    call_id: str
+    """The call being served."""
+    failed_model: str
+    """The `provider/model` id that failed."""
+    error: str
+    """Why it failed (for logs: may name URLs and status codes, never sent to a model)."""
+    next_model: str
+    """The `provider/model` id tried next."""
+    attempt: int
+    """How many models were tried so far (1 for the first failure)."""
+    session_id: str | None = None
+    turn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolWarningEvent:
+    """Something was off with a tool's output that did not fail the call."""
+
+    hook: ClassVar[str] = "on_tool_warning"
+
+    tool_name: str
+    tool_id: str
+    call_id: str
+    code: str
+    """What kind of warning: `output_schema_mismatch` (JSON output not matching the tool's
+    output schema; the output is still the result)."""
+    message: str
+    """What was wrong, with the JSON paths (content: may quote output values)."""
+    model: str | None = None
+    """The `provider/model` id that produced the output."""
+    session_id: str | None = None
+    turn_id: str | None = None
+
+
 # Turns and model calls --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStartEvent:
     """A conversational turn starts (user text in, or a timer-driven turn with none)."""
+
+    hook: ClassVar[str] = "on_turn_start"
 
     turn_id: str
     session_id: str | None = None
@@ -144,6 +206,8 @@ class TurnStartEvent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEndEvent:
     """A turn finished: answered, aborted (barge-in), or failed."""
+
+    hook: ClassVar[str] = "on_turn_end"
 
     turn_id: str
     stop_reason: str
@@ -163,6 +227,8 @@ class TurnEndEvent:
 class LLMStartEvent:
     """A model request is sent."""
 
+    hook: ClassVar[str] = "on_llm_start"
+
     request_id: str
     model: str
     session_id: str | None = None
@@ -181,6 +247,8 @@ class LLMStartEvent:
 class LLMFirstTokenEvent:
     """The first text or tool-call delta of a model response arrived."""
 
+    hook: ClassVar[str] = "on_llm_first_token"
+
     request_id: str
     model: str
     latency_s: float
@@ -191,6 +259,8 @@ class LLMFirstTokenEvent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMEndEvent:
     """A model response ended (or failed)."""
+
+    hook: ClassVar[str] = "on_llm_end"
 
     request_id: str
     model: str
@@ -215,6 +285,8 @@ class LLMEndEvent:
 class StageEnterEvent:
     """A playbook stage is entered (the initial stage too)."""
 
+    hook: ClassVar[str] = "on_stage_enter"
+
     stage_id: str
     from_stage: str | None = None
     session_id: str | None = None
@@ -226,6 +298,8 @@ class StageEnterEvent:
 class StageExitEvent:
     """A playbook stage is left."""
 
+    hook: ClassVar[str] = "on_stage_exit"
+
     stage_id: str
     to_stage: str
     session_id: str | None = None
@@ -236,6 +310,8 @@ class StageExitEvent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransitionEvent:
     """A playbook transition fired."""
+
+    hook: ClassVar[str] = "on_transition"
 
     from_stage: str
     to_stage: str
@@ -254,6 +330,8 @@ class TransitionEvent:
 class SpeechStartEvent:
     """Voice activity detection heard the user start speaking."""
 
+    hook: ClassVar[str] = "on_speech_start"
+
     session_id: str | None = None
     turn_id: str | None = None
     """The id the turn answering this utterance will carry (a voice loop picks it now, so
@@ -263,6 +341,8 @@ class SpeechStartEvent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SpeechEndEvent:
     """The user stopped speaking (end of speech decided)."""
+
+    hook: ClassVar[str] = "on_speech_end"
 
     session_id: str | None = None
     turn_id: str | None = None
@@ -274,6 +354,8 @@ class SpeechEndEvent:
 class STTEndEvent:
     """Speech-to-text finished an utterance (sent when it ends, usually before the turn it
     starts: `OpenTelemetryHooks` then puts its span into that turn's tree)."""
+
+    hook: ClassVar[str] = "on_stt_end"
 
     session_id: str | None = None
     turn_id: str | None = None
@@ -294,6 +376,8 @@ class STTEndEvent:
 class TTSStartEvent:
     """Text-to-speech starts speaking a chunk of text (its first audio is ready)."""
 
+    hook: ClassVar[str] = "on_tts_start"
+
     session_id: str | None = None
     turn_id: str | None = None
     text: str = ""
@@ -308,6 +392,8 @@ class TTSStartEvent:
 class TTSEndEvent:
     """Text-to-speech finished a chunk (or was interrupted, or failed). Ends the oldest open
     chunk of its turn: chunks of one turn end in the order they started."""
+
+    hook: ClassVar[str] = "on_tts_end"
 
     session_id: str | None = None
     turn_id: str | None = None
@@ -328,6 +414,8 @@ class TTSEndEvent:
 class BargeInEvent:
     """The user spoke over the agent; its speech and running work are aborted."""
 
+    hook: ClassVar[str] = "on_barge_in"
+
     session_id: str | None = None
     turn_id: str | None = None
 
@@ -339,6 +427,8 @@ class BargeInEvent:
 class SessionStartEvent:
     """A session (one connected user) starts."""
 
+    hook: ClassVar[str] = "on_session_start"
+
     session_id: str
     transport: str | None = None
     """`webrtc`, `text`, …"""
@@ -348,6 +438,8 @@ class SessionStartEvent:
 class SessionEndEvent:
     """A session ends."""
 
+    hook: ClassVar[str] = "on_session_end"
+
     session_id: str
     duration_s: float = 0.0
     reason: str | None = None
@@ -356,6 +448,8 @@ class SessionEndEvent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorEvent:
     """Something failed that the library recovered from (reported, never raised to the user)."""
+
+    hook: ClassVar[str] = "on_error"
 
     error: BaseException
     where: str

@@ -1,9 +1,10 @@
 """The `Hooks` protocol every layer calls, and the machinery that calls it.
 
-The events themselves live in `llmrtc.telemetry.events` (re-exported here, so
-`from llmrtc.telemetry.hooks import ToolEndEvent` keeps working).
+The events themselves live in `llmrtc.telemetry.events`; each names the hook it is for
+(`ToolEndEvent.hook == "on_tool_end"`), so `emit(hooks, event)` is the one way every layer calls
+hooks, and the event is named once at each site.
 
-How hooks are called (by `emit`, which every layer uses):
+How hooks are called (by `emit`):
 - In the caller's task and contextvars context, so a hook sees the caller's current span.
 - A sync hook runs inline and must be quick (it runs on the event loop, maybe in the audio path).
 - An async hook is awaited at once (never deferred), shielded from the caller's cancellation and
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 
@@ -62,31 +63,8 @@ __all__ = [
     "combined_tool_call_context",
     "emit",
     "error_type_name",
-    "hooks_for",
-    # Re-exported from llmrtc.telemetry.events, where they live:
-    "BargeInEvent",
-    "ErrorEvent",
-    "HookEvent",
-    "LLMEndEvent",
-    "LLMFirstTokenEvent",
-    "LLMStartEvent",
-    "ModelFallbackEvent",
-    "STTEndEvent",
-    "SessionEndEvent",
-    "SessionStartEvent",
-    "SpeechEndEvent",
-    "SpeechStartEvent",
-    "StageEnterEvent",
-    "StageExitEvent",
-    "TTSEndEvent",
-    "TTSStartEvent",
-    "ToolEndEvent",
-    "ToolErrorEvent",
-    "ToolStartEvent",
-    "ToolWarningEvent",
-    "TransitionEvent",
-    "TurnEndEvent",
-    "TurnStartEvent",
+    "listeners",
+    "tool_call_context_hooks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -192,6 +170,31 @@ HOOK_NAMES: tuple[str, ...] = tuple(
 """Every event hook method name (`on_*`), in declaration order; `tool_call_context` is not one."""
 
 
+HookTargets: TypeAlias = "Hooks | Sequence[Hooks] | None"
+"""What `emit` sends to: one `Hooks` (a `CompositeHooks` fans out), nobody (None), or the
+hooks `listeners` picked."""
+
+_overridden_by_class: dict[type[Hooks], frozenset[str]] = {}
+"""For each `Hooks` class seen, the `on_*` methods it overrides (computed once per class)."""
+
+
+def _overridden(cls: type[Hooks]) -> frozenset[str]:
+    """The event hooks `cls` overrides; the base `Hooks` methods are no-ops not worth a call."""
+    names = _overridden_by_class.get(cls)
+    if names is None:
+        names = frozenset(
+            name for name in HOOK_NAMES if getattr(cls, name) is not getattr(Hooks, name)
+        )
+        _overridden_by_class[cls] = names
+    return names
+
+
+def _overrides(hook: Hooks, name: str) -> bool:
+    """Whether `hook` has its own hook `name`: its class overrides it, or the object was given
+    one as an attribute (as the executor's plain `on_tool_*` callbacks are)."""
+    return name in _overridden(type(hook)) or name in vars(hook)
+
+
 class CompositeHooks(Hooks):
     """Fans every event out to several `Hooks`, in order. Each keeps its own `hook_timeout`, and
     one that raises or stalls does not keep the others from being called.
@@ -205,7 +208,12 @@ class CompositeHooks(Hooks):
     def __init__(self, hooks: Iterable[Hooks]) -> None:
         """Combine `hooks` (called in the order given)."""
         self.hooks: tuple[Hooks, ...] = _flatten(hooks)
-        self._context_hooks = hooks_for(self.hooks, "tool_call_context")
+        self._context_hooks = tool_call_context_hooks(self.hooks)
+        # Picked once, so that `emit` to a composite costs a dict lookup per event.
+        self._listeners: dict[str, tuple[Hooks, ...]] = {
+            name: tuple(hook for hook in self.hooks if _overrides(hook, name))
+            for name in HOOK_NAMES
+        }
 
     def __repr__(self) -> str:
         return f"CompositeHooks({list(self.hooks)!r})"
@@ -217,8 +225,8 @@ class CompositeHooks(Hooks):
 
 
 def _fan_out(name: str) -> Any:
-    async def fan_out(self: CompositeHooks, event: Any) -> None:
-        await emit(hooks_for(self.hooks, name), name, event)
+    async def fan_out(self: CompositeHooks, event: HookEvent) -> None:
+        await emit(self._listeners[name], event)
 
     fan_out.__name__ = name
     fan_out.__doc__ = f"Call `{name}` of every combined hook, in order."
@@ -243,6 +251,62 @@ for _name in HOOK_NAMES:
     setattr(CompositeHooks, _name, _fan_out(_name))
 
 
+def listeners(
+    hooks: Hooks | Iterable[Hooks | None] | None, kind: type[HookEvent]
+) -> tuple[Hooks, ...]:
+    """The leaves of `hooks` that override the hook for events of type `kind`.
+
+    For hot paths: pick them once, skip building the event when the result is empty, and pass
+    the result to `emit`.
+
+    Args:
+        hooks: A `Hooks` (a `CompositeHooks` counts as its leaves), several, or None.
+        kind: A hook event class, e.g. `ToolEndEvent` (for the hook `on_tool_end`).
+
+    Raises:
+        TypeError: `kind` is not a hook event class, or `hooks` holds something not a `Hooks`.
+    """
+    name = _hook_of(kind)
+    if hooks is None:
+        return ()
+    leaves = _flatten((hooks,) if isinstance(hooks, Hooks) else hooks)
+    return tuple(hook for hook in leaves if _overrides(hook, name))
+
+
+def tool_call_context_hooks(hooks: Hooks | Iterable[Hooks | None] | None) -> tuple[Hooks, ...]:
+    """The leaves of `hooks` that override `tool_call_context` (to pass to
+    `combined_tool_call_context`)."""
+    if hooks is None:
+        return ()
+    base = Hooks.tool_call_context
+    leaves = _flatten((hooks,) if isinstance(hooks, Hooks) else hooks)
+    return tuple(
+        hook
+        for hook in leaves
+        if getattr(hook.tool_call_context, "__func__", hook.tool_call_context) is not base
+    )
+
+
+def _hook_of(kind: type) -> str:
+    """The hook method events of class `kind` are for; TypeError for anything else."""
+    name = _hook_by_class.get(kind)
+    if name is None:
+        name = getattr(kind, "hook", None)
+        if not isinstance(name, str) or name not in _HOOK_NAME_SET:
+            raise TypeError(
+                f"{kind.__qualname__} is not a hook event (a class from llmrtc.telemetry.events "
+                "with a `hook` naming a Hooks method); stream events such as TurnCompleted are "
+                "yielded by run_turn, not sent to hooks"
+            )
+        _hook_by_class[kind] = name
+    return name
+
+
+_HOOK_NAME_SET = frozenset(HOOK_NAMES)
+_hook_by_class: dict[type, str] = {}
+"""Hook method name by event class, filled as classes are first seen (subclasses included)."""
+
+
 def error_type_name(error: BaseException) -> str:
     """An exception's fully qualified class name, as `error.type` wants it (`KeyError`,
     `myapp.payments.Declined`): builtins go without their module."""
@@ -250,20 +314,6 @@ def error_type_name(error: BaseException) -> str:
     if cls.__module__ == "builtins":
         return cls.__qualname__
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def hooks_for(hooks: Iterable[Hooks | None], name: str) -> tuple[Hooks, ...]:
-    """The leaves of `hooks` that override hook `name` (so no-op base methods cost nothing).
-
-    `name` is an `on_*` event hook or `"tool_call_context"`.
-    """
-    base = getattr(Hooks, name)
-    chosen = []
-    for hook in _flatten(hooks):
-        method = getattr(hook, name)
-        if getattr(method, "__func__", method) is not base:
-            chosen.append(hook)
-    return tuple(chosen)
 
 
 def combined_tool_call_context(
@@ -276,7 +326,7 @@ def combined_tool_call_context(
     skipped; no hook's context can swallow or replace what the handler raised.
 
     Args:
-        hooks: The hooks to ask, e.g. `hooks_for(leaves, "tool_call_context")`.
+        hooks: The hooks to ask, e.g. `tool_call_context_hooks(leaves)`.
         event: The call's start event (as given to `on_tool_start`).
 
     Returns:
@@ -331,23 +381,43 @@ class _ToolCallContexts:
                 )
 
 
-async def emit(hooks: Sequence[Hooks], name: str, event: object, *, shield: bool = True) -> None:
-    """Call hook `name` of each of `hooks` with `event`, isolating failures and stalls.
+async def emit(hooks: HookTargets, event: HookEvent, *, shield: bool = True) -> None:
+    """Send `event` to the hook it is for (`type(event).hook`, e.g. `on_tool_end`) of `hooks`,
+    isolating failures and stalls.
 
-    Use `hooks_for` to pick the hooks once, outside the hot path.
+    Costs a dict lookup and a return when nobody listens: `hooks` is None, or a `Hooks` whose
+    class does not override that hook. Hot paths may pick `listeners(hooks, EventType)` once
+    and skip building the event when there are none.
 
     Args:
-        hooks: The hooks to call, in order.
-        name: The hook method, e.g. `"on_tool_end"`.
-        event: The event object.
+        hooks: One `Hooks` (a `CompositeHooks` reaches its leaves that override the hook), None,
+            or a sequence of hooks as picked by `listeners` (called as given, in order).
+        event: A hook event from `llmrtc.telemetry.events`.
         shield: Protect async hooks from the caller's cancellation (an abort must not cut short
             the hooks that report it). Hooks that announce work about to start pass False, so
             an abort arriving meanwhile is not delayed by them. A native asyncio cancellation
             of the caller (`asyncio.timeout`) cannot be held off and propagates either way.
             On asyncio a cancellation the hook raised of its own making (it awaited something
             cancelled elsewhere) is logged and ignored either way; on trio only with a shield.
+
+    Raises:
+        TypeError: `event` is not a hook event (a stream event, say).
     """
-    for hook in hooks:
+    cls = type(event)
+    name = _hook_by_class.get(cls) or _hook_of(cls)
+    if hooks is None:
+        return
+    targets: Sequence[Hooks]
+    if isinstance(hooks, Hooks):
+        if type(hooks) is CompositeHooks:
+            targets = hooks._listeners[name]
+        elif name in _overridden(type(hooks)) or name in vars(hooks):
+            targets = (hooks,)
+        else:
+            return
+    else:
+        targets = hooks
+    for hook in targets:
         try:
             outcome = getattr(hook, name)(event)
             if outcome is None:  # a sync hook (the common case): nothing to await

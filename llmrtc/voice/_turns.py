@@ -31,7 +31,7 @@ import anyio.abc
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.telemetry.hooks import STTEndEvent
+from llmrtc.telemetry.events import STTEndEvent
 from llmrtc.voice._heard import cut_to_heard
 from llmrtc.voice.events import SpeechError, Transcript
 from llmrtc.voice.reply import Reply, Voice, engine_name
@@ -93,7 +93,7 @@ class TurnWorker:
         *,
         input_rate: int,
         in_speech: Callable[[], bool],
-        report: Callable[[str, object], Awaitable[None]],
+        report: Callable[[STTEndEvent], Awaitable[None]],
     ) -> None:
         self._handler = handler
         self._stt = stt
@@ -236,7 +236,6 @@ class TurnWorker:
             logger.warning("turn %s: STT failed, the agent apologises: %s", item.turn_id, exc)
             voice.publish(SpeechError("stt", str(exc), type(exc).__name__))
             await self._report(
-                "on_stt_end",
                 STTEndEvent(
                     session_id=voice.session_id,
                     turn_id=item.turn_id,
@@ -249,7 +248,7 @@ class TurnWorker:
             await voice.report_error(exc, "stt", item.turn_id)
             return None
         voice.publish(Transcript(text, True))
-        await self._report("on_stt_end", ended)
+        await self._report(ended)
         return text
 
     def _start(

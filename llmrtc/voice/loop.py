@@ -21,14 +21,8 @@ import anyio.lowlevel
 
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.telemetry.hooks import (
-    BargeInEvent,
-    Hooks,
-    SpeechEndEvent,
-    SpeechStartEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
+from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
 from llmrtc.voice._turns import TurnWorker, Typed, Utterance, new_turn_id
 from llmrtc.voice.config import VoiceConfig
@@ -127,8 +121,8 @@ class VoiceLoop:
         self.config = config if config is not None else VoiceConfig()
         self.session_id = session_id or getattr(handler, "session_id", None)
         self._hooks = {
-            name: hooks_for([hooks], name)
-            for name in ("on_speech_start", "on_speech_end", "on_stt_end", "on_barge_in")
+            kind: listeners(hooks, kind)
+            for kind in (SpeechStartEvent, SpeechEndEvent, STTEndEvent, BargeInEvent)
         }
         self._events: Broadcast[LoopEvent] = Broadcast(EVENT_BUFFER, "events()")
         self._playout = Playout(self.config.output_sample_rate, on_started=self._speech_started)
@@ -305,8 +299,7 @@ class VoiceLoop:
         self._barged = False
         self._events.publish(UserSpeechStarted(started.audio_time))
         await self._report(
-            "on_speech_start",
-            SpeechStartEvent(session_id=self.session_id, turn_id=self._utterance_turn),
+            SpeechStartEvent(session_id=self.session_id, turn_id=self._utterance_turn)
         )
 
     async def _user_ended(self, ended: UtteranceEnded) -> None:
@@ -315,7 +308,6 @@ class VoiceLoop:
         self._events.publish(UserSpeechEnded(ended.duration))
         self._turns.queue(Utterance(ended.pcm, turn_id, time.monotonic()))
         await self._report(
-            "on_speech_end",
             SpeechEndEvent(session_id=self.session_id, turn_id=turn_id, duration_s=ended.duration),
         )
 
@@ -331,15 +323,15 @@ class VoiceLoop:
         heard = reply.barge_in(reason)
         self._events.publish(BargeIn(heard))
         reply.end_speech()
-        await self._report(
-            "on_barge_in", BargeInEvent(session_id=self.session_id, turn_id=reply.turn_id)
-        )
+        await self._report(BargeInEvent(session_id=self.session_id, turn_id=reply.turn_id))
 
     def _speech_started(self, spoken: SpokenReply, text: str) -> None:
         self._events.publish(AgentSpeechStarted(text))
 
-    async def _report(self, name: str, event: object) -> None:
-        await emit(self._hooks[name], name, event)
+    async def _report(
+        self, event: SpeechStartEvent | SpeechEndEvent | STTEndEvent | BargeInEvent
+    ) -> None:
+        await emit(self._hooks[type(event)], event)
 
 
 def _check_engine(role: str, engine: object, members: tuple[str, ...]) -> None:

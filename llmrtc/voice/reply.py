@@ -22,14 +22,8 @@ from llmrtc.agent.events import (
     ToolCallStarted,
     TurnCompleted,
 )
-from llmrtc.telemetry.hooks import (
-    ErrorEvent,
-    Hooks,
-    TTSEndEvent,
-    TTSStartEvent,
-    emit,
-    hooks_for,
-)
+from llmrtc.telemetry.events import ErrorEvent, TTSEndEvent, TTSStartEvent
+from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._heard import WordLedger
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.events import AgentSpeechEnded, LoopEvent, SpeechError
@@ -66,18 +60,16 @@ class Voice:
 
     def __post_init__(self) -> None:
         self._hooks = {
-            name: hooks_for([self.hooks], name)
-            for name in ("on_tts_start", "on_tts_end", "on_error")
+            kind: listeners(self.hooks, kind) for kind in (TTSStartEvent, TTSEndEvent, ErrorEvent)
         }
 
-    async def report(self, name: str, event: object) -> None:
-        """Call hook `name` of the loop's hooks (failures isolated, as for every hook)."""
-        await emit(self._hooks[name], name, event)
+    async def report(self, event: TTSStartEvent | TTSEndEvent | ErrorEvent) -> None:
+        """Send `event` to the loop's hooks (failures isolated, as for every hook)."""
+        await emit(self._hooks[type(event)], event)
 
     async def report_error(self, error: BaseException, where: str, turn_id: str | None) -> None:
         """`on_error` for a failure the loop recovered from."""
         await self.report(
-            "on_error",
             ErrorEvent(error=error, where=where, session_id=self.session_id, turn_id=turn_id),
         )
 
@@ -292,7 +284,6 @@ class Reply:
         if not announced:
             await self._tts_started(segment.text)
         await voice.report(
-            "on_tts_end",
             TTSEndEvent(
                 session_id=voice.session_id,
                 turn_id=self.turn_id,
@@ -310,7 +301,6 @@ class Reply:
     async def _tts_started(self, text: str) -> None:
         first, self._first_audio = self._first_audio, False
         await self.voice.report(
-            "on_tts_start",
             TTSStartEvent(
                 session_id=self.voice.session_id,
                 turn_id=self.turn_id,

@@ -15,7 +15,7 @@ from llmrtc import AbortController, ToolCall, ToolExecutor, ToolRegistry, tool
 from llmrtc.agent import ToolCallFinished, ToolCallStarted, TurnCompleted, TurnRunner
 from llmrtc.agent.events import AgentEvent
 from llmrtc.llm import AssistantMessage, ToolMessage, UserMessage
-from llmrtc.telemetry.hooks import ToolEndEvent, TurnEndEvent
+from llmrtc.telemetry.events import ToolEndEvent, TurnEndEvent
 from llmrtc.testing import RecordingHooks, ScriptedLLM
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,8 @@ from llmrtc.agent import (
 )
 from llmrtc.agent.turn import BatchDecision, Turn
 from llmrtc.llm import AssistantMessage, ToolMessage, UserMessage
-from llmrtc.telemetry.hooks import Hooks, TurnEndEvent
+from llmrtc.telemetry.events import TurnEndEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import ScriptedLLM
 from llmrtc.testing.scripted import check_chat_messages
 

@@ -12,13 +12,14 @@ from llmrtc.agent import (
     TextDelta,
     ToolCallFinished,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnRunner,
     TurnSettings,
 )
 from llmrtc.agent.settings import DEFAULT_EMPTY_REPLY, DEFAULT_ERROR_REPLY
 from llmrtc.llm import AssistantMessage, RetryPolicy, ToolMessage, UserMessage
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks, LLMEndEvent, TurnEndEvent
+from llmrtc.telemetry.events import ErrorEvent, LLMEndEvent, TurnEndEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import (
     ErrorReply,
     ScriptedLLM,
@@ -86,7 +87,7 @@ async def test_a_model_failure_apologises_and_the_next_turn_works() -> None:
     llm = ScriptedLLM([ScriptedResponse(error="HTTP 500: boom"), "Sunny."])
     runner = runner_for(llm, hooks=hooks)
     events = await collect(runner, "first")
-    assert [type(e) for e in events] == [TurnError, TextDelta, TurnCompleted]
+    assert [type(e) for e in events] == [TurnFailed, TextDelta, TurnCompleted]
     error = events[0]
     assert error.error_type == "LLMError" and "boom" in error.message
     assert said(events) == DEFAULT_ERROR_REPLY
@@ -108,7 +109,7 @@ async def test_a_failure_mid_stream_keeps_what_was_said_then_apologises() -> Non
     events = await collect(runner)
     assert said(events) == "It is " + DEFAULT_ERROR_REPLY
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["TextDelta"] * 2 + ["TurnError"] + ["TextDelta"] * 2 + ["TurnCompleted"]
+    assert kinds == ["TextDelta"] * 2 + ["TurnFailed"] + ["TextDelta"] * 2 + ["TurnCompleted"]
     assert runner.history.messages[1:] == (
         AssistantMessage("It is", (), True),
         AssistantMessage(DEFAULT_ERROR_REPLY),
@@ -165,7 +166,7 @@ async def test_an_http_error_from_a_real_client_ends_the_turn_with_an_apology(
         )
         runner = runner_for(llm, tools=[])
         events = await collect(runner, "Is it raining in Oslo?")
-        assert isinstance(events[0], TurnError) and f"HTTP {status}" in events[0].message
+        assert isinstance(events[0], TurnFailed) and f"HTTP {status}" in events[0].message
         assert said(events) == DEFAULT_ERROR_REPLY and events[-1].stop_reason == "error"
         events = await collect(runner, "again")
         assert said(events) == "Hi!"

@@ -13,7 +13,7 @@ from llmrtc.agent import (
     StageChanged,
     TextDelta,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
     TurnHandler,
     TurnRunner,
 )
@@ -63,7 +63,7 @@ async def test_both_handlers_satisfy_the_protocol_and_answer_turns(make: Any) ->
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello there."
     assert isinstance(events[-1], TurnCompleted)
     failed = await drive(handler, "and?")
-    assert isinstance(failed[0], TurnError) and failed[-1].stop_reason == "error"  # type: ignore[union-attr]
+    assert isinstance(failed[0], TurnFailed) and failed[-1].stop_reason == "error"  # type: ignore[union-attr]
     assert (await drive(handler, "again"))[-1].stop_reason == "stop"  # type: ignore[union-attr]
     assert len(handler.history) == 6
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from llmrtc import TextDelta, ToolExecutor, ToolRegistry, TurnCompleted, TurnError, TurnRunner
+from llmrtc import TextDelta, ToolExecutor, ToolRegistry, TurnCompleted, TurnFailed, TurnRunner
 from llmrtc.testing.scripted import check_chat_messages
 
 pytestmark = [pytest.mark.local_model, pytest.mark.anyio]
@@ -80,7 +80,7 @@ async def test_every_question_is_answered_without_json(
 ) -> None:
     runner = TurnRunner(local_provider(server), ToolExecutor(weather_tools()), system_prompt=SYSTEM)
     spoken, done, events = await answer(runner, question)
-    failures = [e for e in events if isinstance(e, TurnError)]
+    failures = [e for e in events if isinstance(e, TurnFailed)]
     print(f"{question!r}: {done.stop_reason}: {spoken!r} {failures}")  # for -s runs
     assert spoken.strip(), f"nothing said for {question!r}"
     assert not failures and done.stop_reason != "error"  # answered, not apologised

@@ -26,7 +26,8 @@ from llmrtc.agent import (
 )
 from llmrtc.llm import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.llm.settings import ModelSettings
-from llmrtc.telemetry.hooks import Hooks, LLMEndEvent, LLMStartEvent, TurnEndEvent, TurnStartEvent
+from llmrtc.telemetry.events import LLMEndEvent, LLMStartEvent, TurnEndEvent, TurnStartEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.testing.scripted import check_chat_messages
 

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from llmrtc.catalog import LocalBackend, ToolCatalog
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks
+from llmrtc.telemetry.events import ErrorEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools import Tool
 
 pytestmark = pytest.mark.anyio

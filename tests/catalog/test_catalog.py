@@ -11,7 +11,8 @@ import pytest
 
 from llmrtc.catalog.backend import LocalBackend, ToolBackend
 from llmrtc.catalog.catalog import ToolCatalog
-from llmrtc.telemetry.hooks import ErrorEvent, Hooks
+from llmrtc.telemetry.events import ErrorEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools import Tool
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,7 @@ from llmrtc.agent.events import ToolCallFinished, TurnCompleted
 from llmrtc.catalog.injection import ToolInjection
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, SystemMessage
-from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
 from llmrtc.testing import RecordingHooks
 from llmrtc.testing.scripted import check_chat_messages
 from llmrtc.tools import ToolDefinition, define_tool

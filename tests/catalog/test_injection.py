@@ -15,7 +15,7 @@ from llmrtc.agent.events import ToolCallFinished, TurnCompleted
 from llmrtc.catalog.injection import ToolInjection, estimate_tokens, schema_tokens
 from llmrtc.catalog.toolkits import Toolkit, ToolsConfig
 from llmrtc.execution import ToolExecutor
-from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
 from llmrtc.testing import RecordingHooks, ScriptedLLM
 from llmrtc.tools import ToolCall, ToolDefinition, define_tool
 

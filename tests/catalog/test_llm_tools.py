@@ -24,7 +24,8 @@ from llmrtc.catalog.llm_tools.model_pool import (
     ModelUnavailableError,
 )
 from llmrtc.execution import ToolExecutor
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import InMemoryTelemetry, RecordingHooks, ScriptedLLM, ScriptedResponse
 from llmrtc.tools import ModelUsage, ToolCall, ToolRegistry
 

@@ -13,7 +13,7 @@ import pytest
 from llmrtc.catalog.injection import ToolInjection
 from llmrtc.catalog.meta_tools import META_TOOL_NAMES
 from llmrtc.execution import ToolExecutor
-from llmrtc.telemetry.hooks import ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
 from llmrtc.testing import InMemoryTelemetry, RecordingHooks
 from llmrtc.tools import ToolCall, ToolCallResult
 

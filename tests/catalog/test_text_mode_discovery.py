@@ -16,7 +16,7 @@ from llmrtc.catalog.injection import ToolInjection
 from llmrtc.execution import ToolExecutor
 from llmrtc.llm import OpenAIProvider, RetryPolicy
 from llmrtc.llm.local import LLAMA_CPP_PROFILE
-from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
 from llmrtc.testing import RecordingHooks, ScriptedOpenAIServer, text_reply
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us

@@ -13,7 +13,7 @@ from llmrtc.catalog.backend import LocalBackend
 from llmrtc.catalog.llm_tools.model_pool import ModelPool
 from llmrtc.catalog.llm_tools.util_tools import UTIL_TOOLS, classify, extract, summarize
 from llmrtc.execution import ToolExecutor
-from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
 from llmrtc.testing import RecordingHooks, ScriptedLLM
 from llmrtc.tools import ToolCall, ToolRegistry
 

@@ -17,7 +17,7 @@ from llmrtc.llm.openai_provider import OpenAIProvider
 from llmrtc.llm.text_tools import TextToolCallParser, render_text_call, render_tool_prompt
 from llmrtc.llm.types import LLMToolCall
 from llmrtc.llm.wire import ToolCallAssembler, message_to_openai
-from llmrtc.telemetry.hooks import ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
 from llmrtc.testing import RecordingHooks
 from llmrtc.testing.openai_server import ScriptedOpenAIServer, text_reply, tool_call_reply
 from llmrtc.tools import ToolCall, ToolDefinition, ToolRegistry, define_tool

@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from llmrtc import ToolCall, ToolContext, ToolDefinition, ToolExecutor, ToolRegistry, define_tool
-from llmrtc.telemetry.hooks import Hooks, ToolStartEvent
+from llmrtc.telemetry.events import ToolStartEvent
+from llmrtc.telemetry.hooks import Hooks
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,8 @@ from llmrtc import (
     ToolRegistry,
     define_tool,
 )
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent
+from llmrtc.telemetry.events import ToolEndEvent
+from llmrtc.telemetry.hooks import Hooks
 
 
 @pytest.fixture(params=["asyncio", "trio"])

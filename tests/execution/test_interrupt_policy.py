@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from llmrtc import AbortController, ToolCall, ToolContext, ToolExecutor, ToolRegistry, tool
-from llmrtc.telemetry.hooks import ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
 from llmrtc.testing import InMemoryTelemetry, RecordingHooks, abort_after
 from llmrtc.tools.calls import ToolCallResult
 

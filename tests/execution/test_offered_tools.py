@@ -19,7 +19,8 @@ from llmrtc import (
     ToolRegistry,
     define_tool,
 )
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import InMemoryTelemetry
 
 pytestmark = pytest.mark.anyio

@@ -25,7 +25,8 @@ from llmrtc import (
     ToolTimeoutError,
     define_tool,
 )
-from llmrtc.telemetry.hooks import Hooks, ToolEndEvent, ToolErrorEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools import ToolError
 
 pytestmark = pytest.mark.anyio

@@ -35,15 +35,15 @@ from llmrtc.playbook import (
     load_playbook,
     load_playbook_tools,
 )
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     ErrorEvent,
-    Hooks,
     StageEnterEvent,
     StageExitEvent,
     ToolEndEvent,
     TransitionEvent,
     TurnStartEvent,
 )
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.testing.scripted import check_chat_messages
 

@@ -14,7 +14,8 @@ from llmrtc import ToolCall, ToolContext, ToolRegistry, tool
 from llmrtc.agent import ResumableHandler, TurnCompleted, TurnRunner
 from llmrtc.llm import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from llmrtc.playbook import Playbook, PlaybookEngine, PlaybookOrchestrator, StageChanged
-from llmrtc.telemetry.hooks import Hooks, StageEnterEvent, TransitionEvent
+from llmrtc.telemetry.events import StageEnterEvent, TransitionEvent
+from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio

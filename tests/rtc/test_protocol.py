@@ -17,7 +17,7 @@ from llmrtc.agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnCompleted,
-    TurnError,
+    TurnFailed,
 )
 from llmrtc.rtc.events import (
     MODEL_ERROR_TEXT,
@@ -378,7 +378,7 @@ EVENTS: list[tuple[object, BaseModel]] = [
         TurnCompletedMessage(text="It is sunny.", stop_reason="max_tool_rounds"),
     ),
     (
-        TurnError("LLMError: HTTP 500 from http://10.0.0.3:8080/v1 (key sk-abc)", "LLMError"),
+        TurnFailed("LLMError: HTTP 500 from http://10.0.0.3:8080/v1 (key sk-abc)", "LLMError"),
         ErrorMessage(code="model_error", message=MODEL_ERROR_TEXT),
     ),
     (UserSpeechStarted(audio_time=1.5), SpeechStartedMessage()),

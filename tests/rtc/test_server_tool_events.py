@@ -13,7 +13,7 @@ from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
 from llmrtc.agent import TurnRunner
 from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
 from llmrtc.rtc._tool_events import ToolEventRelay
-from llmrtc.telemetry.hooks import ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
 from llmrtc.testing import ScriptedLLM
 from llmrtc.tools.calls import ToolCallResult
 

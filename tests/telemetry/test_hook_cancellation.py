@@ -25,7 +25,8 @@ from llmrtc import (
     tool,
 )
 from llmrtc.agent import TurnRunner
-from llmrtc.telemetry.hooks import LLMEndEvent, ToolStartEvent, emit, hooks_for
+from llmrtc.telemetry.events import LLMEndEvent, ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.hooks import emit
 from llmrtc.testing import ScriptedLLM
 
 pytestmark = pytest.mark.anyio
@@ -160,7 +161,8 @@ async def test_an_unshielded_hook_is_cut_short_by_the_callers_cancellation(
     hooks = SlowEnd()
     with anyio.fail_after(SLOW / 3):
         with anyio.move_on_after(0.05) as scope:
-            await emit(hooks_for([hooks], "on_tool_end"), "on_tool_end", None, shield=False)
+            end = ToolEndEvent(execution_id="x1", call_id="1", tool_name="quick", status="ok")
+            await emit(hooks, end, shield=False)
     assert scope.cancelled_caught and not hooks.finished
 
 

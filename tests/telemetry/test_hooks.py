@@ -19,6 +19,7 @@ from llmrtc import (
     ToolCallResult,
     ToolContext,
     ToolDefinition,
+    BargeInEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolExecutor,
@@ -28,7 +29,7 @@ from llmrtc import (
     tool,
 )
 from llmrtc.execution.errors import ToolTimeoutError
-from llmrtc.telemetry.hooks import HOOK_NAMES, emit, hooks_for
+from llmrtc.telemetry.hooks import HOOK_NAMES, emit, listeners
 from llmrtc.testing import RecordingHooks, abort_after
 
 pytestmark = pytest.mark.anyio
@@ -304,17 +305,17 @@ def test_correlation_filter_can_be_added_to_a_users_own_handler() -> None:
     assert records[0].session_id == "sess-9"  # type: ignore[attr-defined]
 
 
-async def test_emit_calls_only_overriding_hooks_and_accepts_any_event() -> None:
+async def test_emit_calls_only_overriding_hooks() -> None:
     calls: list[str] = []
 
     class OnlyBargeIn(Hooks):
         def on_barge_in(self, event: Any) -> None:
             calls.append(threading.current_thread().name)
 
-    chosen = hooks_for([OnlyBargeIn(), Hooks()], "on_barge_in")
+    chosen = listeners([OnlyBargeIn(), Hooks()], BargeInEvent)
     assert len(chosen) == 1
-    assert hooks_for([OnlyBargeIn()], "on_tool_end") == ()
-    await emit(chosen, "on_barge_in", object())
+    assert listeners([OnlyBargeIn()], ToolEndEvent) == ()
+    await emit(chosen, BargeInEvent())
     assert calls == [threading.current_thread().name]
 
 

@@ -22,7 +22,7 @@ from llmrtc import (
     ToolRegistry,
     tool,
 )
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     BargeInEvent,
     SessionEndEvent,
     SessionStartEvent,

@@ -18,7 +18,7 @@ from llmrtc import (
     ToolRegistry,
     tool,
 )
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     BargeInEvent,
     ErrorEvent,
     LLMEndEvent,

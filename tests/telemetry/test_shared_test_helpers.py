@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import get_args
 
 import anyio
 import pytest
@@ -16,7 +17,9 @@ from llmrtc.telemetry import (
     ToolErrorEvent,
     ToolStartEvent,
     TurnStartEvent,
-    hooks_for,
+    HookEvent,
+    listeners,
+    tool_call_context_hooks,
 )
 from llmrtc.testing import InMemoryTelemetry, RecordingHooks, abort_after
 
@@ -60,8 +63,9 @@ async def test_recording_hooks_keep_every_event_in_order() -> None:
 
 def test_recording_hooks_listen_to_every_event_hook_and_add_no_handler_context() -> None:
     hooks = RecordingHooks()
-    assert all(hooks_for([hooks], name) == (hooks,) for name in HOOK_NAMES)
-    assert hooks_for([hooks], "tool_call_context") == ()
+    assert all(listeners(hooks, kind) == (hooks,) for kind in get_args(HookEvent))
+    assert len(get_args(HookEvent)) == len(HOOK_NAMES)
+    assert tool_call_context_hooks(hooks) == ()
     assert hooks.on_barge_in(BargeInEvent(session_id="s")) is None  # sync: nothing to await
     assert hooks.calls == [("on_barge_in", BargeInEvent(session_id="s"))]
 

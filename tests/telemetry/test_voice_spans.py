@@ -14,9 +14,8 @@ from opentelemetry.trace import StatusCode
 from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
 from llmrtc.agent import ToolCallFinished, TurnRunner
 from llmrtc.telemetry._otel_voice import MAX_ENDED_TURNS, MAX_PENDING
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     BargeInEvent,
-    CompositeHooks,
     SessionEndEvent,
     SessionStartEvent,
     SpeechEndEvent,
@@ -27,6 +26,7 @@ from llmrtc.telemetry.hooks import (
     TurnEndEvent,
     TurnStartEvent,
 )
+from llmrtc.telemetry.hooks import CompositeHooks
 from llmrtc.telemetry.otel import OpenTelemetryHooks
 from llmrtc.testing import (
     FakeSTT,

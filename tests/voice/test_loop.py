@@ -13,7 +13,7 @@ from llmrtc.agent.events import TextDelta, TurnCompleted
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, UserMessage
-from llmrtc.telemetry.hooks import (
+from llmrtc.telemetry.events import (
     BargeInEvent,
     SpeechEndEvent,
     SpeechStartEvent,

@@ -20,7 +20,7 @@ from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, UserMessage
 from llmrtc.playbook import Playbook, PlaybookOrchestrator
-from llmrtc.telemetry.hooks import BargeInEvent, STTEndEvent, TTSStartEvent
+from llmrtc.telemetry.events import BargeInEvent, STTEndEvent, TTSStartEvent
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, RecordingHooks, ScriptedLLM
 from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
 from llmrtc.tools.calls import ToolCall

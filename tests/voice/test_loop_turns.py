@@ -13,7 +13,7 @@ from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from llmrtc.playbook import Playbook, PlaybookOrchestrator
-from llmrtc.telemetry.hooks import ErrorEvent
+from llmrtc.telemetry.events import ErrorEvent
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, RecordingHooks, ScriptedLLM
 from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
 from llmrtc.tools.calls import ToolCall

@@ -4,7 +4,6 @@
 - `spec`: what such a tool asks for (`ModelPreference`, `PromptVariant`, `MaxTokensContext`).
 - `run`: how one call is answered, model after model (`LLMToolError` when all fail).
 - `text`: prompt templates, the JSON output rules, and reading JSON back from an answer.
-- `events`: sending their model-fallback and output-warning events to hooks.
 - `model_pool`: `ModelPool`, the models they run on, and the `PromptProvider` protocol.
 - `util_tools`: ready ones (`UTIL_TOOLS`: summarize, classify, extract).
 """

@@ -14,7 +14,6 @@ from typing import Any
 import anyio.lowlevel
 
 from llmrtc.catalog.injection import estimate_tokens
-from llmrtc.catalog.llm_tools.events import ModelFallbackEvent, ToolWarningEvent, emit_optional
 from llmrtc.catalog.llm_tools.model_pool import (
     MissingCredentialsError,
     ModelPool,
@@ -37,6 +36,8 @@ from llmrtc.catalog.llm_tools.text import (
     render_template,
     shorten,
 )
+from llmrtc.telemetry.events import ModelFallbackEvent, ToolWarningEvent
+from llmrtc.telemetry.hooks import emit
 from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
@@ -237,7 +238,7 @@ class PromptRunner:
             session_id=ctx.session_id,
             turn_id=ctx.turn_id,
         )
-        await emit_optional(pool.hooks, "on_model_fallback", event)
+        await emit(pool.hooks, event)
 
     def _output_schema(self, values: dict[str, Any]) -> tuple[dict[str, Any] | None, Any]:
         """The output schema of this call and its validator (None, None without one)."""
@@ -279,7 +280,7 @@ class PromptRunner:
             session_id=ctx.session_id,
             turn_id=ctx.turn_id,
         )
-        await emit_optional(pool.hooks, "on_tool_warning", event)
+        await emit(pool.hooks, event)
 
     def _unavailable(
         self, missing: list[tuple[str, MissingCredentialsError]]
