@@ -25,7 +25,7 @@ from llmrtc import (
     tool,
 )
 from llmrtc.agent import TurnRunner
-from llmrtc.telemetry.events import LLMEndEvent, ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import LLMEndEvent, ToolStartEvent
 from llmrtc.telemetry.hooks import emit
 from llmrtc.testing import ScriptedLLM
 

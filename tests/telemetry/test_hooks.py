@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from llmrtc import (
+    BargeInEvent,
     CompositeHooks,
     CorrelationFilter,
     Hooks,
@@ -19,7 +20,6 @@ from llmrtc import (
     ToolCallResult,
     ToolContext,
     ToolDefinition,
-    BargeInEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolExecutor,

@@ -13,11 +13,11 @@ from llmrtc import AbortController, CompositeHooks, ToolCall, ToolExecutor, Tool
 from llmrtc.telemetry import (
     HOOK_NAMES,
     BargeInEvent,
+    HookEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolStartEvent,
     TurnStartEvent,
-    HookEvent,
     listeners,
     tool_call_context_hooks,
 )
