@@ -37,6 +37,7 @@ from llmrtc.catalog.llm_tools.text import (
     render_template,
     shorten,
 )
+from llmrtc.errors import LLMRTCError
 from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
@@ -59,7 +60,7 @@ class LLMToolError(ToolError):
         """`"provider/model: why"` per model tried, in order."""
 
 
-class _OutputError(Exception):
+class _OutputError(LLMRTCError):
     """A model answered, but not with usable output. Its text is safe for the calling model."""
 
 

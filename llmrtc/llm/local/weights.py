@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from llmrtc import packaged_models
+from llmrtc.errors import LLMRTCError
 from llmrtc.packaged_models import (
     PackagedModelError,
     PackageNotInstalledError,
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_SIZE: Final = "1.5b"
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(LLMRTCError, RuntimeError):
     """The local model cannot be prepared or served (missing package, bad file, bad template)."""
 
 
