@@ -38,11 +38,12 @@ from llmrtc.catalog.llm_tools.text import (
     shorten,
 )
 from llmrtc.errors import LLMRTCError
+from llmrtc.tools.arguments import compile_validator
 from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.validation import compile_validator, prepare_arguments
+from llmrtc.tools.validation import prepare_arguments
 
 __all__ = ["LLMToolError", "PromptRunner"]
 
