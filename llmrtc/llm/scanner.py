@@ -10,7 +10,7 @@ import logging
 import re
 from typing import Any
 
-from llmrtc.tools.latent import TOOL_FIELD
+from llmrtc.tools.schema_form import TOOL_FIELD
 
 __all__ = [
     "ARGUMENTS_FIELD",
