@@ -26,6 +26,7 @@ from llmrtc.agent import (
     TurnRunner,
     TurnSettings,
 )
+from llmrtc.errors import LLMRTCError
 from llmrtc.execution import (
     InvalidToolArgumentsError,
     ToolAbortedError,
@@ -130,6 +131,7 @@ __all__ = [
     "InvalidToolArgumentsError",
     "LLMEndEvent",
     "LLMError",
+    "LLMRTCError",
     "LLMFirstTokenEvent",
     "LLMProvider",
     "RetryPolicy",

@@ -13,9 +13,9 @@ Work observes a signal by polling (`aborted`, `raise_if_aborted()`: a sync tool 
 thread), by waiting (`await wait()`, `await sleep(seconds)`), or by running inside
 `cancel_scope()`, which cancels the code in it when the signal aborts or its deadline passes.
 
-This module sits on floor 0 (it imports nothing of ours) because every floor needs it: tools see
-it in their `ToolContext`, the executor cancels batches with it, and model providers, STT, TTS and
-playout stop with it.
+This module sits on floor 0 (of ours it imports only the root exception, `llmrtc.errors`)
+because every floor needs it: tools see it in their `ToolContext`, the executor cancels batches
+with it, and model providers, STT, TTS and playout stop with it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+
+from llmrtc.errors import LLMRTCError
 
 try:
     import sniffio as _sniffio
@@ -69,7 +71,7 @@ def _fire_all(listeners: list[_LoopListener]) -> None:
             _log.exception("abort signal listener %r raised", listener.callback)
 
 
-class AbortedError(Exception):
+class AbortedError(LLMRTCError):
     """Raised by `AbortSignal.raise_if_aborted()`; carries the abort reason."""
 
     def __init__(self, reason: object = None) -> None:

@@ -7,7 +7,8 @@ config files, and the Silero VAD, piper's joe voice and MiniLM as plain files. T
 the mechanics they share; each user keeps its pins (package names, versions, sizes, digests) and
 the wording of its own errors, which name the pip command that fixes them.
 
-Floor 0: it imports nothing of llmrtc, so `llm/`, `voice/` and `catalog/` may all use it.
+Floor 0: it imports nothing of llmrtc but the root exception (`llmrtc.errors`), so `llm/`,
+`voice/` and `catalog/` may all use it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
+
+from llmrtc.errors import LLMRTCError
 
 __all__ = [
     "PackageNotInstalledError",
@@ -52,7 +55,7 @@ _VERIFIED: dict[Path, tuple[int, int, int]] = {}
 """Files whose sha256 this process checked, with their (size, mtime_ns, inode) then."""
 
 
-class PackagedModelError(RuntimeError):
+class PackagedModelError(LLMRTCError, RuntimeError):
     """A packaged model's files are missing or do not match their pinned size or digest."""
 
 

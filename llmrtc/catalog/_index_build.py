@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.tools.definition import ToolDefinition
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ INDEX_CHUNK = 32
 """Texts embedded between two checks that the build is still wanted."""
 
 
-class IndexSuperseded(Exception):
+class IndexSuperseded(LLMRTCError):
     """An index build stopped: a newer snapshot with other tools replaced its snapshot."""
 
 

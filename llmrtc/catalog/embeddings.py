@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.tools.definition import ToolDefinition
 
 if TYPE_CHECKING:
@@ -313,7 +314,7 @@ class _Bert:
         return out
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(LLMRTCError, RuntimeError):
     """The embedding model itself failed (what turns semantic search off for good; anything
     else only fails the one search)."""
 

@@ -8,13 +8,15 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmrtc.errors import LLMRTCError
+
 if TYPE_CHECKING:
     from llmrtc.playbook import PlaybookError
 
 __all__ = ["CLIError", "describe_tools_file_error", "playbook_failure", "shown_path"]
 
 
-class CLIError(Exception):
+class CLIError(LLMRTCError):
     """A command cannot go on: `main` prints `error: MESSAGE` on stderr and exits with
     `status`. Raised wherever the reason is known, instead of printing and returning a status
     up through every caller."""

@@ -12,6 +12,8 @@ from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from llmrtc.errors import LLMRTCError
+
 if TYPE_CHECKING:
     from llmrtc.llm import LLMProvider
     from llmrtc.telemetry.hooks import Hooks
@@ -118,7 +120,7 @@ def check_setup(mode: LLMMode) -> None:
         )
 
 
-class ServeSetupError(Exception):
+class ServeSetupError(LLMRTCError):
     """Something `llmrtc serve` needs cannot be opened; the message says what to do."""
 
 

@@ -27,12 +27,13 @@ from llmrtc.telemetry.correlation import current_call_id
 from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
 from llmrtc.telemetry.hooks import emit, error_type_name
 from llmrtc.tools._errors import speakable_reason
+from llmrtc.tools.arguments import ArgumentsError
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext, new_context
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.latent import unwrap_arguments
 from llmrtc.tools.tool import Tool
-from llmrtc.tools.validation import ArgumentsError, prepare_arguments
+from llmrtc.tools.validation import prepare_arguments
 
 __all__ = ["Call", "message_for_model", "new_calls", "report_all"]
 

@@ -3,6 +3,8 @@ handler itself did not raise)."""
 
 from __future__ import annotations
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = [
     "InvalidToolArgumentsError",
     "ToolAbortedError",
@@ -12,7 +14,7 @@ __all__ = [
 ]
 
 
-class ToolExecutionError(Exception):
+class ToolExecutionError(LLMRTCError):
     """Base class: a tool call did not produce a result. `status` is the result status word."""
 
     status: str = "error"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import socket
 from typing import Final
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = ["connection_errors", "describe_failure"]
 
 _MAX_DETAIL: Final = 300
 
 
-class TruncatedStreamError(Exception):
+class TruncatedStreamError(LLMRTCError):
     """The stream ended before the model said it had finished (no `finish_reason`)."""
 
 

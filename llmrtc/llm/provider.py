@@ -7,12 +7,13 @@ from contextlib import aclosing
 from typing import Protocol, runtime_checkable
 
 from llmrtc.abort import AbortSignal
+from llmrtc.errors import LLMRTCError
 from llmrtc.llm.types import LLMDone, LLMEvent, LLMRequest, LLMResponse, LLMTextDelta, LLMToolCall
 
 __all__ = ["LLMError", "LLMProvider", "collect_response"]
 
 
-class LLMError(Exception):
+class LLMError(LLMRTCError):
     """A model request failed for good (after any retries). The turn's history stays valid.
 
     Its message is one line meant for a person: what failed, where (the URL), what to do.

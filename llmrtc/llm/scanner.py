@@ -10,13 +10,14 @@ import logging
 import re
 from typing import Any
 
-from llmrtc.tools.latent import TOOL_FIELD
+from llmrtc.tools.schema_form import TOOL_FIELD
 
 __all__ = [
     "ARGUMENTS_FIELD",
     "NAME_FIELD",
     "BracketScanner",
     "call_end",
+    "call_scanner",
     "call_shaped",
     "json_end",
     "looks_like_call_start",
@@ -109,11 +110,17 @@ def json_end(text: str, index: int, *, single_quotes: bool = True) -> int | None
     return BracketScanner(quote_after=quote_after).end(text, index)
 
 
+def call_scanner() -> BracketScanner:
+    """A scanner for a call written as code (or JSON inside one): `( [ {` all counted, and a
+    single quote opens a string where a value may start (after `( [ { , : =`). `call_end`
+    scans with it; the voice's segmenter feeds one as the text streams."""
+    return BracketScanner(opens="([{", closes=")]}", quote_after=_CALL_QUOTE_AFTER)
+
+
 def call_end(text: str, index: int) -> int | None:
     """The index just past the `)` closing the call arguments opened at `text[index]`, or
     `None` if they are not closed yet. Brackets inside strings are skipped."""
-    scanner = BracketScanner(opens="([{", closes=")]}", quote_after=_CALL_QUOTE_AFTER)
-    return scanner.end(text, index)
+    return call_scanner().end(text, index)
 
 
 def may_open_json(text: str, start: int) -> bool:

@@ -39,7 +39,7 @@ from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import new_call_id, render_text_call, render_tool_prompt
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.ids import from_wire_name, to_wire_name
-from llmrtc.tools.latent import TOOL_FIELD
+from llmrtc.tools.schema_form import TOOL_FIELD
 
 # The renderers live in wire.py (history rendering needs them, and the parser needs none of
 # wire.py's messages); re-exported here, where the text-tools API always was.

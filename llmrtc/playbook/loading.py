@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from llmrtc.catalog.toolkits import Toolkit
 from llmrtc.playbook.models import Playbook
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
+from llmrtc.tools._errors import format_path
 from llmrtc.tools.ids import from_wire_name, parse_tool_id
 from llmrtc.tools.loader import load_tools_module
 from llmrtc.tools.registry import ToolRegistry
-from llmrtc.tools.validation import format_path
 
 __all__ = [
     "load_playbook",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmrtc.catalog.toolkits import Toolkit
+from llmrtc.errors import LLMRTCError
 from llmrtc.playbook.callables import import_callable
 from llmrtc.playbook.models import (
     TRANSITION_TOOL,
@@ -39,7 +40,7 @@ class Finding:
         return f"{self.severity}: {self.path}: {self.message}"
 
 
-class PlaybookError(ValueError):
+class PlaybookError(LLMRTCError, ValueError):
     """A playbook with error findings, raised where it is loaded or put to use."""
 
     def __init__(self, findings: list[Finding], source: str | None = None) -> None:

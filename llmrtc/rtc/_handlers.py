@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.errors import LLMRTCError
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.rtc.messages import TranscriptEntry, TranscriptLine, TranscriptTool
 from llmrtc.rtc.store import SessionState, SessionStore, hash_token
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class RestoreError(Exception):
+class RestoreError(LLMRTCError):
     """A stored state the new handler refused (malformed, or another playbook's)."""
 
     def __init__(self, session_id: str, message: str) -> None:

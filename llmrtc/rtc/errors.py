@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = ["RTCError"]
 
 
-class RTCError(Exception):
+class RTCError(LLMRTCError):
     """A WebRTC session could not be opened or was ended by the server.
 
     Attributes:

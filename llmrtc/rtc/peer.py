@@ -33,6 +33,7 @@ from aiortc import (
 )
 from aiortc.sdp import SessionDescription
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.rtc.ice import candidate_from_dict, loopback_candidates
 
 logger = logging.getLogger(__name__)
@@ -411,7 +412,7 @@ async def add_candidate(pc: RTCPeerConnection, data: Mapping[str, Any] | None) -
 # Connection ------------------------------------------------------------------------------------
 
 
-class PeerConnectionError(RuntimeError):
+class PeerConnectionError(LLMRTCError, RuntimeError):
     """A peer connection did not connect: it failed, closed, or timed out.
 
     Attributes:

@@ -19,6 +19,7 @@ from typing import Any, Final, cast, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.rtc.messages import (
     MAX_SDP_CHARS,
     MAX_TEXT_CHARS,
@@ -141,7 +142,7 @@ between `MAX_MESSAGE_BYTES` and this get `message_too_large`; larger ones close 
 with code 1009 before they are read."""
 
 
-class ProtocolError(Exception):
+class ProtocolError(LLMRTCError):
     """A client message (or a client's action) the server refuses, with a stable `code`.
 
     Attributes:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
+from llmrtc.errors import LLMRTCError
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
@@ -25,7 +26,7 @@ from llmrtc.tools.calls import ToolCall
 __all__ = ["ScriptExhaustedError", "ScriptedLLM", "ScriptedResponse"]
 
 
-class ScriptExhaustedError(AssertionError):
+class ScriptExhaustedError(LLMRTCError, AssertionError):
     """A request arrived after the last scripted response."""
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import from_json
 from referencing import Registry
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.tools._defaults import DefaultFiller, compile_filler, schema_defaults
 from llmrtc.tools._errors import error_texts, format_path, rs_error_texts, wording_validator
 from llmrtc.tools.errors import ToolError
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class ArgumentsError(ValueError):
+class ArgumentsError(LLMRTCError, ValueError):
     """Arguments that could not be parsed or did not satisfy the schema."""
 
     def __init__(self, errors: list[str]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = ["ToolError"]
 
 
-class ToolError(Exception):
+class ToolError(LLMRTCError):
     """Raise from a handler to tell the model what went wrong; the message is sent as is.
 
     Any other exception a handler raises is an internal error: the model gets only a short

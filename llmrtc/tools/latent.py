@@ -23,8 +23,6 @@ from llmrtc.tools.tool import Tool
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "REASONING_FIELD",
-    "TOOL_FIELD",
     "composed_schema",
     "offered_definitions",
     "unwrap_arguments",

@@ -1,9 +1,8 @@
 """Checking a call's arguments against its `ToolDefinition`: `prepare_arguments` (what the
 executor runs before a handler) and `validate_tool_arguments` (the same check, as a result).
 
-The check itself belongs to the definition's compiled schema (`llmrtc.tools.arguments`); the
-names of that module callers use beside these are listed here too, so argument validation has
-one module to import from.
+The check itself belongs to the definition's compiled schema (`llmrtc.tools.arguments`, where
+`ArgumentsError`, `compile_validator` and `parse_arguments` live).
 """
 
 from __future__ import annotations
@@ -14,24 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from llmrtc.tools._defaults import fill_defaults
-from llmrtc.tools._errors import format_path
-from llmrtc.tools.arguments import (
-    ArgumentSchema,
-    ArgumentsError,
-    compile_validator,
-    parse_arguments,
-)
+from llmrtc.tools.arguments import ArgumentSchema, ArgumentsError
 from llmrtc.tools.definition import ToolDefinition
 
 __all__ = [
-    "ArgumentsError",
-    "ArgumentSchema",
     "ValidationResult",
-    "compile_validator",
-    "fill_defaults",
-    "format_path",
-    "parse_arguments",
     "prepare_arguments",
     "validate_tool_arguments",
 ]

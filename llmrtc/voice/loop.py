@@ -21,6 +21,7 @@ import anyio.lowlevel
 
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
@@ -55,7 +56,7 @@ _CLOSE_TIMEOUT = 30.0
 """Leaving the loop waits this long at most for the turn to settle ("finish" tools included)."""
 
 
-class TurnQueueFull(RuntimeError):
+class TurnQueueFull(LLMRTCError, RuntimeError):
     """`VoiceLoop.send_text` refused a typed turn: `limit` typed turns already wait.
 
     The loop goes on; the text was not taken. Send it again once the agent has answered

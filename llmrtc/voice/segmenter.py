@@ -10,13 +10,22 @@ them is ever spoken (`llmrtc.voice.speakable` cleans each chunk).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Literal
 
-from llmrtc.voice.speakable import looks_like_call_start, looks_like_json_start, speakable
+from llmrtc.llm.scanner import (
+    BracketScanner,
+    call_scanner,
+    looks_like_call_start,
+    looks_like_json_start,
+)
+from llmrtc.voice.speakable import speakable
 
 __all__ = ["SentenceSegmenter", "SpeechChunk", "speakable"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +122,8 @@ class SentenceSegmenter:
         self._pos = 0  # _pending is scanned up to here
         self._mode: _Mode = "text"
         self._close = ""  # what ends the current fence / inline code / tag block
-        self._depth = 0  # json: bracket depth
-        self._quote = ""  # json: the open string's quote
-        self._escaped = False
-        self._last_sig = ""  # json: last significant character outside strings
+        # json: the open span's brackets and strings, by the rules the model readers use
+        self._span: BracketScanner | None = None
         self._first = True  # no chunk returned yet: clause cuts allowed
         self._line_start = True  # _pending[0] is at the start of a line
 
@@ -212,7 +219,7 @@ class SentenceSegmenter:
             if starts is None:
                 return _WAIT
             if starts:
-                self._mode, self._depth, self._quote, self._last_sig = "json", 0, "", ""
+                self._mode, self._span = "json", call_scanner()
                 return self._step_json()
         if char == "(":
             # A call written as code (`get_weather(note="a. b")`) is tracked like JSON, so no
@@ -221,7 +228,7 @@ class SentenceSegmenter:
             if starts is None:
                 return _WAIT
             if starts:
-                self._mode, self._depth, self._quote, self._last_sig = "json", 0, "", ""
+                self._mode, self._span = "json", call_scanner()
                 return self._step_json()
         if char == "<":
             return self._step_tag(i)
@@ -383,27 +390,12 @@ class SentenceSegmenter:
         return 0
 
     def _step_json(self) -> int:
-        text = self._pending
-        for j in range(self._pos, len(text)):
-            char = text[j]
-            if self._quote:
-                if self._escaped:
-                    self._escaped = False
-                elif char == "\\":
-                    self._escaped = True
-                elif char == self._quote:
-                    self._quote = ""
-                continue
-            if char in "\"'" and (char == '"' or self._last_sig in ("{", "[", "(", ",", ":", "=")):
-                self._quote = char
-            elif char in "{[(":
-                self._depth += 1
-            elif char in "}])":
-                self._depth -= 1
-                if self._depth == 0:
-                    self._mode, self._pos = "text", j + 1
-                    return 0
-            if not char.isspace():
-                self._last_sig = char
-        self._pos = len(text)
-        return _WAIT
+        # JSON and calls written as code share one scanner (brackets of all three kinds), fed
+        # from where the last delta stopped: it keeps the open strings and depth in between.
+        assert self._span is not None  # set with mode "json"
+        end = self._span.end(self._pending, self._pos)
+        if end is None:
+            self._pos = len(self._pending)
+            return _WAIT
+        self._mode, self._pos, self._span = "text", end, None
+        return 0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = ["STT", "STTError"]
 
 
-class STTError(RuntimeError):
+class STTError(LLMRTCError, RuntimeError):
     """Speech-to-text failed for an utterance (the engine, its server, or bad audio).
 
     The message is for developers and logs; it is never spoken.

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = ["TTS", "TTSError"]
 
 
-class TTSError(RuntimeError):
+class TTSError(LLMRTCError, RuntimeError):
     """Text-to-speech failed for a piece of text (never spoken: for developers and logs)."""
 
 

@@ -394,7 +394,7 @@ async def test_sync_handlers_never_borrow_from_anyios_shared_thread_pool() -> No
 async def test_validators_are_compiled_once_per_tool(monkeypatch: Any) -> None:
     import jsonschema
 
-    from llmrtc.tools import validation
+    from llmrtc.tools import definition as tool_definition
 
     definition = ToolDefinition(
         "v", parameters={"type": "object", "properties": {"n": {"type": "integer"}}}
@@ -407,7 +407,10 @@ async def test_validators_are_compiled_once_per_tool(monkeypatch: Any) -> None:
         "check_schema",
         classmethod(lambda cls, schema, **kw: compiled.append("meta-check")),
     )
-    monkeypatch.setattr(validation, "compile_validator", lambda schema: compiled.append("compile"))
+    # Where a definition compiles its schema: a call must never get there again.
+    monkeypatch.setattr(
+        tool_definition, "compile_validator", lambda schema: compiled.append("compile")
+    )
     for n in range(5):
         assert (await executor.execute_single(ToolCall(str(n), "v", {"n": n}))).result == n
     bad = await executor.execute_single(ToolCall("x", "v", {"n": "nope"}))

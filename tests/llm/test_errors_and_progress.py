@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from llmrtc.llm import LLMError, LLMRequest, OpenAIProvider, RetryPolicy, UserMessage
-from llmrtc.llm.local import LocalModelError, join_parts
+from llmrtc.llm.local import LocalModelError, LocalModelSpec, ensure_model_file, weights
+from llmrtc.packaged_models import Progress
 from llmrtc.testing import ErrorReply, ScriptedOpenAIServer
 
 
@@ -57,12 +58,32 @@ def _parts(tmp_path: Path, sizes: list[int]) -> tuple[list[Path], bytes]:
     return parts, data
 
 
-def test_joining_reports_increasing_fractions_by_bytes_up_to_one(tmp_path: Path) -> None:
+def _prepare_model(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    parts: list[Path],
+    *,
+    size_bytes: int,
+    sha256: str,
+    progress: Progress | None = None,
+) -> Path:
+    """`ensure_model_file` for a made-up model `m` whose chunk packages ship `parts`."""
+    spec = LocalModelSpec("m", "test-part", len(parts), "1.0", size_bytes, sha256)
+    monkeypatch.setitem(weights.LOCAL_MODELS, "test", spec)
+    shipped = dict(zip(spec.packages, parts, strict=True))
+    monkeypatch.setattr(weights, "_part_path", lambda package, version, spec: shipped[package])
+    return ensure_model_file("test", cache_dir=tmp_path / "cache", progress=progress)
+
+
+def test_joining_reports_increasing_fractions_by_bytes_up_to_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     parts, data = _parts(tmp_path, [5_000_000, 9_000_000, 3_000_000])  # 17 MB: 3 blocks
     seen: list[tuple[str, float | None]] = []
-    target = join_parts(
+    target = _prepare_model(
+        monkeypatch,
+        tmp_path,
         parts,
-        tmp_path / "cache" / "m.gguf",
         size_bytes=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
         progress=lambda stage, fraction: seen.append((stage, fraction)),
@@ -73,9 +94,11 @@ def test_joining_reports_increasing_fractions_by_bytes_up_to_one(tmp_path: Path)
     assert all(b > a for a, b in itertools.pairwise(fractions))
 
 
-def test_a_wrong_digest_leaves_no_file_behind(tmp_path: Path) -> None:
+def test_a_wrong_digest_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     parts, data = _parts(tmp_path, [1000])
     target = tmp_path / "cache" / "m.gguf"
     with pytest.raises(LocalModelError, match="sha256"):
-        join_parts(parts, target, size_bytes=len(data), sha256="0" * 64)
+        _prepare_model(monkeypatch, tmp_path, parts, size_bytes=len(data), sha256="0" * 64)
     assert list(target.parent.iterdir()) == []

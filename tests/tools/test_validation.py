@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from llmrtc import ToolDefinition, validate_tool_arguments
-from llmrtc.tools.validation import ArgumentsError, prepare_arguments
+from llmrtc.tools.arguments import ArgumentsError
+from llmrtc.tools.validation import prepare_arguments
 
 ORDER = ToolDefinition(
     "place_order",

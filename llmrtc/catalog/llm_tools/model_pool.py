@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 import anyio
 
 from llmrtc.abort import AbortSignal
+from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.hooks import Hooks
 
 __all__ = [
@@ -102,7 +103,7 @@ async context manager that yields one (`llmrtc.open_default_provider`). It raise
 `MissingCredentialsError` when the provider cannot be used here."""
 
 
-class MissingCredentialsError(Exception):
+class MissingCredentialsError(LLMRTCError):
     """Raised by a provider factory that lacks what it needs (an API key): the pool marks the
     provider unavailable and LLM-backed tools skip its models.
 
@@ -126,7 +127,7 @@ class MissingCredentialsError(Exception):
         super().__init__(message or f"missing {' and '.join(keys) or 'credentials'}")
 
 
-class ModelUnavailableError(RuntimeError):
+class ModelUnavailableError(LLMRTCError, RuntimeError):
     """No model of an LLM-backed tool can be used: their providers lack credentials (or the
     pool has no factory for them). Raised before any model request is sent; its text names
     the missing keys (for logs and hooks; the calling model is only told the tool failed)."""

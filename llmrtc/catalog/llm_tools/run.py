@@ -36,13 +36,15 @@ from llmrtc.catalog.llm_tools.text import (
     render_template,
     shorten,
 )
+from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import ModelFallbackEvent, ToolWarningEvent
 from llmrtc.telemetry.hooks import emit
+from llmrtc.tools.arguments import compile_validator
 from llmrtc.tools.calls import ModelUsage
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.validation import compile_validator, prepare_arguments
+from llmrtc.tools.validation import prepare_arguments
 
 __all__ = ["LLMToolError", "PromptRunner"]
 
@@ -60,7 +62,7 @@ class LLMToolError(ToolError):
         """`"provider/model: why"` per model tried, in order."""
 
 
-class _OutputError(Exception):
+class _OutputError(LLMRTCError):
     """A model answered, but not with usable output. Its text is safe for the calling model."""
 
 

@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from llmrtc.errors import LLMRTCError
+
 __all__ = [
     "JSON_ONLY_INSTRUCTION",
     "OutputParseError",
@@ -87,7 +89,7 @@ def json_response_format(name: str, schema: Mapping[str, Any] | None) -> dict[st
     return {"type": "json_schema", "json_schema": {"name": safe, "schema": dict(schema)}}
 
 
-class OutputParseError(ValueError):
+class OutputParseError(LLMRTCError, ValueError):
     """A model's answer held no JSON value."""
 
     def __init__(self, raw: str) -> None:

@@ -31,10 +31,10 @@ from llmrtc.catalog.llm_tools.spec import (
     schema_error,
 )
 from llmrtc.catalog.llm_tools.text import template_names
+from llmrtc.tools.arguments import compile_validator
 from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
 from llmrtc.tools.ids import parse_tool_id
 from llmrtc.tools.tool import Tool
-from llmrtc.tools.validation import compile_validator
 
 __all__ = ["LLMTool", "define_llm_tool"]
 

@@ -58,6 +58,7 @@ from llmrtc.catalog.mcp.convert import (
     task_required,
     tool_names,
 )
+from llmrtc.errors import LLMRTCError
 from llmrtc.tools.context import ToolContext
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.ids import parse_tool_id
@@ -73,7 +74,7 @@ __all__ = ["MCPBackend", "MCPConnectionError"]
 logger = logging.getLogger(__name__)
 
 
-class MCPConnectionError(ConnectionError):
+class MCPConnectionError(LLMRTCError, ConnectionError):
     """The MCP server could not be started or reached, or lost the connection."""
 
 

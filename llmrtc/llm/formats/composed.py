@@ -19,7 +19,8 @@ from llmrtc.llm.formats.strategy import ContentReader, ToolCallFormat
 from llmrtc.llm.formats.text import text_call_parser
 from llmrtc.llm.types import LLMRequest, ToolChoice
 from llmrtc.tools.definition import ToolDefinition
-from llmrtc.tools.latent import TOOL_FIELD, composed_schema
+from llmrtc.tools.latent import composed_schema
+from llmrtc.tools.schema_form import TOOL_FIELD
 
 __all__ = [
     "SCHEMA_NAME",

@@ -16,7 +16,7 @@ from llmrtc.llm.wire import new_call_id
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.ids import to_wire_name
-from llmrtc.tools.latent import TOOL_FIELD
+from llmrtc.tools.schema_form import TOOL_FIELD
 
 __all__ = ["ComposedAnswerParser"]
 

