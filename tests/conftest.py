@@ -67,7 +67,8 @@ def _requirements_of(item: pytest.Item) -> tuple[str, ...]:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the per-name markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         names = _requirements_of(item)
         if not names and item.get_closest_marker("requires") is not None:
