@@ -26,6 +26,7 @@ import pytest
 from llmrtc.cli import build_parser
 from llmrtc.testing import ScriptedOpenAIServer, StreamReply, text_reply, tool_call_reply
 from llmrtc.testing.openai_audio import tone_reply
+from tests._requirements import require
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -101,7 +102,9 @@ def test_every_python_block_names_a_known_script() -> None:
 @pytest.mark.parametrize(
     "block",
     [
-        pytest.param(block, marks=pytest.mark.voice_model if block.script in SPEECH else ())
+        pytest.param(
+            block, marks=pytest.mark.requires("voice_model") if block.script in SPEECH else ()
+        )
         for block in PYTHON
     ],
     ids=str,
@@ -109,7 +112,7 @@ def test_every_python_block_names_a_known_script() -> None:
 @pytest.mark.anyio
 async def test_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
     if "llmrtc.rtc" in block.code:  # the WebRTC example needs the rtc extra (aiortc)
-        pytest.importorskip("aiortc")
+        require("rtc")
     program = tmp_path / "readme_block.py"
     program.write_text(block.code)
     speech = SPEECH.get(block.script, list)()

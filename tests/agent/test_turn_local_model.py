@@ -2,12 +2,10 @@
 issue 8 is answered (no apology), never with JSON, and leaves a valid history.
 
 Select with `-m local_model`; skipped when the runtime or the model parts are missing (a failure
-in CI, where LLMRTC_REQUIRE_LOCAL_MODEL=1)."""
+in CI, under CI=true)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,18 +14,14 @@ import pytest
 
 from llmrtc import TextDelta, ToolExecutor, ToolRegistry, TurnCompleted, TurnFailed, TurnRunner
 from llmrtc.testing.scripted import check_chat_messages
+from tests._requirements import require
 
-pytestmark = [pytest.mark.local_model, pytest.mark.anyio]
+pytestmark = [pytest.mark.requires("local_model"), pytest.mark.anyio]
+require("local_model")  # the imports below need the runtime
 
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
-if importlib.util.find_spec("xllamacpp") is None:
-    if REQUIRED:
-        raise ImportError("xllamacpp missing: pip install 'llmrtc[local]'")
-    pytest.skip("needs xllamacpp (pip install 'llmrtc[local]')", allow_module_level=True)
-
-from llmrtc.llm.default import local_provider  # noqa: E402
-from llmrtc.llm.local import LocalModelError, LocalModelServer, ensure_model_file  # noqa: E402
-from llmrtc.tools.loader import load_tools_file  # noqa: E402
+from llmrtc.llm.default import local_provider
+from llmrtc.llm.local import LocalModelServer, ensure_model_file
+from llmrtc.tools.loader import load_tools_file
 
 ROOT = Path(__file__).resolve().parents[2]
 # The CLI's default prompt, with the demo's weather tool: what `llmrtc chat --tools
@@ -42,12 +36,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[LocalModelServer]:
-    try:
-        ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"1.5B model parts unavailable: {exc}")
+    ensure_model_file("1.5b")
     async with LocalModelServer("1.5b", n_ctx=2048) as running:
         yield running
 

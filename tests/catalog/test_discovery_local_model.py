@@ -3,12 +3,10 @@
 meta-tools and must find the tool, then run it.
 
 Select with `-m local_model`; skipped when the runtime or the model parts are missing (a
-failure where LLMRTC_REQUIRE_LOCAL_MODEL=1)."""
+failure under CI=true)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,16 +27,13 @@ from llmrtc.tools import ToolDefinition, define_tool
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the shared helpers beside us
 from _routing import catalog_of
 
-pytestmark = [pytest.mark.local_model, pytest.mark.anyio]
+from tests._requirements import require
 
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
-if importlib.util.find_spec("xllamacpp") is None:
-    if REQUIRED:
-        raise ImportError("xllamacpp missing: pip install 'llmrtc[local]'")
-    pytest.skip("needs xllamacpp (pip install 'llmrtc[local]')", allow_module_level=True)
+pytestmark = [pytest.mark.requires("local_model"), pytest.mark.anyio]
+require("local_model")  # the imports below need the runtime
 
-from llmrtc.llm.default import local_provider  # noqa: E402
-from llmrtc.llm.local import LocalModelError, LocalModelServer, ensure_model_file  # noqa: E402
+from llmrtc.llm.default import local_provider
+from llmrtc.llm.local import LocalModelServer, ensure_model_file
 
 DOMAINS = {
     "customers": "customer",
@@ -91,12 +86,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[LocalModelServer]:
-    try:
-        ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"1.5B model parts unavailable: {exc}")
+    ensure_model_file("1.5b")
     async with LocalModelServer("1.5b", n_ctx=4096) as running:
         yield running
 

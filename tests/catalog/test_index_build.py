@@ -14,9 +14,11 @@ import pytest
 from llmrtc.catalog import LocalBackend, ToolCatalog, ToolInjection
 from llmrtc.execution import ToolExecutor
 from llmrtc.tools import Tool, ToolCall, ToolDefinition, define_tool
+from tests._requirements import require
 
 # The index is numpy vectors (the `semantic` extra); the lowest-versions run has no numpy.
-np = pytest.importorskip("numpy")
+require("numpy")
+import numpy as np
 
 pytestmark = pytest.mark.anyio
 

@@ -13,6 +13,7 @@ import pytest
 from llmrtc.catalog import LocalBackend, ToolCatalog, ToolInjection
 from llmrtc.execution import ToolExecutor
 from llmrtc.tools import Tool, ToolCall, ToolDefinition, define_tool
+from tests._requirements import require
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +53,9 @@ async def test_a_number_is_a_whole_word_not_the_start_of_a_longer_one(make_tool:
 async def test_search_tools_finds_the_number_while_the_semantic_index_builds() -> None:
     """Discovery's `search_tools` answers by keyword until the index is ready: that answer
     must already rank `action_042` first, not `action_000` ... `action_004`."""
-    np = pytest.importorskip("numpy")  # the index is numpy vectors (the `semantic` extra)
+    require("numpy")  # the index is numpy vectors (the `semantic` extra)
+    import numpy as np
+
     gate, entered = threading.Event(), threading.Event()
 
     class HeldEmbedder:

@@ -13,7 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mcp_servers"))
 from mcp_helpers import http_server, stdio_command

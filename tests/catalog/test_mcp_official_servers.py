@@ -18,7 +18,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mcp_servers"))
 from node_servers import node_server

@@ -14,7 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mcp_servers"))
 from mcp_helpers import stdio_command

@@ -16,6 +16,7 @@ from llmrtc.catalog.backend import LocalBackend
 from llmrtc.catalog.catalog import ToolCatalog
 from llmrtc.catalog.embeddings import EmbeddingIndex, tool_corpus
 from llmrtc.catalog.search import hybrid_score
+from tests._requirements import require
 
 pytestmark = pytest.mark.anyio
 
@@ -126,7 +127,9 @@ class HashEmbedder:
         self.threads: set[str] = set()
 
     def embed(self, texts: Sequence[str]) -> Any:
-        np = pytest.importorskip("numpy")
+        require("numpy")
+        import numpy as np
+
         self.embedded.extend(texts)
         self.threads.add(threading.current_thread().name)
         out = np.zeros((len(texts), 64), dtype=np.float32)
@@ -143,7 +146,7 @@ class HashEmbedder:
 async def test_the_index_is_built_once_off_the_loop_and_reused_after_a_rebuild(
     make_tool: Any,
 ) -> None:
-    pytest.importorskip("numpy")
+    require("numpy")
     embedder = HashEmbedder()
     backend = LocalBackend([make_tool("crm.lookup", "Find a customer", aliases=["who is"])])
     catalog = ToolCatalog([backend], embedder=embedder)
@@ -176,7 +179,7 @@ def test_the_embedder_option_is_checked() -> None:
 async def test_a_broken_embedder_falls_back_to_keywords(
     make_tool: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pytest.importorskip("numpy")  # the similarity product is numpy's (the `semantic` extra)
+    require("numpy")  # the similarity product is numpy's (the `semantic` extra)
 
     class Broken:
         calls = 0
@@ -197,7 +200,9 @@ async def test_a_broken_embedder_falls_back_to_keywords(
 
 
 def test_alias_rows_give_a_tool_its_best_similarity() -> None:
-    np = pytest.importorskip("numpy")
+    require("numpy")
+    import numpy as np
+
     index = EmbeddingIndex(
         np.array([[1, 0], [0, 1], [0.6, 0.8]], dtype=np.float32), np.array([0]), count=2
     )
@@ -301,9 +306,13 @@ def test_default_embedder_finds_the_package(minilm: Any) -> None:
     assert isinstance(embedder, embeddings.TextEmbedder)
 
 
+@pytest.mark.requires("sentence_transformers")
 def test_numpy_minilm_matches_sentence_transformers(minilm: Any) -> None:
-    sentence_transformers = pytest.importorskip("sentence_transformers")
-    np = pytest.importorskip("numpy")
+    import sentence_transformers
+
+    require("numpy")
+    import numpy as np
+
     texts = [
         "refund a payment",
         "lire un fichier",
@@ -324,7 +333,7 @@ def test_numpy_minilm_matches_sentence_transformers(minilm: Any) -> None:
 
 
 async def test_warm_up_embeds_the_catalog_before_the_first_search(make_tool: Any) -> None:
-    pytest.importorskip("numpy")
+    require("numpy")
     embedder = HashEmbedder()
     catalog = ToolCatalog(
         [LocalBackend([make_tool("crm.lookup", "Find a customer")])], embedder=embedder

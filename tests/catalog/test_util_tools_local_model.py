@@ -2,12 +2,10 @@
 through xllamacpp), through a `ModelPool` and the executor, as an application would run them.
 
 Select with `-m local_model`; skipped when the runtime or the model parts are missing (a
-failure where LLMRTC_REQUIRE_LOCAL_MODEL=1)."""
+failure under CI=true)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Any
 
 import pytest
@@ -16,17 +14,13 @@ from llmrtc.catalog.llm_tools.model_pool import ModelPool
 from llmrtc.catalog.llm_tools.util_tools import UTIL_TOOLS
 from llmrtc.execution import ToolExecutor
 from llmrtc.tools import ToolCall, ToolRegistry
+from tests._requirements import require
 
-pytestmark = [pytest.mark.local_model, pytest.mark.anyio]
+pytestmark = [pytest.mark.requires("local_model"), pytest.mark.anyio]
+require("local_model")  # the imports below need the runtime
 
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
-if importlib.util.find_spec("xllamacpp") is None:
-    if REQUIRED:
-        raise ImportError("xllamacpp missing: pip install 'llmrtc[local]'")
-    pytest.skip("needs xllamacpp (pip install 'llmrtc[local]')", allow_module_level=True)
-
-from llmrtc.llm.default import open_default_provider  # noqa: E402
-from llmrtc.llm.local import LocalModelError, ensure_model_file  # noqa: E402
+from llmrtc.llm.default import open_default_provider
+from llmrtc.llm.local import ensure_model_file
 
 ARTICLE = (
     "The city council of Riverton voted on Tuesday to close the old Main Street bridge to cars "
@@ -50,12 +44,7 @@ async def test_summarize_classify_and_extract_on_the_offline_model(
     # The offline model, whatever this machine's environment says about remote APIs.
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_MODEL"):
         monkeypatch.delenv(name, raising=False)
-    try:
-        ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"1.5B model parts unavailable: {exc}")
+    ensure_model_file("1.5b")
     pool = ModelPool({"local": open_default_provider}, default_model="local/qwen2.5-coder-1.5b")
     async with pool:
         await pool.provider("local")  # load the model before the calls' time limits start

@@ -14,7 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 from llmrtc.testing import ScriptedOpenAIServer, text_reply, tool_call_reply
 

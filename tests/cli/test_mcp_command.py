@@ -10,7 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 from llmrtc.cli import build_parser
 

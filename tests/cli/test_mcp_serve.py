@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp")
-pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("mcp")
+require("rtc")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_serve import TURN_TIMEOUT, serve, write_script

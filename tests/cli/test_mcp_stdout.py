@@ -11,7 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("mcp")
+from tests._requirements import require
+
+require("mcp")
 
 pytestmark = pytest.mark.anyio
 

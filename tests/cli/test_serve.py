@@ -24,7 +24,9 @@ import anyio
 import anyio.abc
 import pytest
 
-pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.rtc.errors import RTCError
 from llmrtc.testing import FakeTTS, RTCTestClient, ScriptedOpenAIServer, text_reply
@@ -345,7 +347,7 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 async def test_otel_otlp_sends_spans_to_the_collector(tmp_path: Path) -> None:
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    require("otlp")
     collector = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     thread = threading.Thread(target=collector.serve_forever, daemon=True)
     thread.start()

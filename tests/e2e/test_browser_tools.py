@@ -12,7 +12,7 @@ import pytest
 
 from llmrtc.tools import ToolCall
 
-pytestmark = [pytest.mark.browser, pytest.mark.voice_model]
+pytestmark = [pytest.mark.requires("browser"), pytest.mark.requires("voice_model")]
 
 STATUS_PLAYBOOK = """
 id: tool-statuses

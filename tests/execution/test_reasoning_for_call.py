@@ -131,7 +131,7 @@ def test_pydantic_parameters_survive_the_added_field() -> None:
 
 
 async def test_reasoning_is_a_span_attribute_only_with_content_capture() -> None:
-    otel = pytest.importorskip("opentelemetry.sdk.trace")
+    import opentelemetry.sdk.trace as otel  # a core dependency
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 

@@ -4,9 +4,7 @@ arguments, or an answer, never both. Skipped without the runtime or the model pa
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,17 +15,12 @@ from llmrtc.execution import ToolExecutor
 from llmrtc.llm import LLMRequest, SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.types import LLMTextDelta, LLMToolCall
 from llmrtc.tools import ToolDefinition, ToolRegistry, define_tool, tool
+from tests._requirements import require
 
-pytestmark = [pytest.mark.anyio, pytest.mark.local_model]
+pytestmark = [pytest.mark.anyio, pytest.mark.requires("local_model")]
+require("local_model")  # the imports below need the runtime
 
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
-if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("openai") is None:
-    if REQUIRED:
-        raise ImportError("xllamacpp/openai missing: pip install 'llmrtc[local]'")
-    pytest.skip("needs xllamacpp and openai (pip install 'llmrtc[local]')", allow_module_level=True)
-
-from llmrtc.llm.local import (  # noqa: E402
-    LocalModelError,
+from llmrtc.llm.local import (
     LocalModelServer,
     ensure_model_file,
     local_provider,
@@ -61,12 +54,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[LocalModelServer]:
-    try:
-        ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"1.5B model unavailable: {exc}")
+    ensure_model_file("1.5b")
     async with LocalModelServer("1.5b", n_ctx=4096) as running:
         yield running
 

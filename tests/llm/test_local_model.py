@@ -5,7 +5,6 @@ missing. One server is shared by the module (loading takes 3-5 s)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -24,18 +23,12 @@ from llmrtc.llm.local import (
     ensure_model_file,
     gguf_string_metadata,
 )
+from tests._requirements import require
 
-pytestmark = pytest.mark.local_model
+pytestmark = pytest.mark.requires("local_model")
+require("local_model")  # the imports below need the runtime
 
-# CI sets LLMRTC_REQUIRE_LOCAL_MODEL=1: there a missing runtime or model is a failure, not a skip.
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_LOCAL_MODEL") == "1"
-
-if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("openai") is None:
-    if REQUIRED:
-        raise ImportError("xllamacpp/openai missing: pip install 'llmrtc[local]'")
-    pytest.skip("needs xllamacpp and openai (pip install 'llmrtc[local]')", allow_module_level=True)
-
-import openai  # noqa: E402
+import openai
 
 SPEC = LOCAL_MODELS["1.5b"]
 SYSTEM = "You are a friendly voice assistant. Keep answers short. " + TOOL_HINT
@@ -84,12 +77,7 @@ TOOL_RESULT = {"city": "Tokyo", "temperature_c": 21, "conditions": "sunny"}
 
 @pytest.fixture(scope="module")
 def model_path() -> Path:
-    try:
-        return ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        if REQUIRED:
-            raise
-        pytest.skip(f"1.5B model parts unavailable: {exc}")
+    return ensure_model_file("1.5b")
 
 
 @pytest.fixture(scope="module")

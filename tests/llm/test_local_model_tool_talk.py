@@ -4,18 +4,17 @@ it:" on these questions (measured: 4 of the 6 chat questions), which a voice wou
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import pytest
 
-pytestmark = pytest.mark.local_model
+from tests._requirements import require
 
-if importlib.util.find_spec("xllamacpp") is None or importlib.util.find_spec("openai") is None:
-    pytest.skip("needs xllamacpp and openai (pip install 'llmrtc[local]')", allow_module_level=True)
+pytestmark = pytest.mark.requires("local_model")
+require("local_model")  # the imports below need the runtime
 
-from llmrtc.llm.local import LocalModelError, LocalModelServer, ensure_model_file  # noqa: E402
+from llmrtc.llm.local import LocalModelServer, ensure_model_file
 
 QUESTIONS = [
     "Is it raining in Oslo?",
@@ -33,10 +32,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[LocalModelServer]:
-    try:
-        ensure_model_file("1.5b")
-    except LocalModelError as exc:
-        pytest.skip(f"1.5B model parts unavailable: {exc}")
+    ensure_model_file("1.5b")
     async with LocalModelServer("1.5b", n_ctx=2048) as running:
         yield running
 

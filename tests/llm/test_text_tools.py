@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from llmrtc import ToolCall
 from llmrtc.llm import LLMTextDelta, LLMToolCall, TextToolCallParser
 
 NAMES = {"lookupWeather", "book"}
@@ -148,38 +147,6 @@ def test_text_before_a_possible_call_streams_immediately() -> None:
     assert texts(parser.feed(' {"name"')) == " "
     assert calls(parser.feed(': "book", "arguments": {}}')) == [("book", {})]
     assert parser.finish() == []
-
-
-def test_scripted_llm_fails_loudly() -> None:
-    import anyio
-
-    from llmrtc.llm import AssistantMessage, LLMRequest, SystemMessage, ToolMessage, UserMessage
-    from llmrtc.testing import ScriptedLLM, ScriptExhaustedError
-
-    async def main() -> None:
-        llm = ScriptedLLM(["only one"])
-        ok = LLMRequest([SystemMessage("s"), UserMessage("hi")])
-        assert (await llm.complete(ok)).text == "only one"
-        with pytest.raises(ScriptExhaustedError, match="has only 1"):
-            await llm.complete(ok)
-        bad_histories = {
-            "first message must be the system prompt": [UserMessage("hi")],
-            "have no tool message": [
-                SystemMessage("s"),
-                AssistantMessage("", (ToolCall("c1", "book", {}),)),
-                UserMessage("next"),
-            ],
-            "no matching assistant tool call": [SystemMessage("s"), ToolMessage("zz", "{}")],
-        }
-        for message, messages in bad_histories.items():
-            with pytest.raises(AssertionError, match=message):
-                await ScriptedLLM(["x"]).complete(LLMRequest(messages))
-        leftover = ScriptedLLM(["a", "b"])
-        await leftover.complete(ok)
-        with pytest.raises(AssertionError, match="1 scripted response"):
-            leftover.assert_consumed()
-
-    anyio.run(main)
 
 
 def test_a_fenced_call_to_an_undeclared_tool_is_dropped_quietly(

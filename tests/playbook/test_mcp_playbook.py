@@ -16,6 +16,7 @@ from llmrtc import ToolCall, ToolRegistry, tool
 from llmrtc.agent import ToolCallFinished
 from llmrtc.playbook import PlaybookError, PlaybookOrchestrator, load_playbook
 from llmrtc.testing import ScriptedLLM
+from tests._requirements import require
 
 pytestmark = pytest.mark.anyio
 
@@ -111,7 +112,7 @@ def note(text: str) -> str:
 def connected_playbook(tmp_path: Path, stage_tools: str, env: str = "{}") -> Path:
     """A playbook next to a copy of the test server, started with a relative path: stdio
     servers run in the playbook's folder."""
-    pytest.importorskip("mcp")
+    require("mcp")
     shutil.copy(SERVERS / "tools_server.py", tmp_path / "calc_server.py")
     servers = f"- {{name: calc, command: '{sys.executable}', args: [calc_server.py], env: {env}}}\n"
     return write(tmp_path, playbook_text(stage_tools, servers))
@@ -248,7 +249,7 @@ async def test_an_env_variable_that_is_not_set_is_named(
 async def test_headers_of_a_url_server_take_variables_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytest.importorskip("mcp")
+    require("mcp")
     sys.path.insert(0, str(SERVERS))
     from mcp_helpers import http_server
 

@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from aiortc import RTCPeerConnection
 from websockets.asyncio.client import ClientConnection, connect

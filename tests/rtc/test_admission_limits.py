@@ -10,7 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed

@@ -5,7 +5,6 @@ channel, teardown without leaks; and `say()` heard by the real Whisper on the se
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the test client needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
@@ -138,18 +139,12 @@ async def test_typed_text_and_refusals_against_the_real_server() -> None:
             await again.wait_for("turn_completed")
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 async def test_say_is_heard_by_whisper_on_the_server() -> None:
-    required = os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1"
-    try:
-        from llmrtc.voice.providers.silero import SileroVAD
-        from llmrtc.voice.providers.whisper import WhisperSTT
+    from llmrtc.voice.providers.silero import SileroVAD
+    from llmrtc.voice.providers.whisper import WhisperSTT
 
-        vad, stt = SileroVAD.load(), WhisperSTT.load()
-    except (ImportError, RuntimeError) as exc:
-        if required:
-            raise
-        pytest.skip(f"the offline speech models are not available: {exc}")
+    vad, stt = SileroVAD.load(), WhisperSTT.load()
     from llmrtc.voice.providers.piper import PiperTTS
 
     agent = lambda: weather_agent("It is sunny.")  # noqa: E731

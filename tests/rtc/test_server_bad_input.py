@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.rtc import RTCServer
 from llmrtc.rtc.peer import create_offer, create_peer

@@ -11,7 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc import ToolExecutor, ToolRegistry
 from llmrtc.agent import TurnRunner
@@ -188,7 +190,7 @@ def test_the_server_refuses_a_factory_or_store_that_cannot_work() -> None:
         RTCServer(lambda: None, store=object())  # type: ignore[arg-type]
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 async def test_without_speech_the_server_opens_the_default_engines_while_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -242,7 +244,7 @@ async def test_a_session_left_on_one_server_resumes_on_another_sharing_the_store
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_on_trio_the_server_says_it_needs_asyncio() -> None:
-    pytest.importorskip("trio")
+    require("trio")
     with pytest.raises(RuntimeError, match="asyncio only"):
         async with RTCServer(runners(ScriptedLLM([])), speech=fake_speech(), config=config()):
             pass

@@ -8,7 +8,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close

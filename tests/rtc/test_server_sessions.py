@@ -13,7 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc import ToolCall, ToolExecutor, ToolRegistry, tool
 from llmrtc.agent import TurnRunner

@@ -16,6 +16,7 @@ from llmrtc.rtc._tool_events import ToolEventRelay
 from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
 from llmrtc.testing import ScriptedLLM
 from llmrtc.tools.calls import ToolCallResult
+from tests._requirements import require
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +118,7 @@ async def lookup(city: str) -> dict[str, Any]:
 
 
 async def test_a_real_turn_reports_each_call_once_across_batches_with_reused_ids() -> None:
-    pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+    require("rtc")
     from llmrtc.rtc import RTCServer
     from llmrtc.testing import FakeTTS, RTCTestClient
 
@@ -185,7 +186,7 @@ def test_a_call_shorter_than_a_tenth_of_a_millisecond_keeps_its_microseconds() -
 
 
 async def test_a_fast_tool_that_ran_is_sent_with_a_duration_above_zero() -> None:
-    pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+    require("rtc")
     from llmrtc.rtc import RTCServer
     from llmrtc.testing import FakeTTS, RTCTestClient
 

@@ -10,7 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the rtc floor needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from llmrtc.rtc import RTCError, RTCServer, SQLiteSessionStore
 from llmrtc.rtc.store import SessionState
@@ -166,16 +168,11 @@ class BlockedClaims(WorkerStore):
         return await super().claim(session_id, token)
 
 
-@pytest.mark.browser
+@pytest.mark.requires("browser")
 def test_the_web_page_retries_a_refused_automatic_resume(tmp_path: Path) -> None:
-    import os
     import time
     import wave
 
-    pytest.importorskip("selenium")
-    for tool in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        if not os.access(tool, os.X_OK):
-            pytest.skip(f"{tool} is missing")
     from anyio.from_thread import start_blocking_portal
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

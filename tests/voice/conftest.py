@@ -10,40 +10,30 @@ fail):
         frame = spoken("Hello there", sample_rate=48000, trail_silence=0.6)
         frames = frames_of(frame)                                    # 20 ms AudioFrames
 
-    @pytest.mark.voice_model
+    @pytest.mark.requires("voice_model")
     async def test_stt(whisper_stt: WhisperSTT, spoken: Speak) -> None: ...
 
-Real models are skipped with a reason when missing, unless ``LLMRTC_REQUIRE_VOICE_MODEL=1``
-(CI), where a missing engine or model fails the test instead.
+A missing engine or model skips the test with a reason, or fails it under ``CI=true`` (the
+``requires`` mechanism of tests/_requirements.py).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import wave
 from collections.abc import Callable
 from io import BytesIO
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
+from tests._requirements import require
 
 if TYPE_CHECKING:
     from llmrtc.voice.providers.silero import SileroVAD
     from llmrtc.voice.providers.whisper import WhisperSTT
-
-# CI sets LLMRTC_REQUIRE_VOICE_MODEL=1: there a missing engine or model is a failure, not a skip.
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1"
-
-
-def _missing(reason: str) -> NoReturn:
-    """Skip the test for a missing engine/model, or fail it when CI requires the models."""
-    if REQUIRED:
-        pytest.fail(f"{reason} (LLMRTC_REQUIRE_VOICE_MODEL=1)", pytrace=False)
-    pytest.skip(reason)
 
 
 class Speak(Protocol):
@@ -67,10 +57,7 @@ class Speak(Protocol):
 def _resample(pcm: bytes, rate_in: int, rate_out: int) -> bytes:
     if rate_in == rate_out:
         return pcm
-    try:
-        import av  # noqa: F401  (the library's resampler runs on PyAV)
-    except ImportError:
-        _missing('resampling test speech needs PyAV: pip install "llmrtc[voice]"')
+    require("audio")  # the library's resampler runs on PyAV
     from llmrtc.voice.audio import resample
 
     return resample(pcm, rate_in, rate_out)
@@ -79,9 +66,8 @@ def _resample(pcm: bytes, rate_in: int, rate_out: int) -> bytes:
 def _espeak(text: str, voice: str, words_per_minute: int) -> tuple[bytes, int]:
     """Mono s16le PCM and its rate from espeak-ng (its stdout WAV has a bogus length header,
     so frames are read to the end of the data rather than trusted by count)."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        _missing("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
+    require("espeak")
+    exe = shutil.which("espeak-ng") or "espeak-ng"
     result = subprocess.run(
         [exe, "-v", voice, "-s", str(words_per_minute), "--stdout", text],
         capture_output=True,
@@ -141,24 +127,16 @@ def frames_of() -> Callable[..., list[AudioFrame]]:
 @pytest.fixture(scope="session")
 def silero_vad() -> SileroVAD:
     """The real Silero VAD, loaded once per test session."""
-    try:
-        from llmrtc.voice.providers.silero import SileroVAD
-    except ImportError as exc:  # the provider module is missing or its engine is not installed
-        _missing(f"Silero VAD unavailable: {exc}")
-    try:
-        return SileroVAD.load()
-    except (ImportError, RuntimeError) as exc:  # engine package missing, or a bad model file
-        _missing(f"Silero VAD cannot load: {exc}")
+    require("voice_model")
+    from llmrtc.voice.providers.silero import SileroVAD
+
+    return SileroVAD.load()
 
 
 @pytest.fixture(scope="session")
 def whisper_stt() -> WhisperSTT:
     """The real faster-whisper STT (Whisper base, int8), loaded once per test session."""
-    try:
-        from llmrtc.voice.providers.whisper import WhisperSTT
-    except ImportError as exc:
-        _missing(f"faster-whisper STT unavailable: {exc}")
-    try:
-        return WhisperSTT.load()
-    except (ImportError, RuntimeError) as exc:  # engine/weights packages missing, bad weights
-        _missing(f"faster-whisper STT cannot load: {exc}")
+    require("voice_model")
+    from llmrtc.voice.providers.whisper import WhisperSTT
+
+    return WhisperSTT.load()

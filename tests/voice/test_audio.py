@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-# PyAV and numpy come with the voice extra; the lowest-versions run has neither.
-np = pytest.importorskip("numpy")
-pytest.importorskip("av")
+from tests._requirements import require
 
-from llmrtc.voice.audio import (  # noqa: E402
+# PyAV and numpy come with the audio extra.
+require("audio")
+import numpy as np
+
+from llmrtc.voice.audio import (
     PCMChunker,
     Resampler,
     mix_to_mono,
@@ -16,7 +18,7 @@ from llmrtc.voice.audio import (  # noqa: E402
     rms,
     split_frames,
 )
-from llmrtc.voice.frames import AudioFrame  # noqa: E402
+from llmrtc.voice.frames import AudioFrame
 
 
 def tone(freq: float, rate: int, seconds: float = 1.0, amplitude: float = 10000.0) -> bytes:

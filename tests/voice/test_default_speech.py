@@ -42,7 +42,7 @@ async def hear_back(speech: Speech, text: str) -> str:
     return (await speech.stt.transcribe(resample(pcm, speech.tts.sample_rate, 16000))).lower()
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 @pytest.mark.usefixtures("offline")
 async def test_offline_engines_satisfy_the_protocols_and_work_together() -> None:
     async with open_default_speech() as speech:
@@ -57,7 +57,7 @@ async def test_offline_engines_satisfy_the_protocols_and_work_together() -> None
         assert "table" in heard and "two" in heard, heard
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 @pytest.mark.usefixtures("offline")
 async def test_a_second_open_shares_the_engines_until_the_last_exit() -> None:
     before = children()
@@ -75,7 +75,7 @@ async def test_a_second_open_shares_the_engines_until_the_last_exit() -> None:
         assert third is not first
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 @pytest.mark.usefixtures("offline")
 async def test_concurrent_opens_in_tasks_load_once_and_any_task_may_close_last() -> None:
     before = children()
@@ -99,7 +99,7 @@ async def test_concurrent_opens_in_tasks_load_once_and_any_task_may_close_last()
     assert children() == before
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 @pytest.mark.usefixtures("offline")
 async def test_a_cancelled_loader_hands_over_to_a_waiting_opener() -> None:
     before = children()
@@ -123,7 +123,7 @@ async def test_a_cancelled_loader_hands_over_to_a_waiting_opener() -> None:
     assert children() == before
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 @pytest.mark.usefixtures("offline")
 async def test_options_reach_the_engines_and_conflicts_are_refused(tmp_path: Path) -> None:
     stages: list[str] = []
@@ -178,7 +178,7 @@ async def test_missing_packages_are_named_in_one_error(monkeypatch: pytest.Monke
     assert children() == before
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 async def test_openai_environment_selects_openai_stt_and_tts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 from contextlib import aclosing
 from pathlib import Path
@@ -17,12 +16,7 @@ from llmrtc.voice.providers.espeak import EspeakTTS
 if TYPE_CHECKING:
     from llmrtc.voice.providers.whisper import WhisperSTT
 
-pytestmark = pytest.mark.anyio
-
-if shutil.which("espeak-ng") is None:
-    if os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1":
-        raise RuntimeError("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
-    pytest.skip("espeak-ng is not installed", allow_module_level=True)
+pytestmark = [pytest.mark.anyio, pytest.mark.requires("espeak")]
 
 
 def children() -> set[int]:
@@ -58,7 +52,7 @@ async def test_speaks_a_sentence() -> None:
     assert max(abs(sample) for (sample,) in struct.iter_unpack("<h", pcm)) > 3000
 
 
-@pytest.mark.voice_model
+@pytest.mark.requires("voice_model")
 async def test_speech_transcribes_back(whisper_stt: WhisperSTT) -> None:
     from llmrtc.voice.audio import resample
 

@@ -21,7 +21,7 @@ from llmrtc.voice.providers.piper import PiperTTS, default_piper_voice
 if TYPE_CHECKING:
     from llmrtc.voice.providers.whisper import WhisperSTT
 
-pytestmark = [pytest.mark.anyio, pytest.mark.voice_model]
+pytestmark = [pytest.mark.anyio, pytest.mark.requires("voice_model")]
 
 LONG = " ".join(
     f"This is sentence number {n}, spoken so that the reply runs on for a good while."
@@ -67,12 +67,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def _voice() -> Path:
-    try:
-        return default_piper_voice()
-    except RuntimeError as exc:  # VoiceModelError: piper-tts or the voice package is missing
-        if os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1":
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
+    return default_piper_voice()
 
 
 @pytest.fixture(scope="module")

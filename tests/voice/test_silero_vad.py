@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from llmrtc.voice.providers.silero import SileroVAD
 
 # Tests that take the `silero_vad` fixture load the real model: they carry `voice_model`.
-voice_model = pytest.mark.voice_model
+voice_model = pytest.mark.requires("voice_model")
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
 

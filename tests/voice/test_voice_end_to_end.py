@@ -4,7 +4,6 @@ as 20 ms frames, a turn with a tool, speech out, transcribed back with the same 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,11 +28,9 @@ from llmrtc.voice.events import (
     UserSpeechEnded,
     UserSpeechStarted,
 )
-from llmrtc.voice.providers._whisper_model import VoiceModelError
+from tests._requirements import require
 
-pytestmark = [pytest.mark.anyio, pytest.mark.voice_model]
-
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1"
+pytestmark = [pytest.mark.anyio, pytest.mark.requires("voice_model")]
 
 
 @tool(timeout=5.0)
@@ -49,13 +46,9 @@ async def lookupWeather(city: str) -> dict[str, Any]:
 @pytest.fixture
 async def speech(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Speech]:
     monkeypatch.setenv("LLMRTC_SPEECH", "offline")  # the offline stack, even with OPENAI_* set
-    try:
-        async with open_default_speech() as opened:
-            yield opened
-    except (ImportError, VoiceModelError) as exc:  # an engine package or model is missing
-        if REQUIRED:
-            pytest.fail(f"offline speech unavailable: {exc}", pytrace=False)
-        pytest.skip(f"offline speech unavailable: {exc}")
+    require("voice_model")
+    async with open_default_speech() as opened:
+        yield opened
 
 
 def words(text: str) -> set[str]:
@@ -208,7 +201,7 @@ async def test_barge_in_stops_real_speech_within_a_frame_and_keeps_what_was_hear
     assert answers[0].content == ended.heard_text
 
 
-@pytest.mark.local_model
+@pytest.mark.requires("local_model")
 async def test_a_whole_spoken_weather_turn_on_the_offline_model(
     speech: Speech, spoken: Any
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 import struct
 import subprocess
 import wave
@@ -111,7 +110,7 @@ def test_read_refuses_a_header_of_zero_hz_or_zero_channels_naming_the_file(tmp_p
         read_wav(path)
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian espeak-ng")
+@pytest.mark.requires("espeak")
 def test_reads_what_espeak_writes_to_a_file_and_to_a_pipe(tmp_path: Path) -> None:
     path = tmp_path / "hello.wav"
     subprocess.run(["espeak-ng", "-w", str(path), "Hello there."], check=True, timeout=60)

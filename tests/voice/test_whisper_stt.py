@@ -5,7 +5,6 @@ sha256-checked, rebuilt when corrupt)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from pathlib import Path
@@ -15,13 +14,13 @@ import anyio
 import pytest
 
 from llmrtc.voice.stt import STT, STTError
+from tests._requirements import require
 
 if TYPE_CHECKING:
     from llmrtc.voice.providers.whisper import WhisperSTT
 
 pytestmark = pytest.mark.anyio
-voice_model = pytest.mark.voice_model
-REQUIRED = os.environ.get("LLMRTC_REQUIRE_VOICE_MODEL") == "1"
+voice_model = pytest.mark.requires("voice_model")
 
 SENTENCES = [
     "What is the weather in Tokyo?",
@@ -233,12 +232,7 @@ def test_bad_load_options_are_clear_errors(whisper_stt: WhisperSTT) -> None:
 def _weights_or_skip() -> Any:
     from llmrtc.voice.providers import _whisper_model as wm
 
-    try:
-        wm._package_files(wm.WHISPER_BASE)
-    except wm.VoiceModelError as exc:
-        if REQUIRED:
-            pytest.fail(f"{exc} (LLMRTC_REQUIRE_VOICE_MODEL=1)", pytrace=False)
-        pytest.skip(str(exc))
+    require("voice_model")
     return wm
 
 

@@ -1,6 +1,6 @@
-"""VoiceLoop regressions from the second issue-9 review: a handler raising mid-synthesis, the
-error apology said once, concurrent pushes, lead-ins after unspoken text, proactive timing after
-a failed turn, heard-word estimates."""
+"""VoiceLoop recovering from a failed turn: a handler raising mid-synthesis, the error apology
+said once, proactive timing after a failed turn; and concurrent pushes, lead-ins after unspoken
+text, heard-word estimates."""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("aiortc", reason='the test client needs aiortc: pip install "llmrtc[rtc]"')
+from tests._requirements import require
+
+require("rtc")
 
 from aiortc import RTCDataChannel, RTCPeerConnection
 from websockets.asyncio.server import ServerConnection, serve

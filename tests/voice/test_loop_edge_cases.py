@@ -1,4 +1,4 @@
-"""VoiceLoop regressions from the issue-9 review: lead-ins before tool calls, proactive timing,
+"""VoiceLoop at the edges of a spoken turn: lead-ins before tool calls, proactive timing,
 engines without optional members, barge-in over an apology, turn errors, answers cut before
 their first word, config limits, audio after a barge-in and a huge pushed frame."""
 
