@@ -187,11 +187,6 @@ REQUIREMENTS: dict[str, Requirement] = {
             ),
         ),
         Requirement(
-            "sentence_transformers",
-            "the reference MiniLM implementation (torch; not installed by scripts/setup)",
-            _modules("sentence_transformers", install="pip install sentence-transformers"),
-        ),
-        Requirement(
             "mcp",
             "the MCP SDK",
             _modules("mcp", install='pip install "llmrtc[mcp]"'),

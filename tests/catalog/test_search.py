@@ -306,32 +306,6 @@ def test_default_embedder_finds_the_package(minilm: Any) -> None:
     assert isinstance(embedder, embeddings.TextEmbedder)
 
 
-@pytest.mark.requires("sentence_transformers")
-def test_numpy_minilm_matches_sentence_transformers(minilm: Any) -> None:
-    import sentence_transformers
-
-    require("numpy")
-    import numpy as np
-
-    texts = [
-        "refund a payment",
-        "lire un fichier",
-        tool_corpus(
-            embeddings.ToolDefinition(
-                name="billing.issue_refund", description="Issue a refund for a charge."
-            )
-        ),
-        "short",
-        "a much longer sentence " * 40,  # past the 256-token limit: truncated the same way
-    ]
-    reference = sentence_transformers.SentenceTransformer(str(minilm.model_dir), device="cpu")
-    expected = reference.encode(texts, normalize_embeddings=True)
-    ours = minilm.embed(texts)
-    cosines = (np.asarray(expected) * ours).sum(axis=1)
-    assert cosines.min() > 1 - 1e-4, cosines
-    assert np.abs(np.asarray(expected) - ours).max() < 1e-3
-
-
 async def test_warm_up_embeds_the_catalog_before_the_first_search(make_tool: Any) -> None:
     require("numpy")
     embedder = HashEmbedder()
