@@ -291,15 +291,15 @@ def test_there_is_no_import_cycle_inside_llmrtc() -> None:
 
 
 def test_the_cycle_checker_counts_lazy_and_type_only_imports_but_not_the_face() -> None:
-    latent = PACKAGE / "tools" / "latent.py"
+    latent = PACKAGE / "tools" / "offer.py"
     registry = PACKAGE / "tools" / "registry.py"
     definition = PACKAGE / "tools" / "definition.py"
-    lazy = definition.read_text() + "\ndef f():\n    from llmrtc.tools import latent\n"
+    lazy = definition.read_text() + "\ndef f():\n    from llmrtc.tools import offer\n"
     cycles = import_cycles(import_graph({definition: lazy}))
-    assert frozenset({"llmrtc.tools.definition", "llmrtc.tools.latent"}) <= set().union(*cycles)
-    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .latent import X\n"
+    assert frozenset({"llmrtc.tools.definition", "llmrtc.tools.offer"}) <= set().union(*cycles)
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .offer import X\n"
     graph = import_graph({registry: registry.read_text() + typed, latent: "from . import registry"})
-    assert frozenset({"llmrtc.tools.registry", "llmrtc.tools.latent"}) in import_cycles(graph)
+    assert frozenset({"llmrtc.tools.registry", "llmrtc.tools.offer"}) in import_cycles(graph)
     face = "from llmrtc.tools import ToolCall\nfrom llmrtc import tools\n"
     graph = import_graph({registry: registry.read_text() + face})
     assert not [c for c in import_cycles(graph) if "llmrtc.tools.registry" in c]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from llmrtc.tools.composed_schema import composed_schema
 from llmrtc.tools.definition import ToolDefinition
-from llmrtc.tools.latent import composed_schema
 from llmrtc.tools.tool import Tool
 
 __all__ = ["compose_schema"]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmrtc.tools.ids import from_wire_name, parse_tool_id
-from llmrtc.tools.latent import with_reasoning_tool
+from llmrtc.tools.offer import with_reasoning_tool
 from llmrtc.tools.tool import Tool
 
 __all__ = ["Toolkit", "ToolsConfig", "canonical_tool_name"]

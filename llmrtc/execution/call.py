@@ -31,7 +31,7 @@ from llmrtc.tools.arguments import ArgumentsError
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext, new_context
 from llmrtc.tools.errors import ToolError
-from llmrtc.tools.latent import unwrap_arguments
+from llmrtc.tools.offer import unwrap_arguments
 from llmrtc.tools.tool import Tool
 from llmrtc.tools.validation import prepare_arguments
 

@@ -24,7 +24,7 @@ from llmrtc.execution.scheduling import run_batch
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
-from llmrtc.tools.latent import offered_definitions
+from llmrtc.tools.offer import offered_definitions
 from llmrtc.tools.registry import ToolRegistry
 
 __all__ = ["ResultCallback", "ToolExecutor"]

@@ -99,7 +99,7 @@ class ToolDefinition:
     output_schema: dict[str, Any] | None = None
     """A JSON Schema of what the tool returns (checked here). A tool defined without a
     handler is latent (`define_tool(definition)`): the model writes its result itself, in an
-    `_output` argument that must match this schema (see `llmrtc.tools.latent`)."""
+    `_output` argument that must match this schema (see `llmrtc.tools.offer`)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
     reasoning_for_call: bool = field(default=False, init=False)

@@ -6,7 +6,7 @@ A latent tool has no handler. Its offered schema requires `_output` (the tool's 
 the model writes the result in its own call, and that value, checked against the output schema,
 is the call's result. Everything else is an ordinary tool: the executor runs it (hooks, spans,
 one result per call), and a missing or invalid `_output` is an `invalid_arguments` result the
-model can correct (`llmrtc.tools.latent.unwrap_arguments`).
+model can correct (`llmrtc.tools.offer.unwrap_arguments`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
 from llmrtc.testing.recording import RecordingHooks
 from llmrtc.tools import ToolCall, ToolContext, ToolDefinition, ToolRegistry, define_tool, tool
 from llmrtc.tools.definition import REASONING_FIELD
-from llmrtc.tools.latent import with_reasoning_field
+from llmrtc.tools.offer import with_reasoning_field
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,8 @@ from llmrtc.llm.formats.composed_answer import ComposedAnswerParser
 from llmrtc.llm.formats.strategy import ContentReader, ToolCallFormat
 from llmrtc.llm.formats.text import text_call_parser
 from llmrtc.llm.types import LLMRequest, ToolChoice
+from llmrtc.tools.composed_schema import composed_schema
 from llmrtc.tools.definition import ToolDefinition
-from llmrtc.tools.latent import composed_schema
 from llmrtc.tools.schema_form import TOOL_FIELD
 
 __all__ = [
