@@ -13,7 +13,7 @@ from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from llmrtc.playbook import Playbook, PlaybookOrchestrator
-from llmrtc.telemetry.events import ErrorEvent
+from llmrtc.telemetry.events import ErrorEvent, TTSStartEvent
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, RecordingHooks, ScriptedLLM
 from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
 from llmrtc.tools.calls import ToolCall
@@ -337,13 +337,19 @@ async def test_a_barge_in_after_a_tool_round_keeps_only_heard_words_in_each_mess
     )
     runner = TurnRunner(llm, ToolExecutor(ToolRegistry([track])), system_prompt="Be brief.")
     tts = FakeTTS()
-    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    hooks = RecordingHooks()
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD(), hooks=hooks)
     seen: list[Any] = []
     async with loop:
         events = loop.events()
         await loop.send_text("Where is A?")
         await until(events, lambda e: isinstance(e, AgentSpeechStarted), seen)
-        await anyio.sleep(0.8)
+        # Barge in once the answer (after the tool round) is under way, not after a fixed time
+        # from the lead-in: a loaded machine may take longer than the lead-in to get there.
+        with anyio.fail_after(20):
+            while not any("shipped" in e.text for e in hooks.of(TTSStartEvent)):
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.8)  # the lead-in lasts 0.6 s, the answer 3.3 s
         await say(loop, tts, "Thanks")
         await until(events, lambda e: isinstance(e, AgentSpeechEnded) and not e.interrupted, seen)
     heard = next(e for e in seen if isinstance(e, BargeIn)).heard_text
