@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -187,6 +188,14 @@ REQUIREMENTS: dict[str, Requirement] = {
             ),
         ),
         Requirement(
+            "netns",
+            "root, unshare(1) and ip(8): a network namespace with only lo",
+            _all(
+                lambda: None if os.geteuid() == 0 else "not root (CI runs as root)",
+                _programs(("unshare", "util-linux"), ("ip", "iproute2")),
+            ),
+        ),
+        Requirement(
             "mcp",
             "the MCP SDK",
             _modules("mcp", install='pip install "llmrtc[mcp]"'),
@@ -212,11 +221,25 @@ REQUIREMENTS: dict[str, Requirement] = {
 }
 
 
+def _left_out_in_argv(argv: list[str]) -> frozenset[str]:
+    """The names given to ``--without`` in `argv` (``--without a,b`` or ``--without=a,b``)."""
+    found: set[str] = set()
+    for index, arg in enumerate(argv):
+        if arg == "--without" and index + 1 < len(argv):
+            found.update(argv[index + 1].split(","))
+        elif arg.startswith("--without="):
+            found.update(arg.removeprefix("--without=").split(","))
+    return frozenset(name for name in found if name)
+
+
 class Settings:
-    """How this session treats a missing requirement (set once, by tests/conftest.py)."""
+    """How this session treats a missing requirement (set by tests/conftest.py's
+    `pytest_configure`). pytest imports the conftests of the paths on its command line before
+    that runs, so until then ``--without`` is read from the command line itself: a conftest's
+    module-level `require()` then honours it too."""
 
     ci: bool = os.environ.get("CI") == "true"
-    left_out: frozenset[str] = frozenset()
+    left_out: frozenset[str] = _left_out_in_argv(sys.argv)
 
 
 def unknown(names: tuple[str, ...]) -> list[str]:

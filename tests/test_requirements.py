@@ -120,3 +120,34 @@ def test_each_requirement_is_also_a_marker_for_selection(tmp_path: Path) -> None
     done = run(tmp_path, MARKED, "-m", "trio")
     assert done.returncode == 0, done.stdout
     assert "1 passed, 1 deselected" in done.stdout
+
+
+def test_without_reaches_a_conftest_that_requires_at_import(tmp_path: Path) -> None:
+    # pytest imports the conftest of a folder named on the command line before
+    # `pytest_configure` runs: its module-level require() must still see --without.
+    sub = tmp_path / "needs_espeak"
+    sub.mkdir()
+    (sub / "conftest.py").write_text(  # the pattern of tests/rtc/conftest.py
+        "from tests._requirements import Settings, require\n\n"
+        "if 'espeak' in Settings.left_out:\n"
+        "    collect_ignore_glob = ['*']\n"
+        "else:\n"
+        "    require('espeak')\n"
+    )
+    (sub / "test_sub.py").write_text("def test_speaks():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_it.py").write_text("def test_plain():\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["CI"] = "true"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, "--without", "espeak", str(sub)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 5), done.stdout + done.stderr
+    assert "requires espeak: espeak-ng gone" not in done.stdout

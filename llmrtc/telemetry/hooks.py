@@ -174,25 +174,17 @@ HookTargets: TypeAlias = "Hooks | Sequence[Hooks] | None"
 """What `emit` sends to: one `Hooks` (a `CompositeHooks` fans out), nobody (None), or the
 hooks `listeners` picked."""
 
-_overridden_by_class: dict[type[Hooks], frozenset[str]] = {}
-"""For each `Hooks` class seen, the `on_*` methods it overrides (computed once per class)."""
+_BASE_HOOKS: dict[str, Any] = {name: getattr(Hooks, name) for name in HOOK_NAMES}
+"""The base class's no-op methods, which are not worth a call."""
 
 
-def _overridden(cls: type[Hooks]) -> frozenset[str]:
-    """The event hooks `cls` overrides; the base `Hooks` methods are no-ops not worth a call."""
-    names = _overridden_by_class.get(cls)
-    if names is None:
-        names = frozenset(
-            name for name in HOOK_NAMES if getattr(cls, name) is not getattr(Hooks, name)
-        )
-        _overridden_by_class[cls] = names
-    return names
-
-
-def _overrides(hook: Hooks, name: str) -> bool:
-    """Whether `hook` has its own hook `name`: its class overrides it, or the object was given
-    one as an attribute (as the executor's plain `on_tool_*` callbacks are)."""
-    return name in _overridden(type(hook)) or name in vars(hook)
+def _overrides(hook: object, name: str) -> bool:
+    """Whether `hook` has its own hook `name`: its class overrides the no-op (read at each
+    event, so a method patched onto the class later counts), or the object was given one as an
+    attribute (as the executor's plain `on_tool_*` callbacks are)."""
+    return getattr(type(hook), name, None) is not _BASE_HOOKS[name] or name in getattr(
+        hook, "__dict__", ()
+    )
 
 
 class CompositeHooks(Hooks):
@@ -207,13 +199,20 @@ class CompositeHooks(Hooks):
 
     def __init__(self, hooks: Iterable[Hooks]) -> None:
         """Combine `hooks` (called in the order given)."""
-        self.hooks: tuple[Hooks, ...] = _flatten(hooks)
-        self._context_hooks = tool_call_context_hooks(self.hooks)
-        # Picked once, so that `emit` to a composite costs a dict lookup per event.
+        self._hooks: tuple[Hooks, ...] = _flatten(hooks)
+        self._context_hooks = tool_call_context_hooks(self._hooks)
+        # Picked once, so that `emit` to a composite costs a dict lookup per event. Which
+        # methods a combined hook overrides is read here: a hook method added to one of them
+        # afterwards is not called through this composite (build a new one).
         self._listeners: dict[str, tuple[Hooks, ...]] = {
-            name: tuple(hook for hook in self.hooks if _overrides(hook, name))
+            name: tuple(hook for hook in self._hooks if _overrides(hook, name))
             for name in HOOK_NAMES
         }
+
+    @property
+    def hooks(self) -> tuple[Hooks, ...]:
+        """The combined hooks, flattened, in order (fixed at construction)."""
+        return self._hooks
 
     def __repr__(self) -> str:
         return f"CompositeHooks({list(self.hooks)!r})"
@@ -407,19 +406,24 @@ async def emit(hooks: HookTargets, event: HookEvent, *, shield: bool = True) -> 
     name = _hook_by_class.get(cls) or _hook_of(cls)
     if hooks is None:
         return
-    targets: Sequence[Hooks]
-    if isinstance(hooks, Hooks):
-        if type(hooks) is CompositeHooks:
-            targets = hooks._listeners[name]
-        elif name in _overridden(type(hooks)) or name in vars(hooks):
-            targets = (hooks,)
-        else:
-            return
-    else:
+    targets: Sequence[Any]
+    if type(hooks) is CompositeHooks:
+        targets = hooks._listeners[name]
+    elif isinstance(hooks, list | tuple):
         targets = hooks
+    elif _overrides(hooks, name):
+        # One `Hooks`, or any object with the hook method (duck-typed observers work too).
+        targets = (hooks,)
+    else:
+        return
     for hook in targets:
+        if hook is None:
+            continue
         try:
-            outcome = getattr(hook, name)(event)
+            method = getattr(hook, name, None)
+            if method is None:  # a duck-typed observer without this hook
+                continue
+            outcome = method(event)
             if outcome is None:  # a sync hook (the common case): nothing to await
                 continue
             if inspect.isawaitable(outcome):

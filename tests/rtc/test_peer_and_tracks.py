@@ -5,9 +5,7 @@ clean teardown; and the SDP / ICE candidate helpers' refusals."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -467,13 +465,7 @@ _LOOPBACK_ONLY_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(
-    sys.platform != "linux"
-    or shutil.which("unshare") is None
-    or shutil.which("ip") is None
-    or os.geteuid() != 0,
-    reason="needs root, unshare(1) and ip(8) for a network namespace with only lo",
-)
+@pytest.mark.requires("netns")
 def test_on_a_loopback_only_host_only_the_loopback_option_connects() -> None:
     # A fresh network namespace holds only `lo` (brought up here): what CI and an offline
     # machine look like. aiortc's defaults stay in ICE state "new" there, loopback connects.

@@ -87,3 +87,70 @@ def test_emit_to_hooks_overriding_nothing_returns_without_awaiting() -> None:
         # One step runs it to the end: nothing was awaited, no hook was called.
         with pytest.raises(StopIteration):
             coroutine.send(None)
+
+
+async def test_a_duck_typed_observer_gets_the_hooks_it_defines() -> None:
+    # ModelPool(hooks=...) took any object with `on_model_fallback` before there was one
+    # dispatcher: such an observer still works, and one without the hook is simply skipped.
+    from llmrtc.catalog.llm_tools import ModelPreference, define_llm_tool
+    from llmrtc.catalog.llm_tools.model_pool import ModelPool
+    from llmrtc.execution import ToolExecutor
+    from llmrtc.testing import ScriptedLLM, ScriptedResponse
+    from llmrtc.tools import ToolCall, ToolRegistry
+
+    seen: list[Any] = []
+
+    class Duck:
+        def on_model_fallback(self, event: Any) -> None:
+            seen.append((event.failed_model, event.next_model))
+
+    summarize = define_llm_tool(
+        id="util:summarize@1.0.0",
+        description="Summarize.",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+        system_prompt="Summarize.",
+        user_template="{{text}}",
+        model_preference=ModelPreference(preferred="a/m1", fallbacks=["b/m2"]),
+    )
+    first = ScriptedLLM([ScriptedResponse(error="HTTP 500")])
+    second = ScriptedLLM(["Summary by m2."])
+    pool = ModelPool({"a": lambda: first, "b": lambda: second}, hooks=Duck())  # type: ignore[arg-type]
+    async with pool:
+        executor = ToolExecutor(ToolRegistry([summarize]), models=pool)
+        call = ToolCall("c1", summarize.definition.wire_name, {"text": "x"})
+        (result,) = await executor.execute([call])
+    assert result.status == "ok" and result.result == "Summary by m2."
+    assert seen == [("a/m1", "b/m2")]
+    await emit(Duck(), BargeInEvent())  # type: ignore[arg-type]  # no on_barge_in: skipped
+
+
+async def test_none_in_a_sequence_of_hooks_is_skipped_without_a_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    got: list[Any] = []
+
+    class Seen(Hooks):
+        def on_barge_in(self, event: BargeInEvent) -> None:
+            got.append(event)
+
+    await emit([None, Seen()], BargeInEvent())  # type: ignore[list-item]
+    assert len(got) == 1 and not caplog.records
+
+
+async def test_a_hook_method_patched_onto_a_class_after_its_first_event_is_called() -> None:
+    got: list[Any] = []
+
+    class Late(Hooks):
+        pass
+
+    hooks = Late()
+    await emit(hooks, BargeInEvent())
+    Late.on_barge_in = lambda self, event: got.append(event)  # type: ignore[method-assign,assignment]
+    await emit(hooks, BargeInEvent())
+    assert len(got) == 1
+
+
+def test_a_composites_hooks_are_fixed_at_construction() -> None:
+    composite = CompositeHooks([Hooks()])
+    with pytest.raises(AttributeError):
+        composite.hooks = ()  # type: ignore[misc]
