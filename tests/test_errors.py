@@ -30,6 +30,8 @@ def _modules() -> Iterator[str]:
 
 REQUIREMENT_OF_MODULE: dict[str, str] = {
     "aiortc": "rtc",
+    "aioice": "rtc",
+    "opentelemetry.exporter": "otlp",
     "websockets": "rtc",
     "av": "audio",
     "numpy": "numpy",
@@ -57,10 +59,18 @@ def _exception_classes() -> tuple[dict[str, type[BaseException]], set[str]]:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
-            top = (exc.name or "").partition(".")[0]
-            if top not in REQUIREMENT_OF_MODULE:
+            absent = exc.name or ""
+            requirement = next(
+                (
+                    need
+                    for prefix, need in REQUIREMENT_OF_MODULE.items()
+                    if absent == prefix or absent.startswith(prefix + ".")
+                ),
+                None,
+            )
+            if requirement is None:
                 raise  # our own module broken, or an extra this test does not know about
-            needed.add(REQUIREMENT_OF_MODULE[top])
+            needed.add(requirement)
             continue
         for value in vars(module).values():
             if (
