@@ -6,11 +6,13 @@ import os
 import struct
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
 from llmrtc.voice import TTS, TTSError
+from llmrtc.voice.providers import espeak
 from llmrtc.voice.providers.espeak import EspeakTTS
 
 if TYPE_CHECKING:
@@ -102,3 +104,28 @@ async def test_bad_options_and_missing_program(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PATH", "")
     with pytest.raises(FileNotFoundError, match="apt install espeak-ng"):
         EspeakTTS()
+
+
+async def test_a_stopped_espeak_whose_exit_is_never_seen_does_not_freeze_the_reply(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_open = anyio.open_process
+
+    async def open_never_reaped(*args: Any, **kwargs: Any) -> Any:
+        process = await real_open(*args, **kwargs)
+        real_aclose = process.aclose
+
+        async def aclose() -> None:
+            await real_aclose()  # cleaned up for real, then waits as a lost exit did
+            await anyio.sleep_forever()
+
+        monkeypatch.setattr(process, "aclose", aclose)
+        return process
+
+    monkeypatch.setattr(espeak.anyio, "open_process", open_never_reaped)
+    monkeypatch.setattr(espeak, "_CLOSE_TIMEOUT", 0.3)
+    with anyio.fail_after(10):
+        async with aclosing(EspeakTTS().synthesize("A long reply. " * 200)) as chunks:
+            async for _ in chunks:
+                break
+    assert "did not exit within" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import struct
 import subprocess
@@ -15,11 +16,16 @@ from llmrtc.voice.tts import TTSError
 
 __all__ = ["EspeakTTS"]
 
+logger = logging.getLogger(__name__)
+
 ESPEAK_SAMPLE_RATE = 22050
 """espeak-ng's own voices all speak at 22050 Hz (mbrola voices, at other rates, are refused)."""
 
 _READ_SIZE = 8820
 """Bytes per chunk yielded (200 ms of audio)."""
+
+_CLOSE_TIMEOUT = 5.0
+"""Seconds a stopped espeak-ng may take to be reaped (it exits at once when killed)."""
 
 
 class EspeakTTS:
@@ -111,7 +117,16 @@ class EspeakTTS:
             with anyio.CancelScope(shield=True):
                 if process.returncode is None:
                     process.kill()
-                await process.aclose()
+                # Bounded: a killed child's exit that the event loop never notices (seen once
+                # on a loaded machine) must not freeze the reply that closes this stream.
+                with anyio.move_on_after(_CLOSE_TIMEOUT) as closing:
+                    await process.aclose()
+                if closing.cancelled_caught:
+                    logger.warning(
+                        "espeak-ng (pid %s) did not exit within %.0f s of being stopped",
+                        process.pid,
+                        _CLOSE_TIMEOUT,
+                    )
 
     async def _read_header(self, reader: BufferedByteReceiveStream, process: Process) -> None:
         """Skip the RIFF/WAVE header up to the `data` chunk, checking the format."""
