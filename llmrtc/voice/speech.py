@@ -95,7 +95,7 @@ def resolve_turn_detector(config: VoiceConfig, vad: VAD) -> TurnDetector | None:
     """
     chosen = config.turn_detector
     if chosen != "speech":
-        return chosen  # type: ignore[return-value]  # a TurnDetector or None (checked)
+        return chosen  # a TurnDetector or None (checked by VoiceConfig)
     shared = _shared
     if shared is not None and shared.speech is not None and shared.speech.vad is vad:
         if shared.speech.turn_detector is None:

@@ -104,14 +104,13 @@ class _Features:
     def __init__(self) -> None:
         import numpy as np
 
-        self._np = np
         self._filters = _mel_filters()
         # The periodic Hann window (torch.hann_window's, which Whisper uses).
         self._window = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(_N_FFT) / _N_FFT)
 
     def __call__(self, pcm: bytes) -> npt.NDArray[np.float32]:
         """The model's input (1 x 80 x 800) for the end of `pcm` (mono s16le at 16 kHz)."""
-        np = self._np
+        import numpy as np
         audio = np.frombuffer(pcm, dtype="<i2")[-_SAMPLES:].astype(np.float32) / 32768.0
         x = np.zeros(_SAMPLES, dtype=np.float32)
         x[_SAMPLES - audio.size :] = audio  # silence in front: the end is what is judged
@@ -122,7 +121,8 @@ class _Features:
         power = np.abs(np.fft.rfft(frames * self._window, axis=-1)) ** 2
         mel = np.log10(np.maximum(power @ self._filters, 1e-10))[:-1]  # Whisper drops the last
         mel = np.maximum(mel, mel.max() - 8.0)
-        return ((mel + 4.0) / 4.0).T[None].astype(np.float32)
+        features: npt.NDArray[np.float32] = ((mel + 4.0) / 4.0).T[None].astype(np.float32)
+        return features
 
 
 class SmartTurnDetector:
