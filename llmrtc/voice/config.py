@@ -100,6 +100,14 @@ class VoiceConfig:
                 'completion_probability), "speech" (the speech stack\'s) or None (a fixed '
                 f"silence), got {detector!r}"
             )
+        if detector is not None and self.end_of_speech_silence <= self.min_end_silence:
+            # The fixed silence is the detector's deadline: it would never get to answer.
+            raise ValueError(
+                "VoiceConfig.end_of_speech_silence must be longer than min_end_silence while a "
+                "turn detector is on (it is the fallback when the detector has not answered); "
+                f"got {self.end_of_speech_silence!r} and {self.min_end_silence!r}: pass "
+                "turn_detector=None for a fixed silence this short"
+            )
         for name in ("apology_text", "error_text", "filler_text"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"VoiceConfig.{name} must be a str, got {getattr(self, name)!r}")

@@ -209,15 +209,14 @@ class Endpointer:
         if self._answer is not None:
             limit = self._min_end_silence if self._answer.complete else self._max_end_silence
             return self._silence >= limit
-        fallback = max(self._end_silence, self._min_end_silence)
-        if self._silence < fallback:
+        if self._silence < self._end_silence:
             return False
         if self._question is not None:
             self._warn_once(
                 "slow",
                 "the turn detector had not answered after %.2f s of silence (slow or busy); "
                 "this pause ends by the fixed end_of_speech_silence",
-                fallback / self.sample_rate,
+                self._end_silence / self.sample_rate,
             )
         return True
 

@@ -55,7 +55,7 @@ class FakeDetector:
 
 def endpointer(detector: TurnDetector | None, **config: float) -> Endpointer:
     return Endpointer(
-        VoiceConfig(**config),  # type: ignore[arg-type]
+        VoiceConfig(turn_detector=detector, **config),  # type: ignore[arg-type]
         sample_rate=16000,
         window_samples=WINDOW,
         turn_detector=detector,
@@ -168,6 +168,10 @@ def test_without_a_detector_the_fixed_silence_ends_the_turn() -> None:
     ep = endpointer(None)
     speak(ep, 20)
     assert pause(ep, 40) == FIXED_END
+    # Without a detector the fixed silence may be as short as one likes.
+    short = endpointer(None, end_of_speech_silence=0.1)
+    speak(short, 20)
+    assert pause(short, 40) == 4  # 0.1 s = 3.1 windows
 
 
 @pytest.mark.parametrize(
@@ -176,6 +180,7 @@ def test_without_a_detector_the_fixed_silence_ends_the_turn() -> None:
         ({"min_end_silence": 0}, "min_end_silence"),
         ({"min_end_silence": 1.0, "max_end_silence": 0.5}, "min_end_silence <= max_end_silence"),
         ({"max_end_silence": float("inf")}, "max_end_silence"),
+        ({"end_of_speech_silence": 0.2}, "longer than min_end_silence"),
         ({"turn_detector": "smart_turn"}, "turn_detector"),
         ({"turn_detector": object()}, "turn_detector"),
     ],

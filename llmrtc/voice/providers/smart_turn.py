@@ -111,6 +111,7 @@ class _Features:
     def __call__(self, pcm: bytes) -> npt.NDArray[np.float32]:
         """The model's input (1 x 80 x 800) for the end of `pcm` (mono s16le at 16 kHz)."""
         import numpy as np
+
         audio = np.frombuffer(pcm, dtype="<i2")[-_SAMPLES:].astype(np.float32) / 32768.0
         x = np.zeros(_SAMPLES, dtype=np.float32)
         x[_SAMPLES - audio.size :] = audio  # silence in front: the end is what is judged
