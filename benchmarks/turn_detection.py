@@ -91,6 +91,8 @@ class Utterance:
     pcm: bytes  # 16 kHz s16le, lead and tail silence included
     speech_end: float  # seconds: the last sample of speech
     resume_at: float | None = None  # paused sentences: where the second half begins
+    probabilities: list[float] = field(default_factory=list)  # Smart Turn's, pause by pause
+    ends: dict[str, list[float]] = field(default_factory=dict)  # side: where its turns ended
 
 
 @dataclass
@@ -209,12 +211,15 @@ def run(utterances: list[Utterance], vad: SileroVAD, detector: SmartTurnDetector
                 seen = side.endpointer.last_judgement
                 if isinstance(side.endpointer.push(window, probability), UtteranceEnded):
                     ended[side.name].append(side.endpointer.audio_time)
-                if side.endpointer.last_judgement is not seen and side.endpointer.last_judgement:
-                    side.judgements.append(side.endpointer.last_judgement)
+                judgement = side.endpointer.last_judgement
+                if judgement is not seen and judgement is not None:
+                    side.judgements.append(judgement)
+                    utterance.probabilities.append(judgement.probability)
             # Real time: the next window is due 32 ms after this one.
             delay = start + (index + 1) * WINDOW / RATE - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+        utterance.ends = ended
         for side in sides:
             ends = ended[side.name]
             if not ends:
@@ -277,7 +282,13 @@ async def main(args: argparse.Namespace) -> None:
         report(voice, utterances, sides)
         if args.verbose:
             for u in utterances:
-                print(" ", u.text)
+                ends = "; ".join(
+                    f"{name}: " + ", ".join(f"{t - u.speech_end:+.2f}" for t in times)
+                    for name, times in u.ends.items()
+                )
+                resume = f" resumes {u.resume_at - u.speech_end:+.2f}" if u.resume_at else ""
+                p = ", ".join(f"{x:.2f}" for x in u.probabilities)
+                print(f"  {u.text:<55} p=[{p}] ends (s from the end){resume}: {ends}")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,25 @@ def test_a_slow_detector_falls_back_to_the_fixed_silence(
         gate.set()
 
 
+def test_one_question_in_flight_per_stream(caplog: pytest.LogCaptureFixture) -> None:
+    gate = threading.Event()
+    detector = FakeDetector(0.9, gate=gate)
+    ep = endpointer(detector)
+    try:
+        with caplog.at_level(logging.WARNING, logger="llmrtc.voice.endpointing"):
+            for _ in range(2):  # the first question still runs when the second pause comes
+                speak(ep, 20)
+                assert pause(ep, 40) == FIXED_END
+        assert len(detector.asked) == 1
+        assert any("still judging" in r.getMessage() for r in caplog.records)
+    finally:
+        gate.set()
+    time.sleep(0.05)
+    speak(ep, 20)  # once it has answered, pauses are judged again
+    ended_at = pause(ep, 40)
+    assert ended_at is not None and ended_at < FIXED_END and len(detector.asked) == 2
+
+
 def test_a_detector_at_another_rate_gets_resampled_audio() -> None:
     pytest.importorskip("av")
     detector = FakeDetector(0.9, sample_rate=8000)
