@@ -145,6 +145,14 @@ REQUIREMENTS: dict[str, Requirement] = {
             ),
         ),
         Requirement(
+            "turn_model",
+            "Smart Turn v3.2, the end-of-turn model (its ONNX file ships in pipecat-ai's wheel)",
+            _all(
+                _modules("numpy", "onnxruntime", install=_VOICE),
+                _distributions("pipecat-ai", install='pip install --no-deps "pipecat-ai==1.14.0"'),
+            ),
+        ),
+        Requirement(
             "espeak",
             "Debian's espeak-ng (the fallback voice, and how tests synthesise speech)",
             _programs(("espeak-ng", "espeak-ng")),

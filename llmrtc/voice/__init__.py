@@ -19,9 +19,10 @@ from llmrtc.voice.events import (
 from llmrtc.voice.frames import FRAME_DURATION, AudioFrame
 from llmrtc.voice.loop import VoiceLoop
 from llmrtc.voice.providers._whisper_model import VoiceModelError
-from llmrtc.voice.speech import Speech, open_default_speech
+from llmrtc.voice.speech import Speech, open_default_speech, resolve_turn_detector
 from llmrtc.voice.stt import STT, STTError
 from llmrtc.voice.tts import TTS, TTSError
+from llmrtc.voice.turn_detector import TurnDetector, TurnJudgement
 from llmrtc.voice.vad import VAD, VADStream
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "SpeechError",
     "TTSError",
     "Transcript",
+    "TurnDetector",
+    "TurnJudgement",
     "UserSpeechEnded",
     "UserSpeechStarted",
     "VADStream",
@@ -47,4 +50,5 @@ __all__ = [
     "VoiceLoop",
     "VoiceModelError",
     "open_default_speech",
+    "resolve_turn_detector",
 ]

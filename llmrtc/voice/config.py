@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
+
+from llmrtc.voice.turn_detector import TurnDetector
 
 __all__ = ["VoiceConfig"]
 
@@ -18,7 +21,19 @@ class VoiceConfig:
     """
 
     end_of_speech_silence: float = 0.5
-    """Silence after speech that ends the user's turn."""
+    """Silence after speech that ends the user's turn (without a turn detector, or when the
+    detector did not answer in time)."""
+    turn_detector: TurnDetector | Literal["speech"] | None = "speech"
+    """Ends turns by meaning: at each pause of `min_end_silence`, an end-of-turn model judges
+    the utterance's last seconds; complete ends the turn there, incomplete waits up to
+    `max_end_silence`. "speech": the detector of the speech stack the loop's VAD belongs to
+    (`open_default_speech()`: Smart Turn v3.2, when its package is installed), else the fixed
+    silence (logged). None: always the fixed `end_of_speech_silence`."""
+    min_end_silence: float = 0.2
+    """With a turn detector: the pause after which it is asked, and after which a turn it
+    judges complete ends."""
+    max_end_silence: float = 2.0
+    """With a turn detector: the longest pause inside a turn it judges incomplete."""
     barge_in_min_speech: float = 0.2
     """User speech needed, while the agent speaks or a turn runs, to count as a barge-in
     (shorter sounds, a cough or a click, are ignored)."""
@@ -48,6 +63,8 @@ class VoiceConfig:
     def __post_init__(self) -> None:
         for name in (
             "end_of_speech_silence",
+            "min_end_silence",
+            "max_end_silence",
             "barge_in_min_speech",
             "min_speech",
             "max_utterance",
@@ -69,6 +86,27 @@ class VoiceConfig:
             raise ValueError(
                 "VoiceConfig.end_of_speech_silence must be > 0 seconds (0.3 to 1.0 is usual), "
                 f"got {self.end_of_speech_silence!r}"
+            )
+        if self.min_end_silence <= 0 or self.max_end_silence < self.min_end_silence:
+            raise ValueError(
+                "VoiceConfig needs 0 < min_end_silence <= max_end_silence (the turn detector "
+                f"asks after the first and waits at most the second), got "
+                f"{self.min_end_silence!r} and {self.max_end_silence!r}"
+            )
+        detector = self.turn_detector
+        if detector is not None and detector != "speech" and not isinstance(detector, TurnDetector):
+            raise ValueError(
+                "VoiceConfig.turn_detector must be a TurnDetector (sample_rate and "
+                'completion_probability), "speech" (the speech stack\'s) or None (a fixed '
+                f"silence), got {detector!r}"
+            )
+        if detector is not None and self.end_of_speech_silence <= self.min_end_silence:
+            # The fixed silence is the detector's deadline: it would never get to answer.
+            raise ValueError(
+                "VoiceConfig.end_of_speech_silence must be longer than min_end_silence while a "
+                "turn detector is on (it is the fallback when the detector has not answered); "
+                f"got {self.end_of_speech_silence!r} and {self.min_end_silence!r}: pass "
+                "turn_detector=None for a fixed silence this short"
             )
         for name in ("apology_text", "error_text", "filler_text"):
             if not isinstance(getattr(self, name), str):

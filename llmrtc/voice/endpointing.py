@@ -12,17 +12,32 @@ The real frame arithmetic with the defaults (`VoiceConfig`) and Silero at 16 kHz
 - `max_utterance` 30 s = 480 000 samples: the utterance is cut there (938 windows).
 
 A window counts as voiced when its speech probability is above `VoiceConfig.vad_threshold`.
+
+With a turn detector (`VoiceConfig.turn_detector`, resolved by
+`llmrtc.voice.speech.resolve_turn_detector`), a pause is judged by meaning instead: at
+`min_end_silence` (0.2 s: 7 windows) the utterance's last seconds go to the detector on its
+worker thread, and each later window looks whether the answer is in. Complete: the turn ends at
+that window. Incomplete: it ends after `max_end_silence` (2.0 s: 63 windows) unless speech
+resumes. No answer by `end_of_speech_silence` (the detector slow or busy) or a failed one: that
+pause ends by the fixed silence, as without a detector (logged once per stream). Speech resuming
+drops the question. The answer arrives in wall-clock time while the rest counts audio time: live
+audio keeps coming, so an answer is applied at the window after it arrives.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from llmrtc.voice.config import VoiceConfig
+from llmrtc.voice.turn_detector import JUDGED_AUDIO, TurnDetector, TurnJudgement, judge_later
 
 __all__ = ["Endpointer", "UtteranceEnded", "UtteranceStarted"]
+
+logger = logging.getLogger(__name__)
 
 PRE_ROLL = 0.3
 """Seconds of audio kept from before the detected start, so the first word is not clipped
@@ -62,8 +77,20 @@ class Endpointer:
                 text = await stt.transcribe(event.pcm)
     """
 
-    def __init__(self, config: VoiceConfig, *, sample_rate: int, window_samples: int) -> None:
-        """Count `config`'s durations in samples at `sample_rate`, windows of `window_samples`."""
+    def __init__(
+        self,
+        config: VoiceConfig,
+        *,
+        sample_rate: int,
+        window_samples: int,
+        turn_detector: TurnDetector | None = None,
+    ) -> None:
+        """Count `config`'s durations in samples at `sample_rate`, windows of `window_samples`.
+
+        `turn_detector` judges each pause (see the module docstring); None: the fixed
+        `end_of_speech_silence`. It is the detector `config.turn_detector` resolves to
+        (`llmrtc.voice.speech.resolve_turn_detector`); the config's own value is not read here.
+        """
         if sample_rate <= 0 or window_samples <= 0:
             raise ValueError(
                 f"Endpointer needs a positive sample_rate and window_samples, got "
@@ -75,6 +102,17 @@ class Endpointer:
         self._min_speech = round(config.min_speech * sample_rate)
         self._end_silence = round(config.end_of_speech_silence * sample_rate)
         self._max_utterance = round(config.max_utterance * sample_rate)
+        self._detector = turn_detector
+        self._min_end_silence = round(config.min_end_silence * sample_rate)
+        self._max_end_silence = round(config.max_end_silence * sample_rate)
+        self._judged_windows = max(1, math.ceil(JUDGED_AUDIO * sample_rate / window_samples))
+        self._question: Future[TurnJudgement] | None = None  # asked about this pause
+        self._stale: Future[TurnJudgement] | None = None  # an earlier pause's, still running
+        self._answer: TurnJudgement | None = None  # the detector's answer about this pause
+        self._asked = False  # this pause was asked about (or could not be)
+        self._warned: set[str] = set()
+        self.last_judgement: TurnJudgement | None = None
+        """The detector's latest answer (its probability and CPU time), None before one."""
         # A voiced run being considered dies after this much unvoiced audio (a click, a cough).
         self._candidate_gap = max(self._min_speech, window_samples)
         self._pre_roll: deque[bytes] = deque(
@@ -149,13 +187,89 @@ class Endpointer:
             self._voiced += self.window_samples
             self._silence = 0
             self._last_voiced_end = self._position
+            self._forget_question()
         else:
             self._silence += self.window_samples
-        if self._silence >= self._end_silence:
+        if self._pause_over():
             return self._end(cut=False)
         if self._position - self._start >= self._max_utterance:
             return self._end(cut=True)
         return None
+
+    def _pause_over(self) -> bool:
+        """Whether the silence so far ends the turn (by the fixed rule or by the detector)."""
+        if self._detector is None or self._silence == 0:
+            return self._silence >= self._end_silence
+        if not self._asked and self._silence >= self._min_end_silence:
+            self._ask(self._detector)
+        question = self._question
+        if self._answer is None and question is not None and question.done():
+            self._question = None
+            self._take_answer(question)
+        if self._answer is not None:
+            limit = self._min_end_silence if self._answer.complete else self._max_end_silence
+            return self._silence >= limit
+        if self._silence < self._end_silence:
+            return False
+        if self._question is not None:
+            self._warn_once(
+                "slow",
+                "the turn detector had not answered after %.2f s of silence (slow or busy); "
+                "this pause ends by the fixed end_of_speech_silence",
+                self._end_silence / self.sample_rate,
+            )
+        return True
+
+    def _ask(self, detector: TurnDetector) -> None:
+        self._asked = True
+        if self._stale is not None and not self._stale.done():
+            # The last pause's question still runs: one in flight per stream bounds the
+            # worker's queue; this pause ends by the fixed silence.
+            self._warn_once(
+                "busy",
+                "the turn detector was still judging the previous pause; this pause ends by "
+                "the fixed end_of_speech_silence",
+            )
+            return
+        self._stale = None
+        pcm = b"".join(self._windows[-self._judged_windows :])
+        self._question = judge_later(detector, pcm, self.sample_rate)
+
+    def _take_answer(self, question: Future[TurnJudgement]) -> None:
+        try:
+            self._answer = question.result()
+        except Exception as exc:  # a model failure must not end the session: fixed silence
+            self._warn_once(
+                "failed",
+                "the turn detector failed (%s: %s); this pause ends by the fixed "
+                "end_of_speech_silence",
+                type(exc).__name__,
+                exc,
+            )
+            return
+        self.last_judgement = self._answer
+        logger.debug(
+            "turn judged %s (p=%.3f) in %.1f ms CPU, %.1f ms wall",
+            "complete" if self._answer.complete else "incomplete",
+            self._answer.probability,
+            1000 * self._answer.cpu_seconds,
+            1000 * self._answer.wall_seconds,
+        )
+
+    def _forget_question(self) -> None:
+        """Speech resumed (or the utterance ended): this pause's question no longer matters."""
+        question, self._question = self._question, None
+        if question is not None and not question.cancel():  # started: let it finish unread
+            self._stale = question
+        self._answer = None
+        self._asked = False
+
+    def _warn_once(self, kind: str, message: str, *args: object) -> None:
+        if kind in self._warned:
+            logger.debug(message, *args)
+        else:
+            self._warned.add(kind)
+            logger.warning(message + " (said once per stream)", *args)
 
     def _end(self, *, cut: bool) -> UtteranceEnded:
         ended = UtteranceEnded(
@@ -172,3 +286,4 @@ class Endpointer:
         self._windows = []
         self._voiced = 0
         self._silence = 0
+        self._forget_question()

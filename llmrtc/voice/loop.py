@@ -38,6 +38,7 @@ from llmrtc.voice.events import (
 from llmrtc.voice.frames import AudioFrame
 from llmrtc.voice.playout import Playout, SpokenReply
 from llmrtc.voice.reply import Voice
+from llmrtc.voice.speech import resolve_turn_detector
 from llmrtc.voice.stt import STT
 from llmrtc.voice.tts import TTS
 from llmrtc.voice.vad import VAD
@@ -131,7 +132,10 @@ class VoiceLoop:
             tts, self._playout, self.config, self._events.publish, hooks, self.session_id
         )
         self._endpointer = Endpointer(
-            self.config, sample_rate=vad.sample_rate, window_samples=vad.window_samples
+            self.config,
+            sample_rate=vad.sample_rate,
+            window_samples=vad.window_samples,
+            turn_detector=resolve_turn_detector(self.config, vad),
         )
         self._state = "new"
         self._group: anyio.abc.TaskGroup | None = None

@@ -1,7 +1,9 @@
-"""`Speech` and `open_default_speech`: the VAD, STT and TTS llmrtc uses when nothing is configured.
+"""`Speech` and `open_default_speech`: the VAD, STT, TTS and turn detector llmrtc uses when
+nothing is configured.
 
 The engines are loaded once per process and shared: every `open_default_speech()` open at the
 same time gets the same `Speech` (a reference count; the last one out closes the engines).
+`resolve_turn_detector` turns `VoiceConfig.turn_detector` into the detector a loop uses.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import anyio.to_thread
 
 from llmrtc.voice.stt import STT
 from llmrtc.voice.tts import TTS
+from llmrtc.voice.turn_detector import TurnDetector
 from llmrtc.voice.vad import VAD
 
 if TYPE_CHECKING:
     from llmrtc.packaged_models import Progress
+    from llmrtc.voice.config import VoiceConfig
 
-__all__ = ["Speech", "open_default_speech"]
+__all__ = ["Speech", "open_default_speech", "resolve_turn_detector"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,6 +47,11 @@ class Speech:
     """Speech to text: faster-whisper offline, or OpenAI's transcription endpoint."""
     tts: TTS
     """Text to speech: piper (joe voice) offline, or OpenAI's speech endpoint."""
+    turn_detector: TurnDetector | None = None
+    """The end-of-turn model that goes with the stack (Smart Turn v3.2 in both modes of
+    `open_default_speech()`, when `pipecat-ai` is installed), or None. A loop whose config
+    says `turn_detector="speech"` uses it when its VAD is this stack's (see
+    `resolve_turn_detector`); pass it as `VoiceConfig(turn_detector=...)` otherwise."""
 
 
 _OFFLINE_PACKAGES = (
@@ -72,6 +81,69 @@ class _Shared:
 
 
 _shared: _Shared | None = None
+_said: set[str] = set()  # the once-per-process notes of resolve_turn_detector
+
+
+def resolve_turn_detector(config: VoiceConfig, vad: VAD) -> TurnDetector | None:
+    """The turn detector a loop with `config` and `vad` uses (None: the fixed silence).
+
+    A detector in `config.turn_detector` is used as it is, None is none. `"speech"` (the
+    default) means the detector of the speech stack the loop's VAD comes from: that of the
+    open `open_default_speech()` when `vad` is its VAD. Any other stack (custom or fake
+    engines) has none it could name: the loop ends turns by the fixed silence, said once in
+    the log (a detector of one's own goes in `VoiceConfig(turn_detector=...)`).
+    """
+    chosen = config.turn_detector
+    if chosen != "speech":
+        return chosen  # a TurnDetector or None (checked by VoiceConfig)
+    shared = _shared
+    if shared is not None and shared.speech is not None and shared.speech.vad is vad:
+        if shared.speech.turn_detector is None:
+            _note_once(
+                "missing",
+                "open_default_speech() has no turn detector (Smart Turn's package is not "
+                "installed: %s); turns end after a fixed %.2f s of silence",
+                _smart_turn_hint(),
+                config.end_of_speech_silence,
+            )
+        return shared.speech.turn_detector
+    _note_once(
+        "custom",
+        "VoiceConfig.turn_detector='speech': the loop's VAD (%s) is not open_default_speech()'s, "
+        "so there is no stack detector; turns end after a fixed %.2f s of silence (pass "
+        "VoiceConfig(turn_detector=...) for one)",
+        type(vad).__name__,
+        config.end_of_speech_silence,
+    )
+    return None
+
+
+def _note_once(kind: str, message: str, *args: object) -> None:
+    if kind not in _said:
+        _said.add(kind)
+        _LOG.info(message, *args)
+
+
+def _smart_turn_hint() -> str:
+    from llmrtc.voice.providers.smart_turn import INSTALL_HINT
+
+    return INSTALL_HINT
+
+
+def _load_turn_detector() -> TurnDetector | None:
+    """Smart Turn when its package is installed; otherwise None, with a warning saying how to
+    get it (a missing end-of-turn model degrades turn-taking, it does not stop speech)."""
+    from llmrtc.packaged_models import missing_distributions
+    from llmrtc.voice.providers.smart_turn import INSTALL_HINT, SmartTurnDetector
+
+    if missing_distributions(("pipecat-ai",)):
+        _LOG.warning(
+            "Smart Turn (the end-of-turn model) is not installed: turns end after a fixed "
+            "silence; install its file with: %s",
+            INSTALL_HINT,
+        )
+        return None
+    return SmartTurnDetector.load()
 
 
 def _mode() -> SpeechMode:
@@ -106,6 +178,7 @@ async def _load(shared: _Shared, cache_dir: str | Path | None, progress: Progres
     stt_workers, tts_workers = shared.options["stt_workers"], shared.options["tts_workers"]
     _check_installed(_OFFLINE_PACKAGES if shared.mode == "offline" else _VAD_PACKAGES)
     vad: VAD = await anyio.to_thread.run_sync(SileroVAD.load)
+    detector = await anyio.to_thread.run_sync(_load_turn_detector)
     if shared.mode == "openai":
         from llmrtc.voice.providers.openai_speech import OpenAISTT, OpenAITTS
 
@@ -113,7 +186,7 @@ async def _load(shared: _Shared, cache_dir: str | Path | None, progress: Progres
         shared.closers.append(openai_stt.aclose)
         openai_tts = OpenAITTS()
         shared.closers.append(openai_tts.aclose)
-        return Speech(vad=vad, stt=openai_stt, tts=openai_tts)
+        return Speech(vad=vad, stt=openai_stt, tts=openai_tts, turn_detector=detector)
 
     from llmrtc.voice.providers.piper import PiperTTS
     from llmrtc.voice.providers.whisper import WhisperSTT
@@ -136,7 +209,7 @@ async def _load(shared: _Shared, cache_dir: str | Path | None, progress: Progres
         await tts.start()
     # Record what was chosen, so a later open asking for the same explicitly shares it.
     shared.options.update(stt_workers=stt_workers or 1, tts_workers=tts.workers)
-    return Speech(vad=vad, stt=loaded[0], tts=tts)
+    return Speech(vad=vad, stt=loaded[0], tts=tts, turn_detector=detector)
 
 
 async def _close(shared: _Shared) -> None:
@@ -216,6 +289,9 @@ async def open_default_speech(
 
     Offline (the default): Silero VAD, faster-whisper with Whisper base (int8, greedy), and
     piper with the joe voice in `tts_workers` subprocesses; needs `pip install "llmrtc[voice]"`.
+    In both modes the turn detector is Smart Turn v3.2 (its file ships in `pipecat-ai`,
+    installed with `pip install --no-deps "pipecat-ai==1.14.0"`; without it, a warning and
+    a fixed end-of-turn silence); loops built on this stack use it by default.
     With `OPENAI_API_KEY` or `OPENAI_BASE_URL` set, STT and TTS are OpenAI's transcription and
     speech endpoints (models from `LLMRTC_STT_MODEL`, `LLMRTC_TTS_MODEL`, `LLMRTC_TTS_VOICE`);
     the VAD stays Silero. `LLMRTC_SPEECH=offline` or `=openai` forces the choice.
