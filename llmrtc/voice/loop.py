@@ -413,12 +413,12 @@ class VoiceLoop:
                 await self._resume(pause)
             return True
         # Too short to pause the agent (or its pause was decided already): words wait for
-        # their turn; a backchannel or noise while the agent is still busy is no turn.
-        if said == "words" or not self._busy():
+        # their turn, noise is never one, and a backchannel is none while the agent is still
+        # busy (once it has finished, "okay" may well answer it).
+        if said == "words" or (said == "backchannel" and not self._busy()):
             return False
         if said == "backchannel":
-            reply = self._turns.reply
-            await self._interruption(reply, "backchannel")
+            await self._interruption(self._turns.reply, "backchannel")
         return True
 
     async def _resume(self, pause: _Pause) -> None:
