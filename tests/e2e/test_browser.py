@@ -209,7 +209,7 @@ def test_interrupting_the_agent_shows_the_barge_in(
         lambda: page.state()["eventsByType"].get("agent_speech_started"),
     )
     page.element("interrupt").click()
-    page.wait("the barge-in", lambda: page.state()["eventsByType"].get("barge_in"))
+    page.wait("the barge-in", lambda: page.state()["eventsByType"].get("interruption"))
     reply = page.wait(
         "the reply marked interrupted",
         lambda: page.driver.find_elements(

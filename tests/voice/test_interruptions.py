@@ -298,9 +298,7 @@ async def test_custom_backchannels_and_none() -> None:
 # Real barge-ins ---------------------------------------------------------------------------------
 
 
-async def test_words_stop_playout_within_a_frame_and_cancel_a_cancel_tool_after_the_pause() -> (
-    None
-):
+async def test_words_stop_playout_within_a_frame_and_cancel_a_cancel_tool_after_the_pause() -> None:
     runs: list[str] = []
 
     @tool
@@ -331,9 +329,7 @@ async def test_words_stop_playout_within_a_frame_and_cancel_a_cancel_tool_after_
         await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
         group.cancel_scope.cancel()
     barge = next(i for i, e in enumerate(s.log) if isinstance(e, BargeIn))
-    second = next(
-        i for i, e in enumerate(s.log) if isinstance(e, AgentSpeechStarted) and i > barge
-    )
+    second = next(i for i, e in enumerate(s.log) if isinstance(e, AgentSpeechStarted) and i > barge)
     assert speech_frames(s.log[paused_at:second]) <= 1  # silent from the pause on
     assert s.kinds() == ["barge_in"]
     finished = next(e for e in s.log if isinstance(e, ToolCallFinished))

@@ -26,9 +26,7 @@ from llmrtc.voice.loop import TurnQueueFull
 pytestmark = pytest.mark.anyio
 
 
-def busy_loop(
-    answers: list[Any], **config: Any
-) -> tuple[VoiceLoop, ScriptedLLM, anyio.Event]:
+def busy_loop(answers: list[Any], **config: Any) -> tuple[VoiceLoop, ScriptedLLM, anyio.Event]:
     """A loop whose first turn calls `wait`, a "finish" tool that runs (a barge-in does not
     stop it) until the returned event is set."""
     release = anyio.Event()
