@@ -50,8 +50,8 @@ class VoiceConfig:
     transcribed: words make it a real barge-in (the turn is aborted, "cancel" tools are
     cancelled, the history keeps what was heard); no words (a cough, a door: an empty
     transcript, or only fillers such as "hmm") or only `backchannels` resume the reply from
-    the word where it stopped. This is how long after that speech ended the transcript may
-    take: past it, the interruption is taken as real (the agent never talks on over words
+    the word where it stopped. This is how long (wall time: it waits for the STT) after that
+    speech ended the transcript may take: past it, the interruption is taken as real (the agent never talks on over words
     it could not hear in time). None: every barge-in is real at once (no pause, no resume)."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither
