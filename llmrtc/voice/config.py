@@ -51,8 +51,9 @@ class VoiceConfig:
     cancelled, the history keeps what was heard); no words (a cough, a door: an empty
     transcript, or only fillers such as "hmm") or only `backchannels` resume the reply from
     the word where it stopped. This is how long (wall time: it waits for the STT) after that
-    speech ended the transcript may take: past it, the interruption is taken as real (the agent never talks on over words
-    it could not hear in time). None: every barge-in is real at once (no pause, no resume)."""
+    speech ended the reply stays paused: past it, the user being quiet, the reply resumes
+    (words transcribed later still cut it while it plays). None: every barge-in is real at
+    once (no pause, no resume)."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither
     interrupt it nor make a turn. Matched ignoring case and punctuation, a hyphen counting

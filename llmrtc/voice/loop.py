@@ -11,8 +11,10 @@ takes no new events, so no tool batch starts; tools already running go on). Its 
 decides: words make it a real barge-in (the turn is aborted, "cancel" tools with it, the
 playout cleared, the history cut to what was heard); no words or only a backchannel resume the
 reply where it stopped. A transcript that does not come within
-`VoiceConfig.false_interruption_timeout` of the user going quiet counts as words. Typed text,
-`interrupt()` and `abort()` are real barge-ins at once.
+`VoiceConfig.false_interruption_timeout` of the user going quiet resumes the reply too (the
+user is quiet: most likely it was a noise); if it then holds words while the reply still
+plays, they cut it as a barge-in. Typed text, `interrupt()` and `abort()` are real barge-ins
+at once.
 """
 
 from __future__ import annotations
@@ -177,6 +179,7 @@ class VoiceLoop:
         self._utterance_turn: str | None = None
         self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
         self._pause: _Pause | None = None
+        self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
         self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
@@ -396,7 +399,8 @@ class VoiceLoop:
             await anyio.sleep(timeout)
             if self._pause is pause:
                 logger.debug("no transcript within %s s of the user going quiet", timeout)
-                await self._barge_in("barge-in")
+                self._late |= pause.utterances
+                await self._resume(pause)
 
     async def _judge(self, item: Utterance, text: str | None) -> bool:
         """Decide what an utterance said over the agent was, once transcribed (`text` None:
@@ -412,9 +416,15 @@ class VoiceLoop:
             if not pause.utterances:
                 await self._resume(pause)
             return True
-        # Too short to pause the agent (or its pause was decided already): words wait for
-        # their turn, noise is never one, and a backchannel is none while the agent is still
-        # busy (once it has finished, "okay" may well answer it).
+        late = item.turn_id in self._late
+        self._late.discard(item.turn_id)
+        if said == "words" and late and self._busy():
+            # Its pause timed out and the reply resumed: the words still cut it.
+            await self._barge_in("barge-in")
+            return False
+        # Too short to pause the agent: words wait for their turn, noise is never one, and a
+        # backchannel is none while the agent is still busy (once it has finished, "okay" may
+        # well answer it).
         if said == "words" or (said == "backchannel" and not self._busy()):
             return False
         if said == "backchannel":

@@ -40,21 +40,27 @@ async def speech(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Speech]:
         yield opened
 
 
-def cough(sample_rate: int = 16000, seconds: float = 0.4, seed: int = 7) -> AudioFrame:
-    """A cough-like burst: noise through a voiced (glottal pulse) source, a fast attack and
-    a decay, between silences. Loud and speech-like enough for the VAD to call it speech."""
-    rng = np.random.default_rng(seed)
-    n = round(seconds * sample_rate)
-    t = np.arange(n) / sample_rate
-    pulses = np.sign(np.sin(2 * np.pi * 140 * t)) * 0.4  # a rough 140 Hz voice source
-    noise = rng.normal(0, 1, n)
-    burst = (pulses + noise) * np.minimum(1, t / 0.01) * np.exp(-t / (seconds / 2.5))
-    # A crude vocal-tract colour: smooth the noise a little (the energy sits below ~3 kHz).
-    kernel = np.ones(4) / 4
-    burst = np.convolve(burst, kernel, mode="same")
-    pcm = np.concatenate([np.zeros(sample_rate // 2), burst, np.zeros(sample_rate)])
-    pcm = np.clip(pcm / np.max(np.abs(pcm)) * 16000, -32768, 32767).astype("<i2")
-    return AudioFrame(pcm.tobytes(), sample_rate)
+def cough(seconds: float = 0.6, f0: float = 100.0) -> AudioFrame:
+    """A cough-like grunt at 16 kHz, between silences: glottal pulses through three formant
+    resonators, a fast attack and a decay. Silero calls ~0.3 s of it speech (a barge-in) and
+    Whisper hears no words in it (measured: ""). (A noise burst alone is not speech to Silero
+    at all, and short spoken fillers are heard as words by Whisper base: "hmm" as "them".)"""
+    rate = 16000
+    n = round(seconds * rate)
+    t = np.arange(n) / rate
+    source = np.zeros(n)
+    source[:: round(rate / f0)] = 1.0
+    out = np.zeros(n)
+    for formant in (700.0, 1200.0, 2600.0):
+        r = np.exp(-np.pi * 100 / rate)
+        a1, a2 = -2 * r * np.cos(2 * np.pi * formant / rate), r * r
+        y = np.zeros(n)
+        for i in range(n):
+            y[i] = source[i] - a1 * (y[i - 1] if i else 0.0) - a2 * (y[i - 2] if i > 1 else 0.0)
+        out += y
+    out *= np.minimum(1, t / 0.02) * np.exp(-t / (seconds / 2))
+    burst = (out / np.abs(out).max() * 16000).astype("<i2").tobytes()
+    return AudioFrame(bytes(rate) + burst + bytes(2 * rate), rate)
 
 
 async def push_realtime(loop: VoiceLoop, frame: AudioFrame) -> None:
@@ -100,7 +106,10 @@ async def test_a_cough_resumes_the_reply_and_uh_huh_does_not_stop_it(
 ) -> None:
     llm = ScriptedLLM([STORY])
     runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+    # Whisper base hears espeak's "Uh-huh." as "Uh uh" (filler sounds: no words, so the
+    # reply goes on as after a cough) and its "Okay." as "Okay" (a backchannel).
     uh_huh = spoken("Uh-huh.", sample_rate=16000, lead_silence=0.5, trail_silence=1.0)
+    okay = spoken("Okay.", sample_rate=16000, lead_silence=0.5, trail_silence=1.0)
     async with VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
         watch = Watch(loop)
         async with anyio.create_task_group() as group:
@@ -108,15 +117,15 @@ async def test_a_cough_resumes_the_reply_and_uh_huh_does_not_stop_it(
             await loop.send_text("Tell me about the weather.")
             await watch.until(lambda: watch.of(AgentSpeechStarted))
             await anyio.sleep(1.5)
-            await push_realtime(loop, cough())
-            await watch.until(lambda: watch.of(BargeIn))
-            await anyio.sleep(1.0)
-            await push_realtime(loop, uh_huh)
-            await watch.until(lambda: len(watch.of(BargeIn)) >= 2)
+            for count, sound in enumerate((cough(), uh_huh, okay), 1):
+                await push_realtime(loop, sound)
+                await watch.until(lambda: len(watch.of(BargeIn)) >= count)  # noqa: B023
+                await anyio.sleep(0.5)
             await watch.until(lambda: watch.of(AgentSpeechEnded), timeout=120)
             group.cancel_scope.cancel()
     kinds = [e.kind for e in watch.of(BargeIn)]
-    assert kinds == ["false", "backchannel"], kinds
+    assert kinds[0] == "false" and kinds[1] in ("false", "backchannel"), kinds
+    assert kinds[2] == "backchannel", kinds
     assert watch.of(AgentSpeechEnded) == [AgentSpeechEnded(False, STORY)]
     assert runner.history.messages == (
         UserMessage("Tell me about the weather."),
@@ -143,9 +152,7 @@ async def test_words_stop_the_reply_from_the_next_frame_and_cancel_a_cancel_tool
     )
     calls = [ToolCall("c1", "lookup_order", {"order": "A1"})]
     llm = ScriptedLLM([ScriptedResponse(text=lead, tool_calls=calls), "Sure, what else?"])
-    runner = TurnRunner(
-        llm, ToolExecutor(ToolRegistry([lookup_order])), system_prompt="Be brief."
-    )
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry([lookup_order])), system_prompt="Be brief.")
     words = spoken("Stop, wait a moment.", sample_rate=16000, trail_silence=1.0)
     voiced = words.pcm[: 2 * 16000 * 6 // 10]  # its first 0.6 s: the pause has come by then
     rest = words.pcm[len(voiced) :]
