@@ -162,7 +162,10 @@ async def test_words_stop_the_reply_from_the_next_frame_and_cancel_a_cancel_tool
     words = spoken("Stop, wait a moment.", sample_rate=16000, trail_silence=1.0)
     voiced = words.pcm[: 2 * 16000 * 6 // 10]  # its first 0.6 s: the pause has come by then
     rest = words.pcm[len(voiced) :]
-    async with VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
+    config = VoiceConfig(false_interruption_timeout=10.0)  # the transcript's verdict, as above
+    async with VoiceLoop(
+        runner, stt=speech.stt, tts=speech.tts, vad=speech.vad, config=config
+    ) as loop:
         watch = Watch(loop)
         async with anyio.create_task_group() as group:
             await watch.run(group)
