@@ -14,8 +14,8 @@ from llmrtc.rtc.messages import (
     AgentSpeechEndedMessage,
     AgentSpeechStartedMessage,
     AssistantTextMessage,
-    BargeInMessage,
     ErrorMessage,
+    InterruptionMessage,
     ServerMessage,
     SpeechEndedMessage,
     SpeechStartedMessage,
@@ -121,8 +121,8 @@ def wire_event(event: object) -> ServerMessage | None:
             return AgentSpeechStartedMessage(text=text)
         case AgentSpeechEnded(interrupted=interrupted, heard_text=heard_text):
             return AgentSpeechEndedMessage(interrupted=interrupted, heard_text=heard_text)
-        case BargeIn(heard_text=heard_text):
-            return BargeInMessage(heard_text=heard_text)
+        case BargeIn(heard_text=heard_text, kind=kind):
+            return InterruptionMessage(kind=kind, heard_text=heard_text)
         case SpeechError(source="stt"):
             return ErrorMessage(code="speech_error", message=STT_ERROR_TEXT)
         case SpeechError(source="tts"):

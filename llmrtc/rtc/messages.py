@@ -22,13 +22,13 @@ __all__ = [
     "AgentSpeechStartedMessage",
     "AnswerMessage",
     "AssistantTextMessage",
-    "BargeInMessage",
     "ClientMessage",
     "EndMessage",
     "ErrorCode",
     "ErrorMessage",
     "IceCandidate",
     "IceMessage",
+    "InterruptionMessage",
     "InterruptMessage",
     "OfferMessage",
     "PingMessage",
@@ -130,7 +130,8 @@ class IceMessage(_Message):
 
 
 class TextMessage(_Message):
-    """Client: a typed user turn, handled like a final transcript."""
+    """Client: a typed user turn, handled like a final transcript. Sent while the agent speaks
+    or a turn runs, it interrupts that turn as spoken words would."""
 
     type: Literal["text"] = "text"
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
@@ -322,12 +323,16 @@ class AgentSpeechEndedMessage(_Message):
     """What was played before it stopped, to the word."""
 
 
-class BargeInMessage(_Message):
-    """Server: the user spoke over the agent (or sent `interrupt`); the reply was cut."""
+class InterruptionMessage(_Message):
+    """Server: the user spoke or typed over the agent (or sent `interrupt`), and what came of
+    it: `kind` `barge_in` (the reply was cut; its `agent_speech_ended` follows), `false` (no
+    words, e.g. a cough: the paused reply resumed) or `backchannel` ("uh-huh": the reply went
+    on and no turn was made of it)."""
 
-    type: Literal["barge_in"] = "barge_in"
+    type: Literal["interruption"] = "interruption"
+    kind: Literal["barge_in", "false", "backchannel"] = "barge_in"
     heard_text: str = ""
-    """What the user had heard of the reply."""
+    """What the user had heard of the reply when it was cut or paused."""
 
 
 class TurnCompletedMessage(_Message):
@@ -368,7 +373,7 @@ ServerMessage: TypeAlias = Annotated[
     | StageChangedMessage
     | AgentSpeechStartedMessage
     | AgentSpeechEndedMessage
-    | BargeInMessage
+    | InterruptionMessage
     | TurnCompletedMessage
     | ErrorMessage
     | PongMessage,

@@ -27,6 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from llmrtc.telemetry._otel_instruments import Instruments
 from llmrtc.telemetry.events import (
+    BargeInEvent,
     SpeechEndEvent,
     STTEndEvent,
     TTSEndEvent,
@@ -43,6 +44,16 @@ _Key = tuple[str | None, str]  # (session id, turn id)
 
 SessionParent = Callable[[str | None], Context | None]
 """`(session_id) -> the session span's context` (None: the current context)."""
+
+
+def interruption_attributes(event: BargeInEvent) -> dict[str, Any]:
+    """The attributes of an `llmrtc.barge_in` span event: the turn and what the speech over
+    the agent turned out to be (`llmrtc.interruption.kind`: `barge_in`, `false` or
+    `backchannel`)."""
+    attributes: dict[str, Any] = {"llmrtc.interruption.kind": event.kind}
+    if event.turn_id is not None:
+        attributes["llmrtc.turn.id"] = event.turn_id
+    return attributes
 
 
 class PendingUtterance:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 logger = logging.getLogger(__name__)
 
@@ -412,12 +412,16 @@ class TTSEndEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BargeInEvent:
-    """The user spoke over the agent; its speech and running work are aborted."""
+    """The user spoke (or typed) over the agent; `kind` says what came of it."""
 
     hook: ClassVar[str] = "on_barge_in"
 
     session_id: str | None = None
     turn_id: str | None = None
+    kind: Literal["barge_in", "false", "backchannel"] = "barge_in"
+    """`barge_in`: its speech and running work were aborted; `false`: no words came (a
+    cough), the paused reply resumed; `backchannel`: only "uh-huh" or the like, the reply went
+    on and no turn was made of it."""
 
 
 # Sessions and recovered errors ------------------------------------------------------------------

@@ -152,7 +152,8 @@ class Hooks:
         """Text-to-speech finished or was interrupted."""
 
     def on_barge_in(self, event: BargeInEvent) -> Awaitable[None] | None:
-        """The user spoke over the agent."""
+        """The user spoke or typed over the agent: a real barge-in, or (`event.kind`) a false
+        interruption or a backchannel after which the reply went on."""
 
     def on_session_start(self, event: SessionStartEvent) -> Awaitable[None] | None:
         """A session starts."""

@@ -27,7 +27,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from llmrtc.telemetry._otel_content import exception_attributes, messages_json
 from llmrtc.telemetry._otel_instruments import instruments_for
 from llmrtc.telemetry._otel_tools import ToolSpans
-from llmrtc.telemetry._otel_voice import VoiceSpans
+from llmrtc.telemetry._otel_voice import VoiceSpans, interruption_attributes
 from llmrtc.telemetry.events import (
     BargeInEvent,
     ErrorEvent,
@@ -328,8 +328,9 @@ class OpenTelemetryHooks(Hooks):
 
     def on_barge_in(self, event: BargeInEvent) -> None:
         """Add an `llmrtc.barge_in` event to the turn span (or, once the turn ended while its
-        speech still played, to the session span, naming the turn)."""
-        attributes = {} if event.turn_id is None else {"llmrtc.turn.id": event.turn_id}
+        speech still played, to the session span, naming the turn), with what it turned out to
+        be (`llmrtc.interruption.kind`)."""
+        attributes = interruption_attributes(event)
         self._scope_span(event.session_id, event.turn_id).add_event("llmrtc.barge_in", attributes)
 
     # Sessions and errors ----------------------------------------------------------------

@@ -18,12 +18,13 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import re
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -47,6 +48,9 @@ class Utterance:
     pcm: bytes  # at the VAD's rate
     turn_id: str
     ended_at: float  # time.monotonic() when the end of speech was decided
+    over_agent: bool = False
+    """It started while the agent spoke or a turn ran: its transcript is judged (a
+    backchannel or noise is no turn; see `VoiceLoop`) before it may start one."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,42 @@ class Typed:
 @dataclass(frozen=True)
 class _Deadline:
     at: float
+
+
+Hearing = Literal["words", "noise", "backchannel"]
+"""What a transcript of speech over the agent holds."""
+
+_FILLERS = frozenset({"uh", "um", "uhm", "umm", "hm", "hmm", "mm", "mmm", "er", "erm", "ah", "eh"})
+"""Sounds that are not words (Whisper writes them for breaths, coughs and hesitations)."""
+_ANNOTATION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
+"""What STT engines write for non-speech: "[coughs]", "(door closes)", "*sniff*"."""
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+
+
+def _tokens(text: str) -> list[str]:
+    words = _TOKEN.findall(_ANNOTATION.sub(" ", text.lower().replace("-", " ")))
+    return ["okay" if word == "ok" else word for word in words]
+
+
+def hearing(text: str, backchannels: tuple[str, ...]) -> Hearing:
+    """Judge a transcript: `"noise"` (nothing but fillers, annotations and punctuation),
+    `"backchannel"` (besides those, only phrases of `backchannels`, as `VoiceConfig`
+    describes), else `"words"`."""
+    tokens = _tokens(text)
+    phrases = sorted({tuple(_tokens(p)) for p in backchannels} - {()}, key=len, reverse=True)
+    found: Hearing = "noise"
+    at = 0
+    while at < len(tokens):
+        # Phrases first: "uh-huh" and "mm-hmm" are made of filler sounds.
+        match = next((p for p in phrases if tuple(tokens[at : at + len(p)]) == p), None)
+        if match is not None:
+            found = "backchannel"
+            at += len(match)
+        elif tokens[at] in _FILLERS:
+            at += 1
+        else:
+            return "words"
+    return found
 
 
 def new_turn_id() -> str:
@@ -94,8 +134,10 @@ class TurnWorker:
         input_rate: int,
         in_speech: Callable[[], bool],
         report: Callable[[STTEndEvent], Awaitable[None]],
+        judge: Callable[[Utterance, str | None], Awaitable[bool]],
     ) -> None:
         self._handler = handler
+        self._judge = judge
         self._stt = stt
         self._voice = voice
         self._input_rate = input_rate
@@ -152,6 +194,10 @@ class TurnWorker:
             if isinstance(item, Utterance):
                 self._quiet_since = max(self._quiet_since or 0.0, item.ended_at)
                 text = await self._transcribe(item)
+                # Speech over the agent: the loop decides whether it was an interruption
+                # (it then aborts the turn before this one waits for it) or nothing to answer.
+                if item.over_agent and await self._judge(item, text):
+                    continue
                 await self._idle.wait()
                 if text is None:
                     self._start(item.turn_id, item.ended_at, apology=True)

@@ -59,6 +59,21 @@ class VoiceConfig:
     """Typed turns (`send_text`) that may wait behind the turn running; one more is refused
     with `TurnQueueFull` (the session goes on). Each waits its turn, so a client sending
     faster than the agent answers would otherwise grow memory and latency without end."""
+    false_interruption_timeout: float | None = 1.5
+    """Speech over the agent pauses its reply (silence from the next frame) and holds its turn
+    (no new model output or tool batch is taken; running tools go on) until the speech is
+    transcribed: words make it a real barge-in (the turn is aborted, "cancel" tools are
+    cancelled, the history keeps what was heard); no words (a cough, a door: an empty
+    transcript, or only fillers such as "hmm") or only `backchannels` resume the reply from
+    the word where it stopped. This is how long (wall time: it waits for the STT) after that
+    speech ended the reply stays paused: past it, the user being quiet, the reply resumes
+    (words transcribed later still cut it while it plays). None: every barge-in is real at
+    once (no pause, no resume)."""
+    backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
+    """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither
+    interrupt it nor make a turn. Matched ignoring case and punctuation, a hyphen counting
+    as a space and "ok" as "okay". Empty: every word said over the agent is a turn (one that
+    paused the reply interrupts it)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -131,4 +146,23 @@ class VoiceConfig:
             raise ValueError(
                 "VoiceConfig.output_sample_rate must be an int >= 8000 divisible by 50 (whole "
                 f"20 ms frames), e.g. 16000, 24000 or 48000; got {rate!r}"
+            )
+        wait = self.false_interruption_timeout
+        if wait is not None and (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not math.isfinite(wait)
+            or wait <= 0
+        ):
+            raise ValueError(
+                "VoiceConfig.false_interruption_timeout must be a finite number of seconds > 0 "
+                f"(1 to 2 is usual) or None (every barge-in is real at once), got {wait!r}"
+            )
+        phrases = self.backchannels
+        if not isinstance(phrases, tuple) or not all(
+            isinstance(p, str) and any(c.isalnum() for c in p) for p in phrases
+        ):
+            raise ValueError(
+                "VoiceConfig.backchannels must be a tuple of phrases with letters in them, "
+                f'e.g. ("uh-huh", "yeah"), or () for none; got {phrases!r}'
             )

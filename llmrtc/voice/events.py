@@ -11,6 +11,7 @@ __all__ = [
     "AgentSpeechEnded",
     "AgentSpeechStarted",
     "BargeIn",
+    "InterruptionKind",
     "LoopEvent",
     "SpeechError",
     "Transcript",
@@ -61,13 +62,26 @@ class AgentSpeechEnded:
     """What was played out before it stopped, to the word (the whole text if not interrupted)."""
 
 
+InterruptionKind = Literal["barge_in", "false", "backchannel"]
+"""What speech over the agent turned out to be (see `BargeIn`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BargeIn:
-    """The user spoke over the agent (or `interrupt()` was called): playout stopped, the
-    turn was aborted (each tool by its `on_interrupt` policy)."""
+    """The user spoke (or typed) over the agent, and what came of it (`kind`):
+
+    - `"barge_in"`: words, a typed text or `interrupt()`: playout stopped, the turn was
+      aborted (each tool by its `on_interrupt` policy); the history keeps what was heard.
+    - `"false"`: no words (a cough, a door) within `VoiceConfig.false_interruption_timeout`:
+      the paused reply resumed from the word where it stopped.
+    - `"backchannel"`: only a `VoiceConfig.backchannels` phrase ("uh-huh"): the reply went on
+      (resumed, if it had paused) and no turn was made of it.
+    """
 
     heard_text: str = ""
-    """What the user had heard of the reply when it was cut."""
+    """What the user had heard of the reply when it was cut or paused ("" when it had not
+    started)."""
+    kind: InterruptionKind = "barge_in"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,16 @@ VAD windows, score each (cheap), endpoint in audio time (`llmrtc.voice.endpointi
 decide barge-ins on the spot. Everything slow runs in the loop's own task group: the playout
 clock (`llmrtc.voice.playout`), and a worker that takes utterances, typed texts and proactive
 deadlines in order, transcribes, and runs each turn as a task whose speech is a `Reply`.
+
+Interruptions: speech over the agent first *pauses* it (silence from the next frame; the turn
+takes no new events, so no tool batch starts; tools already running go on). Its transcript
+decides: words make it a real barge-in (the turn is aborted, "cancel" tools with it, the
+playout cleared, the history cut to what was heard); no words or only a backchannel resume the
+reply where it stopped. A transcript that does not come within
+`VoiceConfig.false_interruption_timeout` of the user going quiet resumes the reply too (the
+user is quiet: most likely it was a noise); if it then holds words while the reply still
+plays, they cut it as a barge-in. Typed text, `interrupt()` and `abort()` are real barge-ins
+at once.
 """
 
 from __future__ import annotations
@@ -25,19 +35,20 @@ from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
-from llmrtc.voice._turns import TurnWorker, Typed, Utterance, new_turn_id
+from llmrtc.voice._turns import TurnWorker, Typed, Utterance, hearing, new_turn_id
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
 from llmrtc.voice.events import (
     AgentSpeechStarted,
     BargeIn,
+    InterruptionKind,
     LoopEvent,
     UserSpeechEnded,
     UserSpeechStarted,
 )
 from llmrtc.voice.frames import AudioFrame
 from llmrtc.voice.playout import Playout, SpokenReply
-from llmrtc.voice.reply import Voice
+from llmrtc.voice.reply import Reply, Voice
 from llmrtc.voice.speech import resolve_turn_detector
 from llmrtc.voice.stt import STT
 from llmrtc.voice.tts import TTS
@@ -75,6 +86,27 @@ class TurnQueueFull(LLMRTCError, RuntimeError):
             "has answered, or interrupt to drop the waiting ones"
         )
         self.limit = limit
+
+
+class _Pause:
+    """A reply paused by speech over it, waiting for that speech's transcripts."""
+
+    __slots__ = ("backchannel", "reply", "timer", "utterances")
+
+    def __init__(self, reply: Reply, utterance: str) -> None:
+        self.reply = reply
+        self.utterances = {utterance}
+        """Turn ids of the utterances since the pause whose transcripts are awaited."""
+        self.backchannel = False
+        """One of them was a backchannel (so a resume reports `backchannel`, not `false`)."""
+        self.timer: anyio.CancelScope | None = None
+        """`false_interruption_timeout`, running while the user is quiet."""
+
+    def disarm(self) -> None:
+        """Stop the timer (the user speaks again, or the pause was decided)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 class VoiceLoop:
@@ -146,8 +178,12 @@ class VoiceLoop:
             input_rate=vad.sample_rate,
             in_speech=lambda: self._endpointer.in_speech,
             report=self._report,
+            judge=self._judge,
         )
         self._utterance_turn: str | None = None
+        self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
+        self._pause: _Pause | None = None
+        self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
         self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
@@ -205,10 +241,12 @@ class VoiceLoop:
                 and self._busy()
             ):
                 self._barged = True
-                await self._barge_in("barge-in")
+                await self._speech_over_agent()
 
     async def send_text(self, text: str) -> None:
-        """A typed turn (no STT), answered after the turns queued before it.
+        """A typed turn (no STT). Typed while the agent speaks or a turn runs, it interrupts
+        that turn as words spoken over it would (a real barge-in); it is answered after the
+        turns queued before it.
 
         At most `config.max_queued_texts` typed turns wait at once (the turn running is not
         one of them); `interrupt` drops them.
@@ -224,6 +262,8 @@ class VoiceLoop:
         limit = self.config.max_queued_texts
         if self._turns.typed_waiting >= limit:
             raise TurnQueueFull(limit)
+        if self._busy():
+            await self._barge_in("typed text")
         self._turns.queue(Typed(text.strip(), time.monotonic()))
 
     async def interrupt(self) -> None:
@@ -274,6 +314,7 @@ class VoiceLoop:
         traceback: TracebackType | None,
     ) -> bool | None:
         self._state = "closing"
+        self._settle_pause()
         reply = self._turns.reply
         if reply is not None:
             self._playout.clear()
@@ -302,6 +343,10 @@ class VoiceLoop:
     async def _user_started(self, started: UtteranceStarted) -> None:
         self._utterance_turn = new_turn_id()
         self._barged = False
+        self._utterance_over_agent = self._busy()
+        if self._pause is not None:  # more speech over the paused reply: wait for it too
+            self._pause.utterances.add(self._utterance_turn)
+            self._pause.disarm()
         self._events.publish(UserSpeechStarted(started.audio_time))
         await self._report(
             SpeechStartEvent(session_id=self.session_id, turn_id=self._utterance_turn)
@@ -311,7 +356,12 @@ class VoiceLoop:
         turn_id = self._utterance_turn or new_turn_id()
         self._utterance_turn = None
         self._events.publish(UserSpeechEnded(ended.duration))
-        self._turns.queue(Utterance(ended.pcm, turn_id, time.monotonic()))
+        pause = self._pause
+        joined = pause is not None and turn_id in pause.utterances
+        if pause is not None and joined:
+            self._arm(pause)  # the user went quiet: the transcripts have this long
+        over = self._utterance_over_agent or joined
+        self._turns.queue(Utterance(ended.pcm, turn_id, time.monotonic(), over_agent=over))
         await self._report(
             SpeechEndEvent(session_id=self.session_id, turn_id=turn_id, duration_s=ended.duration),
         )
@@ -320,8 +370,105 @@ class VoiceLoop:
         reply = self._turns.reply
         return (reply is not None and not reply.barged) or not self._playout.idle
 
+    # Interruptions (see the module docstring) -------------------------------------------------
+
+    async def _speech_over_agent(self) -> None:
+        """Speech long enough to be a barge-in while the agent is busy: pause the reply until
+        its transcript says what it was (or cut it now, without a timeout)."""
+        if self._pause is not None:
+            return  # this utterance already waits with the pause (`_user_started`)
+        reply = self._turns.reply
+        if (
+            self.config.false_interruption_timeout is None
+            or reply is None
+            or reply.barged
+            or self._utterance_turn is None
+        ):
+            await self._barge_in("barge-in")
+            return
+        self._playout.pause()  # first: the next frame out is silence
+        reply.pause()
+        self._pause = _Pause(reply, self._utterance_turn)
+        logger.debug("turn %s: paused by speech over it", reply.turn_id)
+
+    def _arm(self, pause: _Pause) -> None:
+        pause.disarm()
+        timeout = self.config.false_interruption_timeout
+        assert timeout is not None and self._group is not None
+        scope = pause.timer = anyio.CancelScope()
+        self._group.start_soon(self._expire, pause, scope, timeout)
+
+    async def _expire(self, pause: _Pause, scope: anyio.CancelScope, timeout: float) -> None:
+        with scope:
+            await anyio.sleep(timeout)
+            if self._pause is pause:
+                logger.debug("no transcript within %s s of the user going quiet", timeout)
+                self._late |= pause.utterances
+                await self._resume(pause)
+
+    async def _judge(self, item: Utterance, text: str | None) -> bool:
+        """Decide what an utterance said over the agent was, once transcribed (`text` None:
+        the STT failed). True if it makes no turn."""
+        said = "words" if text is None else hearing(text, self.config.backchannels)
+        pause = self._pause
+        if pause is not None and item.turn_id in pause.utterances:
+            pause.utterances.discard(item.turn_id)
+            if said == "words":
+                await self._barge_in("barge-in")
+                return False
+            pause.backchannel = pause.backchannel or said == "backchannel"
+            if not pause.utterances:
+                await self._resume(pause)
+            return True
+        late = item.turn_id in self._late
+        self._late.discard(item.turn_id)
+        if said == "words" and late and self._busy():
+            # Its pause timed out and the reply resumed: the words still cut it.
+            await self._barge_in("barge-in")
+            return False
+        # Too short to pause the agent: words wait for their turn, noise is never one, and a
+        # backchannel is none while the agent is still busy (once it has finished, "okay" may
+        # well answer it).
+        if said == "words" or (said == "backchannel" and not self._busy()):
+            return False
+        if said == "backchannel":
+            await self._interruption(self._turns.reply, "backchannel")
+        return True
+
+    async def _resume(self, pause: _Pause) -> None:
+        """The speech over the paused reply held no words: play on where it stopped."""
+        self._pause = None
+        pause.disarm()
+        reply = pause.reply
+        if self._turns.reply is reply and not reply.barged:
+            self._playout.resume()
+            reply.resume()
+        else:  # the turn ended meanwhile (nothing was left to play): nothing to resume
+            self._playout.resume()
+        await self._interruption(reply, "backchannel" if pause.backchannel else "false")
+
+    def _settle_pause(self) -> None:
+        """Forget a pause being decided (the caller cuts or ends the reply)."""
+        pause, self._pause = self._pause, None
+        if pause is not None:
+            pause.disarm()
+
+    async def _interruption(self, reply: Reply | None, kind: InterruptionKind) -> None:
+        heard = "" if reply is None else reply.spoken.heard_text()
+        self._events.publish(BargeIn(heard, kind))
+        await self._report(
+            BargeInEvent(
+                session_id=self.session_id,
+                turn_id=None if reply is None else reply.turn_id,
+                kind=kind,
+            )
+        )
+
     async def _barge_in(self, reason: str) -> None:
+        """A real barge-in: silence now, abort the turn (tools by their policy), cut the
+        history to what was heard."""
         self._playout.clear()  # first: the next frame out is silence
+        self._settle_pause()
         reply = self._turns.reply
         if reply is None or reply.barged:
             return

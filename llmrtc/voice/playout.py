@@ -11,6 +11,10 @@ been played. While a segment's synthesis is still running its total duration is 
 it is taken to be at least `_SLOW_SECONDS_PER_CHAR` per character until a segment has finished,
 then the rate measured so far plus `_MEASURED_MARGIN`: erring long under-claims a word or two,
 erring short would claim words the user never heard.
+
+A barge-in that may turn out false (a cough) `pause`s the playout instead of clearing it:
+silence from the next frame, the queue kept; `resume` goes on from the start of the first
+word not yet heard (the word the pause cut is said again, whole).
 """
 
 from __future__ import annotations
@@ -108,6 +112,19 @@ class Segment:
             return ""
         return self.text[: list(_WORD.finditer(self.text))[words - 1].end()]
 
+    def _rewind_to_heard(self, seconds_per_char: float, rate: int) -> None:
+        """Play on from the end of the last heard word (the estimate `heard_words` uses), so a
+        word cut by a pause is said again whole and nothing heard is said twice."""
+        if self.finished or not self._offset or not self.text:
+            return
+        words = self.heard_words(seconds_per_char, rate)
+        total = self.samples
+        if not self.done:
+            total = max(total, round(len(self.text) * seconds_per_char * rate))
+        end = list(_WORD.finditer(self.text))[words - 1].end() if words else 0
+        position = 2 * (end * total // len(self.text))
+        self._offset = min(self._offset, position, len(self._pcm))
+
 
 class SpokenReply:
     """Everything one turn says, in order; `played()` returns when it has been heard (or cut)."""
@@ -198,6 +215,8 @@ class Playout:
             maxlen=_FRAME_BUFFER
         )
         self._parts: list[tuple[Segment, int]] = []  # what the last frame took
+        self.paused = False
+        """`pause()`d: silence goes out and the queue waits (see the module docstring)."""
 
     @property
     def unfinished_seconds_per_char(self) -> float:
@@ -221,28 +240,25 @@ class Playout:
         """Every frame from now on (bounded buffer: a slow consumer loses its oldest frames)."""
         return self._frames.subscribe()
 
+    def pause(self) -> None:
+        """Stop playing now, keeping what is queued: the next frame is silence (frames a
+        consumer has not taken yet become silence too), until `resume` or `clear`.
+        Synchronous, for a barge-in that may turn out false."""
+        self.paused = True
+        self._silence_recent()
+
+    def resume(self) -> None:
+        """Play on after `pause`, from the start of the first word not heard."""
+        if not self.paused:
+            return
+        self.paused = False
+        if self._queue:
+            self._queue[0]._rewind_to_heard(self.unfinished_seconds_per_char, self.sample_rate)
+
     def clear(self) -> None:
         """Drop everything queued: the next frame is silence. Synchronous, for barge-in."""
-        if self._recent_speech:
-            recent = {id(frame): parts for frame, parts in self._recent_speech}
-            self._recent_speech.clear()
-            silence = AudioFrame(self._silence, self.sample_rate)
-            silenced: list[list[tuple[Segment, int]]] = []
-
-            def to_silence(frame: AudioFrame) -> AudioFrame:
-                parts = recent.pop(id(frame), None)
-                if parts is None:
-                    return frame
-                silenced.append(parts)
-                return silence
-
-            self._frames.replace(to_silence)
-            # Speech the user will never get is not played: the segments cut below count
-            # their heard words without it.
-            for parts in silenced:
-                for segment, taken in parts:
-                    if not segment.finished:
-                        segment._offset -= taken
+        self.paused = False
+        self._silence_recent()
         replies: dict[int, SpokenReply] = {}
         for segment in self._queue:
             segment._cut(self.unfinished_seconds_per_char, self.sample_rate)
@@ -250,6 +266,31 @@ class Playout:
         self._queue.clear()
         for reply in replies.values():
             reply._clear()
+
+    def _silence_recent(self) -> None:
+        """Turn the speech frames subscribers still hold into silence, and count them unplayed
+        (see `_recent_speech`)."""
+        if not self._recent_speech:
+            return
+        recent = {id(frame): parts for frame, parts in self._recent_speech}
+        self._recent_speech.clear()
+        silence = AudioFrame(self._silence, self.sample_rate)
+        silenced: list[list[tuple[Segment, int]]] = []
+
+        def to_silence(frame: AudioFrame) -> AudioFrame:
+            parts = recent.pop(id(frame), None)
+            if parts is None:
+                return frame
+            silenced.append(parts)
+            return silence
+
+        self._frames.replace(to_silence)
+        # Speech the user will never get was not played: the segments count their heard words
+        # without it (and a paused one plays it again).
+        for parts in silenced:
+            for segment, taken in parts:
+                if not segment.finished:
+                    segment._offset -= taken
 
     def drop(self, segments: list[Segment]) -> None:
         """Take `segments` out of the queue unplayed (or cut where they are playing)."""
@@ -288,7 +329,7 @@ class Playout:
         need = self._frame_bytes
         speech = False
         self._parts = []
-        while self._queue and len(out) < need:
+        while self._queue and len(out) < need and not self.paused:
             segment = self._queue[0]
             available = len(segment._pcm) - segment._offset
             if available > 0:

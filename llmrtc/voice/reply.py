@@ -112,6 +112,7 @@ class Reply:
         self._open_calls = 0
         self._batch_since: float | None = None
         self._filler_said = False
+        self._hold: anyio.Event | None = None  # set while paused: the turn's events wait
 
     # Feeding ---------------------------------------------------------------------------------
 
@@ -150,6 +151,11 @@ class Reply:
                             self.completed_at = time.monotonic()
                             self._queue_chunks(segmenter.flush())
                             self.ledger.skip_rest()
+                        if self._hold is not None:
+                            # Paused (a barge-in waiting for its transcript): take nothing
+                            # more from the turn, so no new tool batch starts and the model's
+                            # text waits, until it resumes or is cut.
+                            await self._hold.wait()
             finally:
                 # The handler's timers restart when its turn ends for any reason (an error
                 # included), not only at `TurnCompleted`.
@@ -183,14 +189,34 @@ class Reply:
 
     # Interrupting ----------------------------------------------------------------------------
 
+    @property
+    def paused(self) -> bool:
+        """`pause()`d and neither resumed nor cut yet."""
+        return self._hold is not None
+
+    def pause(self) -> None:
+        """Hold the turn: its next event waits (a tool batch not started yet does not start;
+        the one running goes on), and so does the filler. Synthesis of what is queued goes
+        on. The caller paused the playout first (so the next frame is silence)."""
+        if not self.barged and self._hold is None:
+            self._hold = anyio.Event()
+
+    def resume(self) -> None:
+        """Go on after `pause` (the caller resumes the playout)."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.set()
+
     def barge_in(self, reason: str) -> str:
         """Stop the model, the tools (by their policy) and synthesis; returns what was heard.
-        The caller cleared the playout first (so the next frame is silence)."""
+        The caller cleared the playout first (so the next frame is silence). A paused turn
+        goes on to its end (nothing more is spoken)."""
         self.interrupted = True
         self.barged = True
         self._speaking = False
         self.controller.abort(reason)
         self._speech.abort(reason)
+        self.resume()
         return self.spoken.heard_text()
 
     def fail(self) -> bool:
@@ -341,6 +367,7 @@ class Reply:
                     and time.monotonic() - since >= config.filler_after
                     and self.voice.playout.idle
                     and not self.controller.signal.aborted
+                    and self._hold is None
                 ):
                     self._filler_said = True
                     self._queue.append(self.spoken.add_segment(config.filler_text, filler=True))

@@ -284,7 +284,8 @@ def test_interrupting_the_goodbye_shows_what_was_heard_as_the_agent_keeps_it(
     start_the_goodbye(page)
     time.sleep(2.5)  # the first sentence heard (FakeTTS speaks 20 ms a character)
     page.element("interrupt").click()
-    [barge] = page.wait("the barge-in", lambda: events(page, "barge_in"))
+    [barge] = page.wait("the barge-in", lambda: events(page, "interruption"))
+    assert barge["kind"] == "barge_in"
     live = replies(page)
     assert [r["interrupted"] for r in live] == [False, True], page.describe()
     # The heard part plainly; the part that streamed but was never heard dimmed beside it.

@@ -48,7 +48,7 @@ async def test_the_user_speaking_over_the_agent_cuts_its_reply() -> None:
         assert LONG_REPLY.startswith(started["text"])
         await anyio.sleep(0.5)  # some of it is heard
         await client.say("Stop")
-        barge = await client.wait_for("barge_in")
+        barge = await client.wait_for("interruption", kind="barge_in")
         ended = await client.wait_for("agent_speech_ended")
         assert ended["interrupted"] is True
         assert ended["heard_text"] and LONG_REPLY.startswith(ended["heard_text"])
@@ -57,7 +57,7 @@ async def test_the_user_speaking_over_the_agent_cuts_its_reply() -> None:
         done = await client.wait_for("turn_completed", text="Okay, stopping.")
         assert done["stop_reason"] == "stop"
         kinds = [event["type"] for event in client.events]
-        assert kinds.index("barge_in") < kinds.index("agent_speech_ended")
+        assert kinds.index("interruption") < kinds.index("agent_speech_ended")
 
 
 async def test_interrupt_cuts_a_reply_and_the_next_turn_goes_on() -> None:

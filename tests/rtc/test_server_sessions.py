@@ -119,6 +119,8 @@ async def test_a_playbook_session_resumes_with_its_history_and_stage_on_a_new_pe
             await first.wait_for("turn_completed")
             finished = first.of_type("tool_call_finished")
             assert [(m["call_id"], m["status"]) for m in finished] == [("w1", "ok")]
+            # heard to its end (text typed while it plays would interrupt it)
+            await first.wait_for("agent_speech_ended")
             await first.send({"type": "text", "text": "Thanks, bye"})
             await first.wait_for("turn_completed", count=2)
             assert first.of_type("stage_changed") == [

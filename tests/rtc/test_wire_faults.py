@@ -23,15 +23,18 @@ from .conftest import config, fake_speech, raw_client
 pytestmark = pytest.mark.anyio
 
 
-def runner_with_a_waiting_tool(llm: ScriptedLLM) -> Any:
+def runner_with_a_waiting_tool(llm: ScriptedLLM, release: anyio.Event | None = None) -> Any:
+    """A runner whose `wait` tool runs until `release` is set (60 s without one); a "finish"
+    tool, so a text typed over it interrupts the turn and then waits for it to settle."""
     from llmrtc import ToolExecutor, ToolRegistry
     from llmrtc.agent import TurnRunner
     from llmrtc.tools.tool import tool
 
-    @tool
+    @tool(on_interrupt="finish")
     async def wait() -> str:
-        """Wait until interrupted."""
-        await anyio.sleep(60)
+        """Wait until released."""
+        with anyio.move_on_after(60):
+            await (release or anyio.Event()).wait()
         return "waited"
 
     return TurnRunner(llm, ToolExecutor(ToolRegistry([wait])), system_prompt="Be brief.")
@@ -42,15 +45,19 @@ async def test_typed_turns_beyond_the_limit_get_too_many_turns_and_interrupt_dro
         [ScriptedResponse(text="Checking.", tool_calls=[ToolCall("c1", "wait", {})]), "Hi again."]
     )
     server_config = config(voice=VoiceConfig(max_queued_texts=2))
+    release = anyio.Event()
     async with (
         RTCServer(
-            lambda: runner_with_a_waiting_tool(llm), speech=fake_speech(), config=server_config
+            lambda: runner_with_a_waiting_tool(llm, release),
+            speech=fake_speech(),
+            config=server_config,
         ) as server,
         raw_client(server.url) as client,
     ):
         await client.connect()
         await client.send({"type": "text", "text": "Start."})
         await client.wait_for("tool_call_started")
+        # "One." interrupts "Start." (whose "finish" tool goes on); the rest wait behind it
         for text in ("One.", "Two.", "Three.", "Four."):
             await client.send({"type": "text", "text": text})
         error = await client.wait_for("error", code="too_many_turns")
@@ -58,6 +65,7 @@ async def test_typed_turns_beyond_the_limit_get_too_many_turns_and_interrupt_dro
         assert "interrupt" in error["message"]  # what the client can do instead
         await client.wait_for("error", code="too_many_turns", count=2)  # "Four." too
         await client.send({"type": "interrupt"})
+        release.set()  # the tool finishes: the interrupted turn settles
         await client.wait_for("turn_completed")
         await client.send({"type": "text", "text": "Hello?"})
         assert (await client.wait_for("turn_completed", count=2))["text"] == "Hi again."

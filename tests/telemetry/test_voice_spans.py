@@ -139,7 +139,10 @@ async def test_a_voice_turn_has_stt_chat_tool_and_tts_spans_in_its_tree() -> Non
     assert last["llmrtc.tts.interrupted"] is True and last["llmrtc.tts.duration"] == 0.2
     assert "llmrtc.incomplete" not in last
     (barge_in,) = [e for e in turn.events if e.name == "llmrtc.barge_in"]
-    assert dict(barge_in.attributes or {}) == {"llmrtc.turn.id": "t1"}
+    assert dict(barge_in.attributes or {}) == {
+        "llmrtc.turn.id": "t1",
+        "llmrtc.interruption.kind": "barge_in",
+    }
     assert all(span.end_time is not None for span in telemetry.spans())
     assert_nothing_left(hooks)
 
@@ -271,3 +274,51 @@ def test_ended_turns_are_remembered_for_late_tts_within_a_bound() -> None:
     last_turn = telemetry.spans("llmrtc.turn")[-1]
     assert parent_id(late) == span_id(last_turn)
     assert forgotten.parent is None
+
+
+async def test_a_false_interruption_and_a_backchannel_are_recorded_with_their_kind() -> None:
+    from llmrtc.voice import VoiceLoop
+    from llmrtc.voice.audio import split_frames
+    from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, BargeIn
+
+    telemetry = InMemoryTelemetry()
+    hooks = telemetry.hooks
+    runner = TurnRunner(
+        ScriptedLLM(["One two three four five six seven eight nine ten."]),
+        ToolExecutor(ToolRegistry()),
+        system_prompt="x",
+        hooks=hooks,
+        session_id="s1",
+    )
+    tts = FakeTTS()
+    hooks.on_session_start(SessionStartEvent(session_id="s1"))
+    async with VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD(), hooks=hooks) as loop:
+        events = loop.events()
+        await loop.send_text("Count.")
+        with anyio.fail_after(10):
+            async for event in events:
+                if isinstance(event, AgentSpeechStarted):
+                    break
+            for sound in ("[cough]", "uh-huh"):
+                for frame in split_frames(tts.render(sound) + bytes(2 * 24000), 24000):
+                    await loop.push_audio(frame)
+                async for event in events:
+                    if isinstance(event, BargeIn):
+                        break
+            async for event in events:
+                if isinstance(event, AgentSpeechEnded):
+                    break
+    hooks.on_session_end(SessionEndEvent(session_id="s1"))
+    # The model's turn ended before its speech did: the events are on the session span.
+    turn, session = telemetry.span("llmrtc.turn"), telemetry.span("llmrtc.session")
+    recorded = [
+        dict(e.attributes or {})
+        for span in (turn, session)
+        for e in span.events
+        if e.name == "llmrtc.barge_in"
+    ]
+    turn_id = dict(turn.attributes or {}).get("llmrtc.turn.id")
+    assert recorded == [
+        {"llmrtc.interruption.kind": "false", "llmrtc.turn.id": turn_id},
+        {"llmrtc.interruption.kind": "backchannel", "llmrtc.turn.id": turn_id},
+    ]

@@ -275,7 +275,9 @@ async def test_a_sound_shorter_than_barge_in_min_speech_does_not_interrupt() -> 
         events = loop.events()
         await loop.send_text("Count.")
         seen = await collect_until(events, AgentSpeechStarted)
-        await say(loop, tts, "hmm")  # 0.15 s: an utterance (min_speech 0.1), no barge-in (0.2)
+        # 0.15 s: an utterance (min_speech 0.1), no barge-in (0.2); a word, not a filler ("hmm"
+        # over the agent is no turn: test_interruptions.py)
+        await say(loop, tts, "yes")
         seen += await collect_until(events, AgentSpeechEnded)
         seen += await collect_until(events, AgentSpeechEnded)
     assert not any(isinstance(e, BargeIn) for e in seen)
@@ -284,4 +286,4 @@ async def test_a_sound_shorter_than_barge_in_min_speech_does_not_interrupt() -> 
         AgentSpeechEnded(False, "One two three four five six."),
         AgentSpeechEnded(False, "Yes?"),
     ]
-    assert loop.history.messages[2] == UserMessage("hmm")  # answered after the first reply
+    assert loop.history.messages[2] == UserMessage("yes")  # answered after the first reply

@@ -1,5 +1,8 @@
-"""Typed turns waiting behind a running one: bounded by `VoiceConfig.max_queued_texts` (the
-excess refused, the loop going on), dropped by `interrupt`, and forgotten when the loop ends."""
+"""Typed turns waiting behind a turn that settles: bounded by `VoiceConfig.max_queued_texts`
+(the excess refused, the loop going on), dropped by `interrupt`, and forgotten when the loop
+ends. (Typed text interrupts a running turn, as speech would; it then waits for that turn to
+settle, here a "finish" tool that goes on after the barge-in: test_interruptions.py covers
+the interruption itself.)"""
 
 from __future__ import annotations
 
@@ -23,13 +26,15 @@ from llmrtc.voice.loop import TurnQueueFull
 pytestmark = pytest.mark.anyio
 
 
-def busy_loop(answers: list[Any], **config: Any) -> tuple[VoiceLoop, ScriptedLLM]:
-    """A loop whose first turn calls `wait`, a tool that runs until cancelled (a barge-in)."""
+def busy_loop(answers: list[Any], **config: Any) -> tuple[VoiceLoop, ScriptedLLM, anyio.Event]:
+    """A loop whose first turn calls `wait`, a "finish" tool that runs (a barge-in does not
+    stop it) until the returned event is set."""
+    release = anyio.Event()
 
-    @tool
+    @tool(on_interrupt="finish")
     async def wait() -> str:
         """Wait."""
-        await anyio.sleep(60)
+        await release.wait()
         return "waited"
 
     llm = ScriptedLLM(
@@ -40,7 +45,7 @@ def busy_loop(answers: list[Any], **config: Any) -> tuple[VoiceLoop, ScriptedLLM
     loop = VoiceLoop(
         runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD(), config=VoiceConfig(**config)
     )
-    return loop, llm
+    return loop, llm, release
 
 
 async def until(events: Any, predicate: Any, timeout: float = 10) -> None:
@@ -56,12 +61,12 @@ def user_lines(loop: VoiceLoop) -> list[str]:
 
 
 async def test_typed_turns_beyond_the_limit_are_refused_and_the_loop_goes_on() -> None:
-    loop, llm = busy_loop(["One.", "Two.", "Three."], max_queued_texts=2)
+    loop, llm, release = busy_loop(["One.", "Two.", "Three."], max_queued_texts=2)
     async with loop:
         events = loop.events()
         await loop.send_text("Start.")
         await until(events, lambda e: isinstance(e, ToolCallStarted))
-        await loop.send_text("First.")
+        await loop.send_text("First.")  # interrupts "Start.", whose tool goes on
         await loop.send_text("Second.")
         with pytest.raises(TurnQueueFull, match="2 typed turns already wait") as refused:
             await loop.send_text("Third.")
@@ -69,7 +74,8 @@ async def test_typed_turns_beyond_the_limit_are_refused_and_the_loop_goes_on() -
         for _ in range(1000):  # a flood is refused as cheaply, and takes nothing
             with pytest.raises(TurnQueueFull):
                 await loop.send_text("Flood.")
-        await loop.interrupt()  # the running turn stops; the typed ones waiting are dropped
+        await loop.interrupt()  # the typed ones waiting are dropped
+        release.set()  # the tool finishes: the interrupted turn settles
         await until(events, lambda e: isinstance(e, TurnCompleted))
         await loop.send_text("Again.")  # room again, and it is answered
         await until(events, lambda e: isinstance(e, TurnCompleted))
@@ -80,14 +86,15 @@ async def test_typed_turns_beyond_the_limit_are_refused_and_the_loop_goes_on() -
 async def test_interrupt_drops_a_typed_turn_already_taken_from_the_queue() -> None:
     # "First." is taken at once and waits for the running turn to settle; an interrupt must
     # drop it too (the user is starting over), not run it after the aborted turn.
-    loop, llm = busy_loop(["Fresh answer."])
+    loop, llm, release = busy_loop(["Fresh answer."])
     async with loop:
         events = loop.events()
         await loop.send_text("Start.")
         await until(events, lambda e: isinstance(e, ToolCallStarted))
-        await loop.send_text("First.")
+        await loop.send_text("First.")  # interrupts "Start.", whose tool goes on
         await anyio.sleep(0.05)  # let the worker take it
         await loop.interrupt()
+        release.set()
         await until(events, lambda e: isinstance(e, TurnCompleted))
         await loop.send_text("Fresh start.")
         await until(events, lambda e: isinstance(e, TurnCompleted))
@@ -97,13 +104,14 @@ async def test_interrupt_drops_a_typed_turn_already_taken_from_the_queue() -> No
 
 
 async def test_waiting_typed_turns_are_forgotten_when_the_loop_ends() -> None:
-    loop, llm = busy_loop([], max_queued_texts=3)
+    loop, llm, release = busy_loop([], max_queued_texts=3)
     async with loop:
         events = loop.events()
         await loop.send_text("Start.")
         await until(events, lambda e: isinstance(e, ToolCallStarted))
         for text in ("a", "b", "c"):
             await loop.send_text(text)
+        release.set()  # the interrupted turn settles as the loop closes
     assert loop._turns.typed_waiting == 0  # nothing kept after the end
     assert user_lines(loop) == ["Start."]  # and none of them ran
     assert len(llm.requests) == 1

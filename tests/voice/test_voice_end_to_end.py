@@ -18,7 +18,7 @@ from llmrtc.llm.messages import AssistantMessage
 from llmrtc.testing import ScriptedLLM
 from llmrtc.testing.scripted import ScriptedResponse, check_chat_messages
 from llmrtc.tools import ToolCall, ToolRegistry, tool
-from llmrtc.voice import AudioFrame, Speech, VoiceLoop, open_default_speech
+from llmrtc.voice import AudioFrame, Speech, VoiceConfig, VoiceLoop, open_default_speech
 from llmrtc.voice.audio import resample, rms, split_frames
 from llmrtc.voice.events import (
     AgentSpeechEnded,
@@ -156,7 +156,13 @@ async def test_barge_in_stops_real_speech_within_a_frame_and_keeps_what_was_hear
     llm = ScriptedLLM([long_answer, "Sure, what else?"])
     runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
     interruption = spoken("Stop, wait a moment.", sample_rate=16000, trail_silence=0.8)
-    async with VoiceLoop(runner, stt=speech.stt, tts=speech.tts, vad=speech.vad) as loop:
+    # Speech over the reply pauses it until its transcript says what it was; a generous
+    # timeout keeps the verdict the transcript's on a loaded machine (past the default 1.5 s
+    # the reply would resume first, and the late words cut it then: test_interruptions.py).
+    config = VoiceConfig(false_interruption_timeout=10.0)
+    async with VoiceLoop(
+        runner, stt=speech.stt, tts=speech.tts, vad=speech.vad, config=config
+    ) as loop:
         frames: list[tuple[float, bool]] = []  # (time, voiced) of every outbound frame
         events: list[tuple[float, Any]] = []
 

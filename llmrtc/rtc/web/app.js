@@ -141,7 +141,7 @@ const HANDLERS = {
   stage_changed: (m) => view.stage(m.to_stage, m.from_stage),
   agent_speech_started: () => view.agentSpeaking(true),
   agent_speech_ended: (m) => view.agentSpeechEnded(m.interrupted, m.heard_text),
-  barge_in: (m) => view.bargeIn(m.heard_text),
+  interruption: (m) => view.interruption(m.kind, m.heard_text),
   turn_completed(m) {
     view.turnCompleted(m.text, m.stop_reason);
     if (m.stop_reason !== "error") view.clearTurnError();

@@ -265,6 +265,19 @@ export function createView(document, onState) {
       spokenReply = null;
     },
 
+    // Speech (or text) over the agent: a real barge-in cuts the reply; a false one (a cough)
+    // or a backchannel ("uh-huh") let it go on, and the page says so.
+    interruption(kind, heardText) {
+      if (kind === "false" || kind === "backchannel") {
+        const note = kind === "false"
+          ? "A noise paused the agent; it went on."
+          : "You said “uh-huh” or the like; the agent went on.";
+        addLine(ui.assistant, note, "note").dataset.interruption = kind;
+        return;
+      }
+      this.bargeIn(heardText);
+    },
+
     bargeIn(heardText) {
       ui.agentActivity.hidden = true;
       const target = currentReply || spokenReply || lastReply;
