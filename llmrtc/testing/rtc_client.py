@@ -82,8 +82,8 @@ class RTCTestClient:
 
     The microphone sends one 20 ms frame per 20 ms: queued audio (`say`, `send_audio`), else
     silence, as a browser does: Opus at 48 kHz that the server decodes at the level sent (two
-    equal channels; see `OutboundAudio`). Everything the server sends is recorded in `events` (WebSocket and data channel,
-    in order of arrival), the agent's audio in `received_audio`.
+    equal channels; see `OutboundAudio`). Everything the server sends is recorded in `events`
+    (WebSocket and data channel, in order of arrival), the agent's audio in `received_audio`.
 
     Leaving the block sends `end` (the session is over, not resumable) unless `end` or `drop`
     came first, and closes the data channel, the peer connection and the WebSocket: no task,
