@@ -1,17 +1,27 @@
 """`TurnHandler`: the one protocol a voice loop (or a chat CLI) talks to; `ResumableHandler`:
-one whose state can be saved and brought back on a new connection."""
+one whose state can be saved and brought back on a new connection; `HintingHandler`: one that
+says what it expects to hear, so speech recognition can listen for it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol, runtime_checkable
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
+from llmrtc.tools.definition import ToolDefinition
 
-__all__ = ["ResumableHandler", "TurnHandler", "read_handler_state", "replace_messages"]
+__all__ = [
+    "HintingHandler",
+    "ResumableHandler",
+    "TurnHandler",
+    "read_handler_state",
+    "replace_messages",
+    "tool_speech_hints",
+]
 
 
 @runtime_checkable
@@ -88,6 +98,111 @@ class ResumableHandler(TurnHandler, Protocol):
             RuntimeError: this handler already ran a turn.
         """
         ...
+
+
+@runtime_checkable
+class HintingHandler(TurnHandler, Protocol):
+    """A `TurnHandler` that says what the user is likely to say next: a voice loop passes
+    `speech_hints()` to its STT (`STT.transcribe(pcm, hints=...)`) at each utterance, so
+    words on the recogniser's decision boundary ("Oslo" or "Oswald") tip toward the expected
+    one. `TurnRunner` (from its tools) and `PlaybookOrchestrator` (from the current stage)
+    are.
+
+    Example:
+        class Shop(TurnRunner):
+            def speech_hints(self) -> list[str]:
+                return [*super().speech_hints(), "refund", "order number"]
+    """
+
+    def speech_hints(self) -> Sequence[str]:
+        """Words and short phrases expected now, most telling first (asked per utterance)."""
+        ...
+
+
+_NAME_WORDS: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_NOT_SPOKEN: Final = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "api",
+        "by",
+        "do",
+        "fetch",
+        "for",
+        "from",
+        "get",
+        "id",
+        "in",
+        "is",
+        "lookup",
+        "look",
+        "of",
+        "on",
+        "or",
+        "run",
+        "set",
+        "the",
+        "to",
+        "tool",
+        "up",
+        "with",
+    ]
+)
+"""Parts of tool names that are programming verbs or glue, not words a caller says."""
+_QUOTED: Final = re.compile(r'"([^"\n]{1,40})"')
+_MAX_HINT_WORDS: Final = 4
+"""Longer strings (a free-form example sentence, a description) are not hints."""
+
+
+def tool_speech_hints(definitions: Iterable[ToolDefinition]) -> list[str]:
+    """Words a user of these tools is likely to say: each tool name split into its words
+    ("lookupWeather" → "weather", "get_order_status" → "order", "status"; programming verbs
+    such as get/lookup dropped), then every string `enum`, `const` and `examples` value of the
+    parameters at any depth ("celsius"), and the quoted examples in their descriptions
+    (`City name, e.g. "Tokyo".` → "Tokyo"), in order, without repeats (any case).
+
+    Example:
+        tool_speech_hints(runner.tool_definitions())   # ["weather", "celsius", "fahrenheit"]
+    """
+    hints: list[str] = []
+    seen: set[str] = set()
+
+    def add(text: str) -> None:
+        text = " ".join(text.replace("_", " ").split())
+        if text and len(text.split()) <= _MAX_HINT_WORDS and text.casefold() not in seen:
+            seen.add(text.casefold())
+            hints.append(text)
+
+    schemas = []
+    for definition in definitions:
+        for word in _NAME_WORDS.findall(definition.name):
+            if word.lower() not in _NOT_SPOKEN and not word.isdigit():
+                add(word.lower())
+        schemas.append(definition.parameters)
+    for schema in schemas:
+        for value in _schema_strings(schema):
+            add(value)
+    return hints
+
+
+def _schema_strings(schema: object) -> Iterable[str]:
+    """The string `enum`/`const`/`examples` values and the quoted phrases of the descriptions
+    anywhere in a JSON Schema, in order."""
+    if isinstance(schema, Mapping):
+        for key, value in schema.items():
+            if key in ("enum", "examples") and isinstance(value, list):
+                yield from (item for item in value if isinstance(item, str))
+            elif key == "const" and isinstance(value, str):
+                yield value
+            elif key == "description" and isinstance(value, str):
+                # Docstrings give examples in quotes: `City name, e.g. "Tokyo".`
+                yield from _QUOTED.findall(value)
+            else:
+                yield from _schema_strings(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _schema_strings(item)
 
 
 def read_handler_state(

@@ -10,7 +10,7 @@ from typing import Any
 from llmrtc.abort import AbortSignal
 from llmrtc.agent._round import model_request
 from llmrtc.agent.events import AgentEvent
-from llmrtc.agent.handler import read_handler_state, replace_messages
+from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.agent.turn import AfterAnswer, AfterBatch, BatchDecision, Turn
@@ -254,6 +254,11 @@ class TurnRunner:
             replace_messages(self.history, history)
 
     # The TurnHandler protocol ----------------------------------------------------------------
+
+    def speech_hints(self) -> list[str]:
+        """What a user of the offered tools is likely to say (`tool_speech_hints`): their
+        names' words, enum values and examples (the `HintingHandler` protocol)."""
+        return tool_speech_hints(self.tool_definitions())
 
     def next_deadline(self) -> float | None:
         """Always None: a plain runner has no timer (a playbook stage's timeout does)."""

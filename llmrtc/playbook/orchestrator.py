@@ -16,7 +16,7 @@ from typing import Any
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent, StageChanged
-from llmrtc.agent.handler import read_handler_state, replace_messages
+from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
@@ -28,7 +28,13 @@ from llmrtc.llm.types import AnyMessage
 from llmrtc.playbook._reports import report_change, report_initial_entry
 from llmrtc.playbook._stage import stage_settings
 from llmrtc.playbook.engine import PlaybookEngine, StageChange
-from llmrtc.playbook.models import TRANSITION_TOOL, LLMDecisionCondition, Playbook, Transition
+from llmrtc.playbook.models import (
+    TRANSITION_TOOL,
+    KeywordCondition,
+    LLMDecisionCondition,
+    Playbook,
+    Transition,
+)
 from llmrtc.playbook.validation import PlaybookError, validate_playbook
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
@@ -172,6 +178,21 @@ class PlaybookOrchestrator:
             runner.settings,
             self._request_transition,
         )
+
+    def speech_hints(self) -> list[str]:
+        """What the caller is likely to say in the current stage (the `HintingHandler`
+        protocol): the words of the stage's tools (`tool_speech_hints`; `playbook_transition`'s
+        stage ids are not speech), then the keywords of its keyword transitions on the user's
+        words."""
+        keywords = [
+            keyword
+            for transition in self.playbook.transitions_from(self.engine.current_stage.id)
+            if isinstance(condition := transition.condition, KeywordCondition)
+            and condition.source != "assistant"
+            for keyword in condition.keywords
+        ]
+        tools = [d for d in self.runner.tool_definitions() if d.name != TRANSITION_TOOL]
+        return list(dict.fromkeys([*tool_speech_hints(tools), *keywords]))
 
     async def _request_transition(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, str]:
         state = self._turn

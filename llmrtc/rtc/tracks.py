@@ -6,11 +6,13 @@ What aiortc hands over and expects, measured with aiortc 1.16 / PyAV 18:
 - A decoded Opus frame is packed s16 *stereo* at 48 kHz, 960 samples (20 ms). Its
   `planes[0]` buffer is padded past the samples, so the samples are read with
   `to_ndarray()`. The channel count is kept: the voice loop's `Resampler` mixes to mono.
-- The Opus encoder takes s16 mono or stereo at any rate and cuts 960-sample frames itself, so
-  mono 48 kHz 20 ms frames go to it as they are. The RTP sender reads `recv()` as fast as it
-  returns: pacing is the track's job, and `audio_out()` is already paced by the playout clock
-  (one frame per 20 ms against the monotonic clock), so `OutboundAudio` adds no sleep of its
-  own; a second clock here would drift against that one and grow a queue.
+- The Opus encoder takes s16 mono or stereo at any rate and cuts 960-sample frames itself, but
+  it upmixes mono to stereo at 0.707 (-3 dB), so mono 48 kHz 20 ms frames go to it as stereo
+  with two equal channels (`to_av_frame`), which it passes through at full level.
+- The RTP sender reads `recv()` as fast as it returns: pacing is the track's job, and
+  `audio_out()` is already paced by the playout clock (one frame per 20 ms against the
+  monotonic clock), so `OutboundAudio` adds no sleep of its own; a second clock here would
+  drift against that one and grow a queue.
 """
 
 from __future__ import annotations
@@ -66,7 +68,14 @@ def from_av_frame(frame: av.AudioFrame) -> AudioFrame:
 
 
 def to_av_frame(pcm: bytes, pts: int) -> av.AudioFrame:
-    """Mono s16le at 48 kHz as a PyAV frame stamped `pts` (in 1/48000 s), for aiortc's encoder.
+    """Mono s16le at 48 kHz as a *stereo* PyAV frame (each sample in both channels) stamped
+    `pts` (in 1/48000 s), for aiortc's encoder.
+
+    aiortc's Opus encoder resamples everything to stereo first; given mono, swresample's
+    upmix puts 0.707 x the signal in each channel, and the receiver (mixing back to mono, as
+    a browser's single-channel Opus never needed) heard speech 3 dB low. Two equal channels
+    pass the encoder's resampler untouched, so what arrives is what was sent, as from a
+    browser.
 
     Raises:
         ValueError: `pcm` is empty or has an odd byte count.
@@ -76,8 +85,8 @@ def to_av_frame(pcm: bytes, pts: int) -> av.AudioFrame:
     import av
     import numpy as np
 
-    samples = np.frombuffer(pcm, dtype="<i2").reshape(1, -1)
-    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+    samples = np.repeat(np.frombuffer(pcm, dtype="<i2"), 2).reshape(1, -1)  # interleaved L R
+    frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="stereo")
     frame.sample_rate = SAMPLE_RATE
     frame.pts = pts
     frame.time_base = _TIME_BASE
@@ -131,7 +140,8 @@ class OutboundAudio(MediaStreamTrack):
     `VoiceLoop.audio_out()` (already paced at one 20 ms frame per 20 ms).
 
     Each frame is converted to mono s16 at 48 kHz (other rates and channel counts through one
-    streaming `Resampler`, so the filter joins frames without clicks) and stamped with the
+    streaming `Resampler`, so the filter joins frames without clicks), sent as two equal
+    channels (the encoder would upmix mono at -3 dB: `to_av_frame`) and stamped with the
     running sample count as `pts` (time base 1/48000: a stalled source shows as late
     packets, never as a gap in the RTP timestamps). `recv()` waits for the iterator's next
     frame and never sleeps on its own: the source sets the pace. When the iterator ends (or

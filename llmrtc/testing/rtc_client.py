@@ -81,8 +81,9 @@ class RTCTestClient:
     loopback URL (127.0.0.1, localhost, ::1) the peer uses loopback ICE, like the server.
 
     The microphone sends one 20 ms frame per 20 ms: queued audio (`say`, `send_audio`), else
-    silence. Everything the server sends is recorded in `events` (WebSocket and data channel,
-    in order of arrival), the agent's audio in `received_audio`.
+    silence, as a browser does: Opus at 48 kHz that the server decodes at the level sent (two
+    equal channels; see `OutboundAudio`). Everything the server sends is recorded in `events`
+    (WebSocket and data channel, in order of arrival), the agent's audio in `received_audio`.
 
     Leaving the block sends `end` (the session is over, not resumable) unless `end` or `drop`
     came first, and closes the data channel, the peer connection and the WebSocket: no task,

@@ -205,19 +205,23 @@ class FakeSTT:
         self._sample_rate = sample_rate
         self.utterances: list[bytes] = []
         """The audio of every `transcribe` call, in order."""
+        self.hints: list[tuple[str, ...]] = []
+        """The `hints` of every `transcribe` call, in order (what the loop expected to hear)."""
 
     @property
     def sample_rate(self) -> int:
         """The rate `transcribe` expects."""
         return self._sample_rate
 
-    async def transcribe(self, pcm: bytes) -> str:
-        """The next scripted transcript, or the decoded `FakeTTS` words.
+    async def transcribe(self, pcm: bytes, *, hints: Sequence[str] = ()) -> str:
+        """The next scripted transcript, or the decoded `FakeTTS` words; `hints` are recorded
+        in `self.hints`, not used.
 
         Raises:
             STTError: a scripted failure (or what the script holds), or nothing left to say.
         """
         self.utterances.append(pcm)
+        self.hints.append(tuple(hints))
         await anyio.sleep(0)
         if self._script:
             entry = self._script.pop(0)

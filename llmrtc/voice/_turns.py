@@ -266,10 +266,21 @@ class TurnWorker:
             from llmrtc.voice.audio import resample
 
             pcm = resample(pcm, self._input_rate, stt.sample_rate)
+        # What the handler expects to hear now (a `HintingHandler`: its current stage's tool
+        # words and keywords) biases the recogniser. A handler without the method, or one whose
+        # method fails, gives no hints; an engine gets `hints=` only when there are some.
+        hints: tuple[str, ...] = ()
+        speech_hints = getattr(self._handler, "speech_hints", None)
+        if callable(speech_hints):
+            try:
+                hints = tuple(speech_hints())
+            except Exception:
+                logger.exception("turn %s: speech_hints() failed; no hints", item.turn_id)
         started = time.perf_counter()
         model = engine_name(stt)
         try:
-            text = (await stt.transcribe(pcm)).strip()
+            transcript = stt.transcribe(pcm, hints=hints) if hints else stt.transcribe(pcm)
+            text = (await transcript).strip()
             ended = STTEndEvent(
                 session_id=voice.session_id,
                 turn_id=item.turn_id,

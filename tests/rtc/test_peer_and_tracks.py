@@ -210,7 +210,7 @@ async def test_outbound_pts_counts_samples_and_converts_rate_and_channels() -> N
     out = [await track.recv() for _ in frames]
     assert [f.pts for f in out[:3]] == [0, 960, 1920]
     for frame in out:
-        assert (frame.format.name, frame.layout.name, frame.sample_rate) == ("s16", "mono", 48000)
+        assert (frame.format.name, frame.layout.name, frame.sample_rate) == ("s16", "stereo", 48000)
         assert frame.time_base.numerator == 1 and frame.time_base.denominator == 48000
     assert [f.samples for f in out[:2]] == [960, 960]  # mono 48 kHz passes untouched
     assert sum(f.samples for f in out[2:]) == pytest.approx(1920, abs=60)  # 24 kHz resampled

@@ -20,14 +20,14 @@ import io
 import logging
 import os
 import wave
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Final, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 import anyio.lowlevel
 
 from llmrtc.llm.errors import connection_errors
-from llmrtc.voice.stt import STTError
+from llmrtc.voice.stt import STTError, hints_prompt
 from llmrtc.voice.tts import TTSError
 
 if TYPE_CHECKING:
@@ -250,15 +250,18 @@ class OpenAISTT(_OpenAIAudio):
         """`openai/<model>`, e.g. `openai/gpt-4o-mini-transcribe`."""
         return f"openai/{self.model}"
 
-    async def transcribe(self, pcm: bytes) -> str:
+    async def transcribe(self, pcm: bytes, *, hints: Sequence[str] = ()) -> str:
         """The final transcript of `pcm` (mono s16le at 16 kHz), stripped; `""` for no words.
 
-        Audio shorter than 0.1 s is not sent (OpenAI refuses it) and gives `""`.
+        Audio shorter than 0.1 s is not sent (OpenAI refuses it) and gives `""`. `hints` go
+        as the endpoint's `prompt` (`hints_prompt`), which biases the model toward them.
 
         Raises:
             ValueError: `pcm` is not whole 16-bit samples (an odd byte count).
+            TypeError: `hints` is not a sequence of strings.
             STTError: the request failed (one line: status or connection failure, URL, model).
         """
+        prompt = hints_prompt(hints)
         if len(pcm) % 2:
             raise ValueError(
                 f"pcm must be whole 16-bit samples (an even byte count), got {len(pcm)} bytes"
@@ -266,17 +269,20 @@ class OpenAISTT(_OpenAIAudio):
         if len(pcm) // 2 < _MIN_SECONDS * _STT_RATE:
             return ""
         upload = ("audio.wav", _wav(pcm, _STT_RATE), "audio/wav")
-        transcriptions = self._client().audio.transcriptions
+        # Only what is set is sent: a compatible server may refuse a parameter it lacks. (The
+        # client's overloads cannot type a keyword dict, hence `Any`.)
+        create: Any = self._client().audio.transcriptions.create
+        options: dict[str, str] = {}
+        if self.language is not None:
+            options["language"] = self.language
+        if prompt is not None:
+            options["prompt"] = prompt
         try:
-            if self.language is None:
-                result = await transcriptions.create(model=self.model, file=upload)
-            else:
-                result = await transcriptions.create(
-                    model=self.model, file=upload, language=self.language
-                )
+            result = await create(model=self.model, file=upload, **options)
         except self._errors as exc:
             raise STTError(self._describe(exc, "/audio/transcriptions")) from exc
-        return result.text.strip()
+        text: str = result.text  # the JSON response format (the default) has `text`
+        return text.strip()
 
 
 class OpenAITTS(_OpenAIAudio):

