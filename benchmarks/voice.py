@@ -1,25 +1,28 @@
 """Benchmark of the voice loop on the offline stack: turn latency and framework overhead, pacing
 drift, barge-in latency, sessions sharing one speech stack, peak memory.
 
-Run:  .venv/bin/python benchmarks/voice.py [--quick] [--llm offline|scripted]
-(full run ~4 min with the offline LLM; --quick ~1.5 min). It is a measurement, not a test: it
-exits 0 unless it crashes. Spoken input is synthesised with Debian's espeak-ng and pushed as
-20 ms frames at 48 kHz in real time (one frame every 20 ms, as a browser sends them).
+Run:  .venv/bin/python benchmarks/voice.py [--quick] [--llm offline|scripted] [--turns N]
+      [--sections stages,overlap,pacing,barge-in,shared]
+(the stages alone, `--sections stages`, take ~4 min with the offline LLM). It is a measurement,
+not a test: it exits 0 unless it crashes. Spoken input is synthesised with Debian's espeak-ng
+and pushed as 20 ms frames at 48 kHz in real time (one frame every 20 ms, as a browser sends
+them). It prints the load average first: on a shared machine, read the stages as ratios.
 
 What it prints, and how to read it:
 
-1. A turn's latency, from the last voiced input frame to the first non-silent outbound frame,
-   cut at: end of speech decided (`UserSpeechEnded`), final transcript, first model token,
-   first TTS audio (the synthesiser's first chunk), first non-silent frame out. The providers'
-   own times are measured by thin timing wrappers around them in the same run: STT
-   (`transcribe` call to return), the model (request to the delta that completed the first
-   sentence: the segmenter cannot speak earlier), TTS (`synthesize` call to first chunk).
-   Framework overhead = (first frame out - end of speech decided) - STT - model - TTS.
-   Target <= 30 ms. Part of it is inherent to a 20 ms frame clock: audio waits for the next tick
-   (0-20 ms, 10 on average). The wait before the end of speech is decided (the "eos" column) is
-   the setting `end_of_speech_silence` (0.5 s) plus the VAD's own judgement of where speech
-   ended (Silero hears trailing sounds that the RMS threshold here calls silence) plus whole
-   32 ms VAD windows; it is printed, not counted as overhead.
+1. Every stage of a turn on the served weather playbook (`llmrtc serve playbooks/weather.yaml`'s
+   orchestrator, one conversation), medians over `--turns` small-talk questions (no tool) and
+   `--turns`+2 weather questions (kind decided by what the model did: one `lookupWeather` call
+   or none), in ms after the last voiced input frame: end of speech decided (`UserSpeechEnded`),
+   STT called / its inference starting (the wait for a free Whisper worker) / ending / back on
+   the event loop, `Transcript` emitted, `on_turn_start`, `on_llm_start`,
+   `on_llm_first_token`, the first `TextDelta` / `ToolCallStarted`, the tool's start and end,
+   the follow-up request and its first token, the first sentence handed to TTS, TTS's first
+   audio, the first non-silent frame out. Targets: no-tool first audio <= 1.5 s, one-tool
+   <= 3.0 s. Then the gaps between stages and the prompt tokens per request.
+1b. The issue's live case: a question spoken while the answer to the one before is still
+   being generated (a barge-in), with the same stages, when the interrupted request ended,
+   and the STT inference time beside section 1's (same run).
 2. Pacing: `audio_out()` consumed for 60 s (10 s with --quick); drift = |frames x 20 ms -
    elapsed| / elapsed, beside a naive `await anyio.sleep(0.02)` loop run at the same time in
    the same event loop (the baseline whose drift accumulates). Target < 0.5 %.
@@ -434,6 +437,17 @@ def print_stages(
             ],
             "TTS to first audio": [
                 r["tts_first_audio"] - r["sentence_ready"] for r in found if "tts_first_audio" in r
+            ],
+            # After the end of speech is decided, everything is STT, model, TTS, or ours.
+            "framework overhead": [
+                (r["first_out"] - r["eos"])
+                - (r["stt_return"] - r["stt_call"])
+                - (r["sentence_ready"] - r["llm_request"])
+                - (r["tts_first_audio"] - r["sentence_ready"])
+                for r in found
+                if all(
+                    k in r for k in ("first_out", "stt_return", "llm_request", "tts_first_audio")
+                )
             ],
             "first audio to frame out": [
                 r["first_out"] - r["tts_first_audio"]
