@@ -68,6 +68,7 @@ from llmrtc.telemetry.events import (
     ToolEndEvent,
     ToolStartEvent,
     TTSStartEvent,
+    TurnEndEvent,
     TurnStartEvent,
 )
 from llmrtc.telemetry.hooks import Hooks
@@ -197,6 +198,9 @@ class TimeHooks(Hooks):
     def on_tts_start(self, event: TTSStartEvent) -> None:
         self._record(event)
 
+    def on_turn_end(self, event: TurnEndEvent) -> None:
+        self._record(event)
+
     def of_turn(self, kind: type, turn_id: str | None) -> list[tuple[float, Any]]:
         """This turn's events of `kind`, in order."""
         return [
@@ -252,6 +256,22 @@ async def push_realtime(loop: VoiceLoop, speech: AudioFrame, silence: float) -> 
             last_voiced = time.monotonic()
         await anyio.sleep_until(start + (n + 1) * 0.02)
     return last_voiced
+
+
+async def turn_done(session: Session, hooks: TimeHooks, after: float) -> bool:
+    """Wait until the turn answering what was said after `after` has ended and its speech has
+    played out; False when no turn came (nothing was heard)."""
+    with anyio.fail_after(60):
+        while (heard := session.first(Transcript, after)) is None:
+            await anyio.sleep(0.01)
+    if not next(e.text for t, e in session.events if t == heard and isinstance(e, Transcript)):
+        return False
+    with anyio.fail_after(180):
+        while not any(isinstance(e, TurnEndEvent) and t >= after for t, e in hooks.events):
+            await anyio.sleep(0.01)
+        if session.first(AgentSpeechStarted, after) is not None:
+            await session.wait_for(AgentSpeechEnded, after, timeout=180)
+    return True
 
 
 def p(values: list[float], q: float) -> float:
@@ -363,8 +383,9 @@ async def turn_stages(
             for question in questions:
                 n_stt, n_tts = len(stt.calls), len(tts.calls)
                 last_voiced = await push_realtime(loop, espeak(question), silence=1.0)
-                await session.wait_for(AgentSpeechEnded, last_voiced, timeout=180)
-                await anyio.sleep(0.3)  # the turn's last hooks (on_turn_end) are in
+                if not await turn_done(session, hooks, last_voiced):
+                    print(f"   (nothing heard in {question!r}: skipped)")
+                    continue
                 transcript = next(
                     (
                         e
@@ -497,8 +518,8 @@ async def overlap(speech: Speech, llm: Any, handler_for: Any, rounds: int) -> No
                 n_stt, n_tts = len(stt.calls), len(tts.calls)
                 pushed = time.monotonic()
                 last_voiced = await push_realtime(loop, question, silence=1.0)
-                await session.wait_for(AgentSpeechEnded, last_voiced, timeout=180)
-                await anyio.sleep(0.3)
+                if not await turn_done(session, hooks, last_voiced):
+                    continue
                 stt_end = [
                     e for t, e in hooks.events if isinstance(e, STTEndEvent) and t >= last_voiced
                 ]
