@@ -143,18 +143,15 @@ class TimedTTS:
         self.inner = inner
         self.sample_rate = inner.sample_rate
         self.name = inner.name
-        self.calls: list[tuple[float, float | None, str]] = []  # (called, first chunk, text)
+        self.calls: list[list[Any]] = []  # [called, first chunk or None, text], in call order
 
     async def synthesize(self, text: str) -> AsyncIterator[bytes]:
-        called = time.monotonic()
-        first: float | None = None
-        try:
-            async for chunk in self.inner.synthesize(text):
-                if first is None:
-                    first = time.monotonic()
-                yield chunk
-        finally:
-            self.calls.append((called, first, text))
+        call: list[Any] = [time.monotonic(), None, text]
+        self.calls.append(call)
+        async for chunk in self.inner.synthesize(text):
+            if call[1] is None:
+                call[1] = time.monotonic()
+            yield chunk
 
 
 class TimeHooks(Hooks):
@@ -260,17 +257,21 @@ async def push_realtime(loop: VoiceLoop, speech: AudioFrame, silence: float) -> 
 
 async def turn_done(session: Session, hooks: TimeHooks, after: float) -> bool:
     """Wait until the turn answering what was said after `after` has ended and its speech has
-    played out; False when no turn came (nothing was heard)."""
+    played out (the turn ends when the model's stream does; synthesis and playout go on);
+    False when no turn came (nothing was heard)."""
     with anyio.fail_after(60):
         while (heard := session.first(Transcript, after)) is None:
             await anyio.sleep(0.01)
     if not next(e.text for t, e in session.events if t == heard and isinstance(e, Transcript)):
         return False
-    with anyio.fail_after(180):
-        while not any(isinstance(e, TurnEndEvent) and t >= after for t, e in hooks.events):
+    with anyio.fail_after(300):
+        while not (
+            ends := [e for t, e in hooks.events if isinstance(e, TurnEndEvent) and t >= after]
+        ):
             await anyio.sleep(0.01)
-        if session.first(AgentSpeechStarted, after) is not None:
-            await session.wait_for(AgentSpeechEnded, after, timeout=180)
+    if any(c.isalnum() for c in ends[0].text):  # something to say: wait until it was played
+        with anyio.move_on_after(300):
+            await session.wait_for(AgentSpeechEnded, after, timeout=300)
     return True
 
 
