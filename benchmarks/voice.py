@@ -48,7 +48,7 @@ import statistics
 import subprocess
 import time
 import wave
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from io import BytesIO
 from pathlib import Path
@@ -124,12 +124,12 @@ class TimedSTT:
 
             inner._infer = timed_infer
 
-    async def transcribe(self, pcm: bytes) -> str:
+    async def transcribe(self, pcm: bytes, *, hints: Sequence[str] = ()) -> str:
         call: dict[str, float] = {"called": time.monotonic(), "audio": len(pcm) / 2 / 16000}
         self.calls.append(call)
         seen = len(self._inference)
         try:
-            return str(await self.inner.transcribe(pcm))
+            return str(await self.inner.transcribe(pcm, hints=hints))
         finally:
             call["returned"] = time.monotonic()
             if len(self._inference) > seen:
