@@ -43,10 +43,10 @@ cache keeps the prefix) but that must not call one (after tool results, tool_cho
 def tool_call_grammar(
     tools: Sequence[str] | Sequence[ToolDefinition], *, allow_prose: bool = True
 ) -> str:
-    """One call to an offered tool, `{"name": "<wire name>", "arguments": {...}}`, or (with
-    `allow_prose`) plain prose. Arguments are any JSON object: the executor validates them
-    against the tool's schema and answers a bad one with `invalid_arguments` the model can
-    correct.
+    """One call to an offered tool, `{"name": "<wire name>", "arguments": {...}}` (bare or in
+    `<tool_call>` tags), or (with `allow_prose`) plain prose. Arguments are any JSON object:
+    the executor validates them against the tool's schema and answers a bad one with
+    `invalid_arguments` the model can correct.
 
     Args:
         tools: The tools the call may name (or their wire names, what the prompt shows).
@@ -62,8 +62,10 @@ def tool_call_grammar(
     return "\n".join(
         [
             "root ::= call | prose" if allow_prose else "root ::= call",
-            'call ::= "{" ws "\\"name\\"" ws ":" ws name ws "," ws "\\"arguments\\"" ws ":" ws '
-            'object ws "}"',
+            # Bare, or in the `<tool_call>` tags Qwen's template teaches: the model's own form.
+            'call ::= object-call | "<tool_call>" ws object-call ws "</tool_call>"',
+            'object-call ::= "{" ws "\\"name\\"" ws ":" ws name ws "," ws "\\"arguments\\"" '
+            'ws ":" ws object ws "}"',
             f"name ::= {alternatives}",
             _PROSE,
             _JSON,
