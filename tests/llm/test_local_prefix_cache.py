@@ -69,5 +69,5 @@ async def test_the_answer_after_a_tool_result_reuses_the_cached_prompt(
         assert follow_up.cached_input_tokens >= (call.input_tokens or 0) - 16
         assert follow_up.input_tokens - follow_up.cached_input_tokens < 120
     else:
-        # The prompt changed (no tools): processed again from its first tokens.
-        assert follow_up.cached_input_tokens < 16
+        # The prompt changed where the tools section began: that part is processed again.
+        assert follow_up.cached_input_tokens < (call.input_tokens or 0) - 100
