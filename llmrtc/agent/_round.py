@@ -201,6 +201,7 @@ class ModelRound:
                     stop_reason=done.stop_reason,
                     input_tokens=done.usage.input_tokens,
                     output_tokens=done.usage.output_tokens,
+                    cached_input_tokens=done.usage.cached_input_tokens,
                     duration_s=time.perf_counter() - started,
                     output_text="".join(text),
                     error_type=error_type,

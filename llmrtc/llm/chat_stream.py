@@ -76,7 +76,7 @@ async def stream_events(
                 break
             model = chunk.model or model
             if chunk.usage is not None:
-                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                usage = _usage(chunk.usage)
             for choice in chunk.choices:
                 delta = choice.delta
                 if delta is not None and delta.content:
@@ -114,3 +114,10 @@ async def stream_events(
     if emitted_calls and stop == "stop":
         stop = "tool_calls"  # servers differ; a response that called tools ended for them
     yield LLMDone(stop, usage, model)
+
+
+def _usage(reported: Any) -> Usage:
+    """The chunk's `usage`, with the cached prompt tokens where the server says them."""
+    details = getattr(reported, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0, cached or 0)

@@ -69,6 +69,13 @@ class CompatProfile:
     omit_tools_after_tool_results: bool = False
     """Send no tools with a request whose last message is a tool result (small models then
     answer from the result instead of calling again; calls still written are parsed)."""
+    grammar: bool = False
+    """The server constrains decoding to a GBNF `grammar` request field (llama.cpp does). In
+    the `text` tool-call format every request with tools then sends one: a call to an offered
+    tool or plain prose, decided in the first token (`llmrtc.llm.grammar`); and a request
+    that must not call (after tool results with `omit_tools_after_tool_results`, tool_choice
+    "none") keeps the tools in its prompt, so the prompt stays byte-identical and the
+    server's prefix cache keeps hitting, with a grammar that allows prose only."""
     response_format: bool = True
     """The server honours `response_format: {"type": "json_schema", ...}` (OpenAI and
     llama.cpp do, llama.cpp by constraining decoding to the schema): requests with a

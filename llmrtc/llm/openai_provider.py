@@ -293,11 +293,19 @@ class OpenAIProvider:
     ) -> dict[str, Any]:
         """The keyword arguments of `chat.completions.create` for `request`."""
         sent = self._sends_tools(request) and not withhold_tools
+        grammar = None
+        if self.compat.grammar and request.tools and not withhold_tools:
+            # Tools that may not be called now (after tool results, tool_choice "none") stay
+            # in the prompt, with a grammar that allows prose only: the prompt is the same
+            # bytes as the request that called, so the server reuses its cached prefix.
+            grammar = self.call_format.grammar(request, calls=sent)
         params: dict[str, Any] = {
             "model": request.settings.model or self.model,
-            "messages": self._messages(request, sent=sent),
+            "messages": self._messages(request, sent=sent or grammar is not None),
             "stream": True,
         }
+        if grammar is not None:
+            params["extra_body"] = {"grammar": grammar}
         if prefill:
             # A trailing assistant message: llama.cpp (and others) continue it, so an answer
             # cut by a server error resumes where the user's copy of it stops.
@@ -315,6 +323,8 @@ class OpenAIProvider:
         return params
 
     def _messages(self, request: LLMRequest, *, sent: bool) -> list[Any]:
+        """The messages of `request`, its system prompt extended with the format's tools
+        section (`sent`: the tools are in the prompt) or the plain-answer hint."""
         compat = self.compat
         extra: list[str] = []
         if sent:

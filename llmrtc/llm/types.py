@@ -79,11 +79,22 @@ class Usage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of `input_tokens`, those the server took from its prompt cache instead of processing
+    them again (`usage.prompt_tokens_details.cached_tokens`, as OpenAI and llama.cpp report
+    it): a warm prefix shows here."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
         )
+
+    @property
+    def processed_input_tokens(self) -> int:
+        """Input tokens the server had to process (not taken from its prompt cache)."""
+        return self.input_tokens - self.cached_input_tokens
 
     @property
     def total_tokens(self) -> int:

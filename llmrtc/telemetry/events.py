@@ -272,6 +272,8 @@ class LLMEndEvent:
     stop_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    """Of `input_tokens`, those the server took from its prompt cache (not processed again)."""
     duration_s: float = 0.0
     output_text: str = ""
     """Content: record only with consent."""

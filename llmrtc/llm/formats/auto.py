@@ -39,3 +39,7 @@ class AutoFormat:
     def reader(self, request: LLMRequest, *, tools_sent: bool) -> TextToolCallParser:
         """Text with calls in it (structured calls come as tool-call deltas besides)."""
         return text_call_parser(request)
+
+    def grammar(self, request: LLMRequest, *, calls: bool) -> str | None:
+        """As `native`: none."""
+        return None

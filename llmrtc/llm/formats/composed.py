@@ -179,6 +179,10 @@ class ComposedFormat:
             return parser
         return ComposedAnswerParser(request.tools, request.routable_names, parser)
 
+    def grammar(self, request: LLMRequest, *, calls: bool) -> str | None:
+        """None: the answer's schema (`response_format`) constrains it already."""
+        return None
+
     def _allow_both(self, tools: Sequence[ToolDefinition]) -> bool:
         """Whether a request is sent in seed 002's shape: when asked for and no offered tool
         has a parameter named `_tool` (where that shape's flattened calls name their tool). A

@@ -60,3 +60,8 @@ class NativeFormat:
     def reader(self, request: LLMRequest, *, tools_sent: bool) -> PlainTextReader:
         """Content is text: a native model's calls come structured."""
         return PlainTextReader()
+
+    def grammar(self, request: LLMRequest, *, calls: bool) -> str | None:
+        """None: the server parses calls from the `tools` field (llama.cpp refuses a grammar
+        beside tools)."""
+        return None

@@ -78,3 +78,9 @@ class CallFormat(Protocol):
         """A reader for one answer to `request` (`tools_sent`: this attempt offered its tools;
         False after a retry without them, or when none were offered)."""
         ...
+
+    def grammar(self, request: LLMRequest, *, calls: bool) -> str | None:
+        """The GBNF grammar to constrain an answer to `request` with, on a server that honours
+        one (`CompatProfile.grammar`), or None for none. `calls`: the answer may call the
+        request's tools; False: its tools are in the prompt but the answer must be prose."""
+        ...

@@ -9,6 +9,7 @@ from typing import Any
 
 from llmrtc.llm.compat import CompatProfile
 from llmrtc.llm.formats.strategy import ToolCallFormat
+from llmrtc.llm.grammar import PROSE_GRAMMAR, tool_call_grammar
 from llmrtc.llm.text_tools import TextToolCallParser
 from llmrtc.llm.types import LLMRequest
 from llmrtc.llm.wire import render_tool_prompt
@@ -57,3 +58,13 @@ class TextFormat:
     def reader(self, request: LLMRequest, *, tools_sent: bool) -> TextToolCallParser:
         """Text with calls in it."""
         return text_call_parser(request)
+
+    def grammar(self, request: LLMRequest, *, calls: bool) -> str | None:
+        """A call to an offered tool or prose (a forcing tool_choice: the call only, to the
+        forced tool); prose only when the answer must not call (`calls` False)."""
+        if not calls:
+            return PROSE_GRAMMAR
+        choice = request.tool_choice
+        if isinstance(choice, Mapping):
+            return tool_call_grammar([to_wire_name(choice["name"])], allow_prose=False)
+        return tool_call_grammar(request.tools, allow_prose=choice != "required")

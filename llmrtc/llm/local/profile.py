@@ -86,7 +86,12 @@ LLAMA_CPP_PROFILE: Final = CompatProfile(
 )
 """llama.cpp serving a small Qwen model: the tool hint, Qwen's own tools section, one retry
 without tools on a server error (continuing text already streamed by prefill, which llama.cpp
-supports), and no tools after tool results (these models repeat a call otherwise)."""
+supports), and no tools after tool results (these models repeat a call otherwise).
+
+`grammar` (a call or prose, and the same prompt after tool results) is not on yet: measured
+once with `benchmarks/tool_use.py --limit 12` (1.5B, load 6-10 on 2 cores, one run), the text
+format was 9/12 right without it and 10/12 with it (JSON shown 1 vs 0; prompt tokens processed
+by the answer after a tool result, median 79 vs 65); too small a set to change the default."""
 
 LOCAL_RETRY: Final = RetryPolicy(max_retries=1, base_delay=0.05, retry_status_errors=False)
 """The local server's HTTP errors are deterministic at temperature 0 (a retry only adds
