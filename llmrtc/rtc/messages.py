@@ -22,6 +22,7 @@ __all__ = [
     "AgentSpeechStartedMessage",
     "AnswerMessage",
     "AssistantTextMessage",
+    "BargeInMessage",
     "ClientMessage",
     "EndMessage",
     "ErrorCode",
@@ -323,6 +324,16 @@ class AgentSpeechEndedMessage(_Message):
     """What was played before it stopped, to the word."""
 
 
+class BargeInMessage(_Message):
+    """Server: the reply was cut by the user (protocol 1's first word for it, still sent right
+    after each `interruption` of kind `barge_in`; a client that knows `interruption` may ignore
+    it)."""
+
+    type: Literal["barge_in"] = "barge_in"
+    heard_text: str = ""
+    """What the user had heard of the reply."""
+
+
 class InterruptionMessage(_Message):
     """Server: the user spoke or typed over the agent (or sent `interrupt`), and what came of
     it: `kind` `barge_in` (the reply was cut; its `agent_speech_ended` follows), `false` (no
@@ -374,6 +385,7 @@ ServerMessage: TypeAlias = Annotated[
     | AgentSpeechStartedMessage
     | AgentSpeechEndedMessage
     | InterruptionMessage
+    | BargeInMessage
     | TurnCompletedMessage
     | ErrorMessage
     | PongMessage,

@@ -49,7 +49,9 @@ from llmrtc.rtc.peer import accept_offer, create_peer, remote_audio_track
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
     AnswerMessage,
+    BargeInMessage,
     ErrorCode,
+    InterruptionMessage,
     SessionMessage,
     error_message,
     to_wire,
@@ -411,6 +413,10 @@ class Session:
             message = wire_event(event)
             if message is not None:
                 self.outbox.put(message)
+            if isinstance(message, InterruptionMessage) and message.kind == "barge_in":
+                # Protocol 1 promised `barge_in` for a cut reply; within a version messages are
+                # only added, so it still follows the `interruption` that now says more.
+                self.outbox.put(BargeInMessage(heard_text=message.heard_text))
 
     async def _pump_audio(self, pc: RTCPeerConnection, loop: VoiceLoop) -> None:
         track = remote_audio_track(pc)

@@ -58,6 +58,9 @@ async def test_the_user_speaking_over_the_agent_cuts_its_reply() -> None:
         assert done["stop_reason"] == "stop"
         kinds = [event["type"] for event in client.events]
         assert kinds.index("interruption") < kinds.index("agent_speech_ended")
+        # Protocol 1's `barge_in` still follows, with the same words (a version only adds).
+        old = client.events[kinds.index("interruption") + 1]
+        assert old == {"type": "barge_in", "heard_text": barge["heard_text"]}
 
 
 async def test_interrupt_cuts_a_reply_and_the_next_turn_goes_on() -> None:
