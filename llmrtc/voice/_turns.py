@@ -22,7 +22,7 @@ import re
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -114,12 +114,27 @@ def _single(error: Exception) -> Exception:
     return error
 
 
-def _takes_turn_id(method: Callable[..., Any]) -> bool:
+def _accepts(method: Callable[..., Any], keyword: str) -> bool:
+    """Whether `method` takes `keyword` (by name or through `**kwargs`): handlers and engines
+    written before a keyword was added keep working without it."""
     try:
         parameters = inspect.signature(method).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "turn_id" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _clean_hints(hints: object) -> tuple[str, ...]:
+    """`speech_hints()`'s answer as a tuple of non-empty strings: a bare string is one hint,
+    anything else that is not a string is dropped (logged), so a handler's mistake costs the
+    hints, never the turn."""
+    if isinstance(hints, str):
+        hints = (hints,)
+    if not isinstance(hints, Iterable):
+        logger.warning("speech_hints() returned %s, not strings; no hints", type(hints).__name__)
+        return ()
+    kept = tuple(hint.strip() for hint in hints if isinstance(hint, str) and hint.strip())
+    return kept
 
 
 class TurnWorker:
@@ -143,8 +158,10 @@ class TurnWorker:
         self._input_rate = input_rate
         self._in_speech = in_speech
         self._report = report
-        self._turn_id_ok = _takes_turn_id(handler.run_turn)
-        self._timeout_turn_id_ok = _takes_turn_id(handler.run_timeout_turn)
+        self._turn_id_ok = _accepts(handler.run_turn, "turn_id")
+        self._timeout_turn_id_ok = _accepts(handler.run_timeout_turn, "turn_id")
+        # An engine written before `hints` existed (`transcribe(self, pcm)`) is never given them.
+        self._hints_ok = _accepts(stt.transcribe, "hints")
         self._items: deque[Utterance | Typed] = deque()
         self._wakeup: anyio.Event | None = None
         self._group: anyio.abc.TaskGroup | None = None
@@ -271,9 +288,9 @@ class TurnWorker:
         # method fails, gives no hints; an engine gets `hints=` only when there are some.
         hints: tuple[str, ...] = ()
         speech_hints = getattr(self._handler, "speech_hints", None)
-        if callable(speech_hints):
+        if self._hints_ok and callable(speech_hints):
             try:
-                hints = tuple(speech_hints())
+                hints = _clean_hints(speech_hints())
             except Exception:
                 logger.exception("turn %s: speech_hints() failed; no hints", item.turn_id)
         started = time.perf_counter()

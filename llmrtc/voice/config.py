@@ -115,7 +115,13 @@ class VoiceConfig:
                 'completion_probability), "speech" (the speech stack\'s) or None (a fixed '
                 f"silence), got {detector!r}"
             )
-        if detector is not None and self.end_of_speech_silence <= self.min_end_silence:
+        # Checked for a detector given here; the default "speech" may resolve to none, so a
+        # short fixed silence stays valid with it (resolve_turn_detector falls back, logged).
+        if (
+            detector is not None
+            and detector != "speech"
+            and self.end_of_speech_silence <= self.min_end_silence
+        ):
             # The fixed silence is the detector's deadline: it would never get to answer.
             raise ValueError(
                 "VoiceConfig.end_of_speech_silence must be longer than min_end_silence while a "

@@ -106,7 +106,18 @@ def resolve_turn_detector(config: VoiceConfig, vad: VAD) -> TurnDetector | None:
                 _smart_turn_hint(),
                 config.end_of_speech_silence,
             )
-        return shared.speech.turn_detector
+        detector = shared.speech.turn_detector
+        if detector is not None and config.end_of_speech_silence <= config.min_end_silence:
+            # The fixed silence is the detector's deadline: it could never answer in time.
+            _note_once(
+                "short",
+                "VoiceConfig.end_of_speech_silence (%.2f s) is not longer than min_end_silence "
+                "(%.2f s): turns end after the fixed silence, without the turn detector",
+                config.end_of_speech_silence,
+                config.min_end_silence,
+            )
+            return None
+        return detector
     _note_once(
         "custom",
         "VoiceConfig.turn_detector='speech': the loop's VAD (%s) is not open_default_speech()'s, "
@@ -143,7 +154,16 @@ def _load_turn_detector() -> TurnDetector | None:
             INSTALL_HINT,
         )
         return None
-    return SmartTurnDetector.load()
+    try:
+        return SmartTurnDetector.load()
+    except Exception as exc:  # another pipecat-ai version, a damaged file, onnxruntime trouble
+        _LOG.warning(
+            "Smart Turn (the end-of-turn model) cannot be loaded (%s): turns end after a fixed "
+            "silence; install its file with: %s",
+            exc,
+            INSTALL_HINT,
+        )
+        return None
 
 
 def _mode() -> SpeechMode:

@@ -199,7 +199,7 @@ def test_without_a_detector_the_fixed_silence_ends_the_turn() -> None:
         ({"min_end_silence": 0}, "min_end_silence"),
         ({"min_end_silence": 1.0, "max_end_silence": 0.5}, "min_end_silence <= max_end_silence"),
         ({"max_end_silence": float("inf")}, "max_end_silence"),
-        ({"end_of_speech_silence": 0.2}, "longer than min_end_silence"),
+        ({"end_of_speech_silence": 0.2, "turn_detector": FakeDetector()}, "longer than min_end"),
         ({"turn_detector": "smart_turn"}, "turn_detector"),
         ({"turn_detector": object()}, "turn_detector"),
     ],
@@ -256,3 +256,29 @@ async def test_a_voice_loop_ends_a_complete_turn_by_the_detector() -> None:
     assert any(isinstance(e, UserSpeechEnded) for e in seen)
     assert silent_frames < 25  # 0.5 s of 20 ms frames: it ended before the fixed silence
     assert detector.asked
+
+
+def test_a_short_fixed_silence_stays_valid_with_the_default_detector_setting() -> None:
+    # Valid before turn detectors existed: the default "speech" may resolve to no detector, so
+    # only a detector given explicitly makes a short end_of_speech_silence an error.
+    assert VoiceConfig(end_of_speech_silence=0.2).end_of_speech_silence == 0.2
+    assert resolve_turn_detector(VoiceConfig(end_of_speech_silence=0.15), FakeVAD()) is None
+
+
+def test_a_smart_turn_that_cannot_load_leaves_speech_working(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another pipecat-ai version (its file is not the one we verify), a damaged file: the
+    # speech stack opens without a detector, it never fails for it.
+    import llmrtc.packaged_models as packaged_models
+    import llmrtc.voice.speech as speech
+    from llmrtc.voice.providers import smart_turn
+
+    def wrong_version() -> None:
+        raise smart_turn.VoiceModelError("pipecat-ai 1.15.0 is installed; 1.14.0 is needed")
+
+    monkeypatch.setattr(packaged_models, "missing_distributions", lambda names: [])
+    monkeypatch.setattr(smart_turn.SmartTurnDetector, "load", staticmethod(wrong_version))
+    with caplog.at_level(logging.WARNING, logger="llmrtc.voice.speech"):
+        assert speech._load_turn_detector() is None
+    assert "cannot be loaded" in caplog.text and "1.14.0 is needed" in caplog.text

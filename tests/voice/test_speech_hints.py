@@ -177,3 +177,39 @@ async def test_openai_stt_sends_hints_as_the_prompt() -> None:
     first, second = server.transcription_requests
     assert first.fields["prompt"] == "weather, Oslo."
     assert "prompt" not in second.fields
+
+
+async def test_an_engine_without_hints_works_when_the_handler_has_some() -> None:
+    # A user's STT written before hints existed (`transcribe(self, pcm)`) with a handler that
+    # has tools (so hints): it is never given `hints=`, and the turn is answered.
+    playbook = load_playbook(WEATHER)
+    llm = ScriptedLLM(["It is sunny."])
+    orchestrator = PlaybookOrchestrator(playbook, llm, load_playbook_tools(playbook))
+    assert orchestrator.speech_hints()
+    tts = FakeTTS()
+    old = OldSTT(tts=tts)
+    await spoken_turn(orchestrator, old, tts)
+    assert old.hints == [()]
+    assert len(llm.requests) == 1  # the utterance was heard and answered, not apologised for
+
+
+class OddHints(TurnRunner):
+    def __init__(self, hints: Any) -> None:
+        super().__init__(ScriptedLLM(["Hi."]), ToolExecutor(ToolRegistry()), system_prompt="x")
+        self._odd = hints
+
+    def speech_hints(self) -> Any:
+        return self._odd
+
+
+@pytest.mark.parametrize(
+    ("given", "passed"),
+    [("weather", ("weather",)), (["Oslo", 3, "", None, " Lima "], ("Oslo", "Lima")), (42, ())],
+)
+async def test_odd_hints_are_cleaned_never_a_failed_turn(
+    given: Any, passed: tuple[str, ...]
+) -> None:
+    tts = FakeTTS()
+    stt = FakeSTT(tts=tts)
+    await spoken_turn(OddHints(given), stt, tts)
+    assert stt.hints == [passed]
