@@ -76,9 +76,13 @@ _ANNOTATION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
+_SPELLINGS = {"ok": ("okay",), "mhm": ("mm", "hmm"), "mhmm": ("mm", "hmm"), "mmhm": ("mm", "hmm")}
+"""One spelling for words STT engines write several ways (Whisper writes "Mhm." for mm-hmm)."""
+
+
 def _tokens(text: str) -> list[str]:
     words = _TOKEN.findall(_ANNOTATION.sub(" ", text.lower().replace("-", " ")))
-    return ["okay" if word == "ok" else word for word in words]
+    return [part for word in words for part in _SPELLINGS.get(word, (word,))]
 
 
 def hearing(text: str, backchannels: tuple[str, ...]) -> Hearing:

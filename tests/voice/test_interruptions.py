@@ -461,6 +461,8 @@ async def test_typed_text_during_a_tool_call_cancels_it_and_is_answered() -> Non
         ("Uh-huh.", "backchannel"),
         ("Uh huh", "backchannel"),
         ("Mm-hmm.", "backchannel"),
+        ("Mhm.", "backchannel"),  # how Whisper often writes mm-hmm
+        ("Mmhm", "backchannel"),
         ("OK.", "backchannel"),
         ("Yeah, yeah.", "backchannel"),
         ("Okay, right.", "backchannel"),
