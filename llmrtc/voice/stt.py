@@ -26,8 +26,10 @@ class STT(Protocol):
 
     Hints: the voice loop passes what the conversation expects to hear (the current stage's
     tool words, enum values, examples and keywords: `HintingHandler.speech_hints()`) as
-    `hints`. An engine that can bias its decoding with them does (Whisper's prompt, OpenAI's
-    `prompt` parameter); one that cannot ignores them. Hints never add words the audio lacks.
+    `hints`. An engine that can bias its decoding with them does (OpenAI's `prompt`
+    parameter); one that cannot, or where they measured no better (`WhisperSTT`: Whisper base's
+    prompt raised WER), ignores them. Hints never add words the audio lacks. An engine whose
+    `transcribe` has no `hints` parameter still works: the loop then never passes them.
 
     Example:
         text = await stt.transcribe(pcm16k, hints=["weather", "Celsius", "Tokyo"])
