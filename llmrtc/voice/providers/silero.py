@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from llmrtc.packaged_models import PackageNotInstalledError, distribution_files
+from llmrtc.voice.providers._onnx import open_session
 from llmrtc.voice.providers._whisper_model import INSTALL_HINT, VoiceModelError
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class SileroVAD:
         """
         with cls._lock:
             if cls._shared is None:
-                cls._shared = cls(_open_session(_model_path()))
+                cls._shared = cls(open_session(_model_path(), "Silero VAD"))
             return cls._shared
 
     @property
@@ -143,26 +144,3 @@ class SileroVAD:
     def stream(self) -> SileroVADStream:
         """A fresh detector state for one stream, sharing the loaded model."""
         return SileroVADStream(self._session)
-
-
-def _open_session(path: Path) -> Any:
-    try:
-        import numpy  # noqa: F401  (the streams need it; fail here, not on the first window)
-        import onnxruntime  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise VoiceModelError(
-            f"Silero VAD needs onnxruntime and numpy ({exc.name} is missing); install the voice "
-            f"extra with: {INSTALL_HINT}"
-        ) from None
-    options = onnxruntime.SessionOptions()
-    # One window is ~0.1 ms of work: a thread pool would only add wake-ups and contend with the
-    # STT's threads, and calls from many sessions already run side by side.
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        return onnxruntime.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-    except Exception as exc:  # onnxruntime raises its own, non-public exception classes
-        raise VoiceModelError(f"cannot load the Silero VAD model {path}: {exc}") from exc

@@ -25,6 +25,7 @@ from llmrtc.packaged_models import (
     distribution_files,
     verified_once,
 )
+from llmrtc.voice.providers._onnx import open_session
 from llmrtc.voice.providers._whisper_model import VoiceModelError
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class SmartTurnDetector:
         """
         with cls._lock:
             if cls._shared is None:
-                cls._shared = cls(_open_session(_model_path()))
+                cls._shared = cls(open_session(_model_path(), "Smart Turn"))
             return cls._shared
 
     @property
@@ -165,25 +166,3 @@ class SmartTurnDetector:
         only its last 8 s are judged. Thread-safe."""
         (output,) = self._session.run(None, {"input_features": self._features(pcm)})
         return float(output.reshape(-1)[0])
-
-
-def _open_session(path: Path) -> Any:
-    try:
-        import numpy  # noqa: F401  (the features need it; fail here, not on the first pause)
-        import onnxruntime  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise VoiceModelError(
-            f"Smart Turn needs onnxruntime and numpy ({exc.name} is missing); install the "
-            'voice extra with: pip install "llmrtc[voice]"'
-        ) from None
-    options = onnxruntime.SessionOptions()
-    # One core: a decision is one short burst, and the STT and the LLM need the other core.
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        return onnxruntime.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-    except Exception as exc:  # onnxruntime raises its own, non-public exception classes
-        raise VoiceModelError(f"cannot load the Smart Turn model {path}: {exc}") from exc
