@@ -76,7 +76,20 @@ class CompatProfile:
     that must not call (after tool results with `omit_tools_after_tool_results`, tool_choice
     "none") keeps the tools in its prompt, so the prompt stays byte-identical and the
     server's prefix cache keeps hitting, with a grammar that allows prose only."""
+    route_tools: bool = False
+    """Before answering a user's message with tools offered (`text` format), ask the model
+    in a short request of its own which tool the message needs (`llmrtc.llm.tool_routing`);
+    when it names one, the answer is constrained to a call to it, kept only if its free-text
+    arguments are words the user said. For small models that stop calling tools once their
+    own plain answers fill the history. Needs `grammar`."""
     response_format: bool = True
     """The server honours `response_format: {"type": "json_schema", ...}` (OpenAI and
     llama.cpp do, llama.cpp by constraining decoding to the schema): requests with a
     `response_format` send it. False drops it (the JSON instruction in the prompt remains)."""
+
+    def __post_init__(self) -> None:
+        if self.route_tools and not self.grammar:
+            raise ValueError(
+                f"CompatProfile {self.name!r}: route_tools needs grammar=True (the router's "
+                "answer and the routed call are both constrained by a grammar)"
+            )

@@ -18,12 +18,15 @@ from llmrtc.llm.chat_stream import stream_events
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import connection_errors, describe_failure
 from llmrtc.llm.formats import CallFormat, ToolCallFormat, format_for
-from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
+from llmrtc.llm.grammar import tool_call_grammar
+from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.settings import ModelSettings
+from llmrtc.llm.tool_routing import chosen, grounded, router_grammar, router_messages, routes
 from llmrtc.llm.types import LLMDone, LLMEvent, LLMRequest, LLMResponse, LLMTextDelta, LLMToolCall
 from llmrtc.llm.wire import message_to_openai
+from llmrtc.tools.definition import ToolDefinition
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -176,7 +179,8 @@ class OpenAIProvider:
         self, request: LLMRequest, *, abort_signal: AbortSignal | None = None
     ) -> AsyncIterator[LLMEvent]:
         """Stream the answer: text deltas, complete tool calls, then one `LLMDone`."""
-        params = self._params(request)
+        forced = await self._route(request, abort_signal)
+        params = self._params(request, force=forced)
         attempt = 0
         dropped_tools = False
         said: list[str] = []  # text already yielded: never yielded twice
@@ -202,6 +206,27 @@ class OpenAIProvider:
                 )
                 events = stream_events(response, request, abort_signal, reader)
                 async with aclosing(events) as stream:
+                    if forced is not None:
+                        # A routed call: held until its arguments are checked against what
+                        # the user said; a made-up one is dropped and the model answers freely.
+                        held = [event async for event in stream]
+                        call = next((e.call for e in held if isinstance(e, LLMToolCall)), None)
+                        done = held[-1] if held and isinstance(held[-1], LLMDone) else None
+                        keep = call is not None and grounded(call, forced, request)
+                        if not keep and not (done is not None and done.stop_reason == "aborted"):
+                            logger.info(
+                                "routed call to %s not grounded in what the user said (%s); "
+                                "answering without routing",
+                                forced.name,
+                                call.arguments if call is not None else "no call",
+                            )
+                            forced = None
+                            params = self._params(request)
+                            continue
+                        for event in held:
+                            called = called or isinstance(event, LLMToolCall)
+                            yield event
+                        return
                     async for event in stream:
                         if isinstance(event, LLMTextDelta):
                             said.append(event.text)
@@ -210,6 +235,7 @@ class OpenAIProvider:
                         yield event
                 return
             except self._retry_errors as exc:
+                forced = None  # whatever comes next answers freely
                 status = getattr(exc, "status_code", None)
                 # An error event inside the stream (no status, not a connection failure) is how
                 # llama.cpp reports output it could not parse once streaming has begun.
@@ -248,6 +274,45 @@ class OpenAIProvider:
                 if scope.cancelled_caught:
                     yield LLMDone("aborted")
                     return
+
+    async def _route(
+        self, request: LLMRequest, abort_signal: AbortSignal | None
+    ) -> ToolDefinition | None:
+        """The tool `compat.route_tools` says the user's message needs, or None (no routing
+        here, the router said none, failed or was aborted: the model then decides alone)."""
+        if not (self.compat.route_tools and self.call_format.name == "text"):
+            return None
+        if not self._sends_tools(request):
+            return None
+        tools = routes(request)
+        if not tools:
+            return None
+        last = request.messages[-1]
+        assert isinstance(last, UserMessage)  # routes() answers only a user's message
+        answer = ""
+        try:
+            with abort_scope(abort_signal) as scope:
+                params: dict[str, Any] = {
+                    "model": request.settings.model or self.model,
+                    "messages": router_messages(tools, last.content),
+                    "max_tokens": 24,
+                    "temperature": 0.0,
+                    "stream": True,
+                    "extra_body": {"grammar": router_grammar(tools)},
+                }
+                response = await self.client.chat.completions.create(**params)
+                async with response:
+                    async for chunk in response:
+                        for choice in chunk.choices:
+                            answer += choice.delta.content or ""
+        except self._retry_errors as exc:
+            logger.info("tool router failed (%s); the model decides alone", exc)
+            return None
+        if scope.cancelled_caught:
+            return None  # the answer's request sees the abort at once
+        tool = chosen(tools, answer)
+        logger.debug("tool router: %r -> %s", last.content, tool.name if tool else "none")
+        return tool
 
     def _error(self, exc: BaseException, *, retryable: bool) -> LLMError:
         status = getattr(exc, "status_code", None)
@@ -289,12 +354,26 @@ class OpenAIProvider:
         return not (omit and after_results)
 
     def _params(
-        self, request: LLMRequest, *, withhold_tools: bool = False, prefill: str = ""
+        self,
+        request: LLMRequest,
+        *,
+        withhold_tools: bool = False,
+        prefill: str = "",
+        force: ToolDefinition | None = None,
     ) -> dict[str, Any]:
-        """The keyword arguments of `chat.completions.create` for `request`."""
+        """The keyword arguments of `chat.completions.create` for `request` (`force`: the
+        answer is a call to that tool, the router's choice)."""
         sent = self._sends_tools(request) and not withhold_tools
         grammar = None
-        if self.compat.grammar and request.tools and not withhold_tools:
+        if force is not None:
+            grammar = tool_call_grammar([force], allow_prose=False)
+        elif (
+            self.compat.grammar
+            and request.tools
+            and not withhold_tools
+            # A response_format constrains decoding itself: one constraint per request.
+            and not (request.response_format is not None and self.compat.response_format)
+        ):
             # Tools that may not be called now (after tool results, tool_choice "none") stay
             # in the prompt, with a grammar that allows prose only: the prompt is the same
             # bytes as the request that called, so the server reuses its cached prefix.

@@ -3,6 +3,7 @@ written as text to hidden real tools are auto-routed, and the discovery chain ke
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -82,7 +83,9 @@ async def test_the_local_profile_keeps_tools_through_the_discovery_chain() -> No
         text_reply(json.dumps(execute), pieces=1),
         text_reply("It says hello."),
     ]
-    hooks, server = await _run(replies, compat=LLAMA_CPP_PROFILE)
+    # Without the grammar, which keeps the tools in every prompt (tests/llm/test_grammar.py).
+    free = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=False, route_tools=False)
+    hooks, server = await _run(replies, compat=free)
     assert [e.tool_name for e in hooks.of(ToolEndEvent)] == ["search_tools", "files.read"]
     prompts = [r.body["messages"][0]["content"] for r in server.requests]
     # Tool instructions: first request, after the search; not after the real tool's result.

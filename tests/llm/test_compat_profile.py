@@ -3,6 +3,7 @@ plain answers without tools, and call-shaped JSON never reaching the user in any
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -30,6 +31,8 @@ WEATHER = ToolDefinition(
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
 MESSAGES = [SystemMessage("You are a weather bot."), UserMessage("Is it raining in Oslo?")]
+UNCONSTRAINED = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=False, route_tools=False)
+"""The local profile on a server without a grammar: what the model writes reaches the parser."""
 
 
 def provider(server: ScriptedOpenAIServer, **options: Any) -> OpenAIProvider:
@@ -96,9 +99,10 @@ async def test_call_shaped_json_naming_no_declared_tool_is_never_text(
 
 
 async def test_tool_choice_none_sends_no_tools_drops_calls_and_asks_for_plain_words() -> None:
+    # Without a grammar (with one, tests/llm/test_grammar.py: the prompt stays, prose only).
     answer = '{"name": "lookupWeather", "arguments": {"city": "Oslo"}}'
     async with ScriptedOpenAIServer([text_reply(answer)]) as server:
-        llm = provider(server, tool_call_format="text", compat=LLAMA_CPP_PROFILE)
+        llm = provider(server, tool_call_format="text", compat=UNCONSTRAINED)
         request = LLMRequest(MESSAGES, tools=[WEATHER], tool_choice="none")
         events = [e async for e in llm.stream(request)]
         body = server.requests[0].body
@@ -109,10 +113,11 @@ async def test_tool_choice_none_sends_no_tools_drops_calls_and_asks_for_plain_wo
 
 
 async def test_the_local_profile_writes_tools_in_qwen_words_after_the_hint() -> None:
-    async with ScriptedOpenAIServer([text_reply("ok")]) as server:
+    # The profile routes first (tests/llm/test_tool_routing.py): the answer is the 2nd request.
+    async with ScriptedOpenAIServer([text_reply("none"), text_reply("ok")]) as server:
         llm = provider(server, tool_call_format="text", compat=LLAMA_CPP_PROFILE)
         [_ async for _ in llm.stream(LLMRequest(MESSAGES, tools=[WEATHER]))]
-        body = server.requests[0].body
+        body = server.requests[1].body
     assert "tools" not in body  # the server never parses a call, so it cannot fail on one
     assert body["messages"][0]["content"] == "\n\n".join(
         ["You are a weather bot.", TOOL_HINT, qwen_tool_prompt([WEATHER])]
@@ -124,8 +129,9 @@ async def test_a_fenced_pretty_printed_call_after_text_runs_as_a_call() -> None:
         "To determine if it is raining in Oslo, here is the call:\n\n```json\n{\n"
         '  "name": "lookupWeather",\n  "arguments": {\n    "city": "Oslo"\n  }\n}\n```'
     )
+    # What a model writes when nothing constrains it (a server without a grammar).
     async with ScriptedOpenAIServer([text_reply(answer, pieces=9)]) as server:
-        llm = provider(server, tool_call_format="text", compat=LLAMA_CPP_PROFILE)
+        llm = provider(server, tool_call_format="text", compat=UNCONSTRAINED)
         events = [e async for e in llm.stream(LLMRequest(MESSAGES, tools=[WEATHER]))]
     (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
     assert (call.name, call.arguments) == ("lookupWeather", {"city": "Oslo"})

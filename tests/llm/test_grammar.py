@@ -43,7 +43,7 @@ ANSWERED = [
     AssistantMessage("", tool_calls=(CALL,)),
     ToolMessage("c1", '{"temperature": 4, "conditions": "rainy"}'),
 ]
-GRAMMAR = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=True)
+GRAMMAR = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=True, route_tools=False)
 
 
 def provider(server: ScriptedOpenAIServer, compat: CompatProfile, **options: Any) -> OpenAIProvider:
@@ -101,7 +101,7 @@ async def test_after_tool_results_the_prompt_is_unchanged_and_only_prose_is_allo
 
 
 async def test_without_the_grammar_the_answer_after_results_is_asked_without_tools() -> None:
-    free = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=False)
+    free = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=False, route_tools=False)
     call, answer = await bodies(
         free, LLMRequest(ASKED, tools=[WEATHER]), LLMRequest(ANSWERED, tools=[WEATHER])
     )
@@ -120,3 +120,18 @@ async def test_a_request_without_tools_gets_no_grammar() -> None:
     # An LLM-backed tool's prompt may ask for JSON: prose-only would forbid it.
     (body,) = await bodies(GRAMMAR, LLMRequest(ASKED))
     assert "grammar" not in body
+
+
+async def test_the_grammar_lets_the_model_call_a_routable_hidden_tool() -> None:
+    # Review finding: a discovery catalog's hidden tools are calls the parser accepts; a
+    # grammar naming only the offered tools made them impossible to write.
+    request = LLMRequest(ASKED, tools=[WEATHER], routable_names=["crm.lookup"])
+    (body,) = await bodies(GRAMMAR, request)
+    assert body["grammar"] == tool_call_grammar(["lookupWeather", "crm__lookup"])
+
+
+async def test_a_request_with_a_response_format_gets_no_grammar_beside_it() -> None:
+    # Review finding: llama.cpp takes one constraint per request; the schema wins.
+    schema = {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}}}
+    (body,) = await bodies(GRAMMAR, LLMRequest(ASKED, tools=[WEATHER], response_format=schema))
+    assert "grammar" not in body and body["response_format"] == schema

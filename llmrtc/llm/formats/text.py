@@ -67,4 +67,8 @@ class TextFormat:
         choice = request.tool_choice
         if isinstance(choice, Mapping):
             return tool_call_grammar([to_wire_name(choice["name"])], allow_prose=False)
-        return tool_call_grammar(request.tools, allow_prose=choice != "required")
+        # Routable names (a discovery catalog's hidden tools) are calls the parser accepts and
+        # the executor runs: the grammar must let the model write them too.
+        names = [t.wire_name for t in request.tools]
+        names += [to_wire_name(n) for n in request.routable_names if to_wire_name(n) not in names]
+        return tool_call_grammar(names, allow_prose=choice != "required")

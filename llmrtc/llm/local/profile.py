@@ -83,6 +83,8 @@ LLAMA_CPP_PROFILE: Final = CompatProfile(
     retry_without_tools=True,
     continue_after_stream_error=True,
     omit_tools_after_tool_results=True,
+    grammar=True,
+    route_tools=True,
 )
 """llama.cpp serving a small Qwen model: the tool hint, Qwen's own tools section, one retry
 without tools on a server error (continuing text already streamed by prefill, which llama.cpp

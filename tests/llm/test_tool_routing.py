@@ -1,0 +1,188 @@
+"""Tool routing (`CompatProfile.route_tools`): a short constrained request asks which tool the
+user's message needs; the answer is then constrained to a call to it, and that call is kept only
+when its free-text arguments are words the user said. Against a real HTTP server
+(`ScriptedOpenAIServer`) through the real `openai` client."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from llmrtc import ToolDefinition
+from llmrtc.llm import (
+    AssistantMessage,
+    CompatProfile,
+    LLMDone,
+    LLMRequest,
+    LLMTextDelta,
+    LLMToolCall,
+    OpenAIProvider,
+    RetryPolicy,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from llmrtc.llm.grammar import tool_call_grammar
+from llmrtc.llm.local import LLAMA_CPP_PROFILE
+from llmrtc.llm.tool_routing import (
+    grounded,
+    recent_user_words,
+    routable_tools,
+    router_grammar,
+)
+from llmrtc.testing import ErrorReply, ScriptedOpenAIServer, text_reply
+from llmrtc.tools import ToolCall
+
+pytestmark = pytest.mark.anyio
+
+WEATHER = ToolDefinition(
+    "lookupWeather",
+    "Look up the current weather for a city.",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "units": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city"],
+    },
+)
+TRANSFER = ToolDefinition(  # nothing the user must say: never routed
+    "goTo",
+    "Move to a stage.",
+    {
+        "type": "object",
+        "properties": {"stage": {"type": "string", "enum": ["a", "b"]}},
+        "required": ["stage"],
+    },
+)
+ROUTED = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=True, route_tools=True)
+OSLO_CALL = '{"name": "lookupWeather", "arguments": {"city": "Oslo"}}'
+
+
+def asked(text: str) -> list[Any]:
+    return [
+        SystemMessage("You are a weather bot."),
+        UserMessage("Hello?"),
+        AssistantMessage("Hello! How can I help?"),
+        UserMessage(text),
+    ]
+
+
+async def run(replies: list[Any], request: LLMRequest) -> tuple[list[Any], list[Any]]:
+    async with ScriptedOpenAIServer(replies) as server:
+        llm = OpenAIProvider(
+            "m",
+            base_url=server.base_url,
+            api_key="test",
+            tool_call_format="text",
+            retry=RetryPolicy(max_retries=0),
+            compat=ROUTED,
+        )
+        events = [event async for event in llm.stream(request)]
+        return events, [r.body for r in server.requests]
+
+
+async def test_a_message_the_router_gives_a_tool_is_answered_with_a_call_to_it() -> None:
+    request = LLMRequest(asked("Is it cold in Oslo?"), tools=[WEATHER, TRANSFER])
+    events, (router, answer) = await run(
+        [text_reply("lookupWeather"), text_reply(OSLO_CALL)], request
+    )
+    (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
+    assert call.name == "lookupWeather" and call.arguments == {"city": "Oslo"}
+    assert not [e for e in events if isinstance(e, LLMTextDelta)]
+    assert isinstance(events[-1], LLMDone)
+    # The router sees the routable tools and the message alone, and answers a name or none.
+    assert router["grammar"] == router_grammar([WEATHER])
+    assert [m["role"] for m in router["messages"]] == ["system", "user"]
+    assert router["messages"][1]["content"] == "Is it cold in Oslo?"
+    assert "lookupWeather" in router["messages"][0]["content"]
+    assert "goTo" not in router["messages"][0]["content"]
+    # The answer is the usual request (same prompt: the prefix cache holds), forced to call.
+    assert answer["grammar"] == tool_call_grammar([WEATHER], allow_prose=False)
+    assert answer["messages"][-1]["content"] == "Is it cold in Oslo?"
+
+
+async def test_none_from_the_router_leaves_the_decision_to_the_model() -> None:
+    request = LLMRequest(asked("What's 2 plus 2?"), tools=[WEATHER])
+    events, (_, answer) = await run([text_reply("none"), text_reply("4")], request)
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "4"
+    assert answer["grammar"] == tool_call_grammar([WEATHER])  # a call or prose
+
+
+async def test_a_routed_call_with_a_made_up_argument_is_dropped_and_the_model_answers() -> None:
+    # "What's the weather?" names no city: the forced call's "London" came from nowhere.
+    request = LLMRequest(asked("What's the weather?"), tools=[WEATHER])
+    london = '{"name": "lookupWeather", "arguments": {"city": "London"}}'
+    events, bodies = await run(
+        [text_reply("lookupWeather"), text_reply(london), text_reply("Which city?")], request
+    )
+    assert not [e for e in events if isinstance(e, LLMToolCall)]
+    assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "Which city?"
+    assert [isinstance(e, LLMDone) for e in events].count(True) == 1
+    assert bodies[2]["grammar"] == tool_call_grammar([WEATHER])
+
+
+async def test_requests_that_are_not_a_users_free_choice_are_not_routed() -> None:
+    after_results = [
+        *asked("Is it cold in Oslo?"),
+        AssistantMessage("", tool_calls=(ToolCall("c1", "lookupWeather", {"city": "Oslo"}),)),
+        ToolMessage("c1", '{"temperature": 4}'),
+    ]
+    for request in (
+        LLMRequest(after_results, tools=[WEATHER]),
+        LLMRequest(asked("Oslo?"), tools=[WEATHER], tool_choice="required"),
+        LLMRequest(asked("Oslo?"), tools=[TRANSFER]),  # nothing to check a forced call by
+    ):
+        _, bodies = await run([text_reply("It is 4 degrees.")], request)
+        assert len(bodies) == 1
+
+
+async def test_a_router_that_fails_leaves_the_answer_working() -> None:
+    request = LLMRequest(asked("Is it cold in Oslo?"), tools=[WEATHER])
+    events, bodies = await run([ErrorReply(500), text_reply(OSLO_CALL)], request)
+    assert [e.call.name for e in events if isinstance(e, LLMToolCall)] == ["lookupWeather"]
+    assert bodies[1]["grammar"] == tool_call_grammar([WEATHER])
+
+
+def test_routing_needs_a_grammar() -> None:
+    with pytest.raises(ValueError, match="route_tools needs grammar=True"):
+        CompatProfile(route_tools=True)
+
+
+def test_only_tools_with_a_required_free_text_argument_are_routable() -> None:
+    assert routable_tools([WEATHER, TRANSFER]) == [WEATHER]
+
+
+@pytest.mark.parametrize(
+    ("said", "city", "expected"),
+    [
+        ("hw abot tokio?", "Tokyo", True),  # a misspelling the tool also matches
+        ("weather in new york please", "New York", True),
+        ("Hi there!", "London", False),
+        ("What's the capital of France?", "Paris", False),
+        ("Is it sunny?", "", False),
+    ],
+)
+def test_a_forced_call_is_grounded_only_in_what_the_user_said(
+    said: str, city: str, expected: bool
+) -> None:
+    request = LLMRequest(asked(said), tools=[WEATHER])
+    call = ToolCall("c1", "lookupWeather", {"city": city})
+    assert grounded(call, WEATHER, request) is expected
+
+
+def test_grounding_reads_the_users_recent_messages_not_the_models() -> None:
+    messages = [
+        SystemMessage("s"),
+        UserMessage("Weather in Oslo?"),
+        AssistantMessage("It is 4 degrees in Oslo. Berlin is warmer."),
+        UserMessage("and tomorrow?"),
+    ]
+    words = recent_user_words(LLMRequest(messages))
+    assert "oslo" in words and "berlin" not in words
+    request = LLMRequest(messages, tools=[WEATHER])
+    assert grounded(ToolCall("c", "lookupWeather", '{"city": "Oslo"}'), WEATHER, request)
+    assert not grounded(ToolCall("c", "lookupWeather", '{"city": '), WEATHER, request)
