@@ -99,13 +99,16 @@ class SentenceSegmenter:
 
     Args:
         first_clause_chars: Speakable characters the first chunk needs before a clause mark
-            may cut it (0: never cut at clauses).
+            may cut it (0: never cut at clauses). The default, 30 (five or six words), cuts
+            the offline model's usual opening "The current temperature in Oslo is 4 degrees
+            Celsius, and ..." at its comma: the first audio starts ~8 tokens (0.4 s at its
+            ~20 tokens/s) sooner, and a clause that long still sounds like a phrase.
 
     Raises:
         ValueError: `first_clause_chars` is negative or not an int.
     """
 
-    def __init__(self, *, first_clause_chars: int = 60) -> None:
+    def __init__(self, *, first_clause_chars: int = 30) -> None:
         """Make a segmenter for one reply (reusable: `flush()` starts the next)."""
         if (
             isinstance(first_clause_chars, bool)

@@ -218,6 +218,11 @@ def test_a_long_first_clause_is_cut_at_a_comma() -> None:
         "it is sunny and warm.",
     ]
     assert len(texts(text, 3, first_clause_chars=0)) == 1
+    # The default cuts the offline model's usual opening at its first clause (30 characters).
+    assert texts("The current temperature in Oslo is 4 degrees Celsius, and it rains.", 3) == [
+        "The current temperature in Oslo is 4 degrees Celsius,",
+        "and it rains.",
+    ]
     with pytest.raises(ValueError, match="first_clause_chars"):
         SentenceSegmenter(first_clause_chars=-1)
 
