@@ -10,6 +10,11 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 UNKNOWN_TOOL = "_unknown"
 """The metric bucket of every tool name the model invented (unbounded: one bucket for all)."""
+CACHE_READ_TOKENS = "cache_read"
+"""The `gen_ai.token.type` of `gen_ai.client.token.usage` for input tokens the server took
+from its prompt cache (the conventions know `input` and `output`; this extends the open enum
+as the span attribute `gen_ai.usage.cache_read.input_tokens` is named). They are part of the
+`input` tokens too: a total of every type counts them twice."""
 
 # Bucket boundaries: the GenAI conventions' advice for operation durations and token counts;
 # tool calls and queue waits are mostly milliseconds, so their scale starts lower.
@@ -73,7 +78,10 @@ class Instruments:
         self.token_usage = meter.create_histogram(
             "gen_ai.client.token.usage",
             unit="{token}",
-            description="Tokens per model request.",
+            description=(
+                "Tokens per model request, by type: input, output, and cache_read (the input "
+                "tokens served from the prompt cache, also counted as input)."
+            ),
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         )
         self.llm_duration = meter.create_histogram(

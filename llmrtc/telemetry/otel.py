@@ -25,7 +25,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from llmrtc.telemetry._otel_content import exception_attributes, messages_json
-from llmrtc.telemetry._otel_instruments import instruments_for
+from llmrtc.telemetry._otel_instruments import CACHE_READ_TOKENS, instruments_for
 from llmrtc.telemetry._otel_tools import ToolSpans
 from llmrtc.telemetry._otel_voice import VoiceSpans, interruption_attributes
 from llmrtc.telemetry.events import (
@@ -243,6 +243,12 @@ class OpenTelemetryHooks(Hooks):
                 span.set_attribute("gen_ai.usage.input_tokens", event.input_tokens)
             if event.output_tokens is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", event.output_tokens)
+            if event.cached_input_tokens is not None:
+                # The GenAI conventions' name: of the input tokens, those served from the
+                # server's prompt cache (a warm prefix), counted within input_tokens too.
+                span.set_attribute(
+                    "gen_ai.usage.cache_read.input_tokens", event.cached_input_tokens
+                )
             if self.capture_content and event.output_text:
                 output = [
                     {
@@ -264,7 +270,11 @@ class OpenTelemetryHooks(Hooks):
         if event.error_type is not None:
             attributes["error.type"] = event.error_type
         self._m.llm_duration.record(event.duration_s, attributes)
-        for kind, tokens in (("input", event.input_tokens), ("output", event.output_tokens)):
+        for kind, tokens in (
+            ("input", event.input_tokens),
+            ("output", event.output_tokens),
+            (CACHE_READ_TOKENS, event.cached_input_tokens),
+        ):
             if tokens is not None:
                 self._m.token_usage.record(tokens, {**attributes, "gen_ai.token.type": kind})
 
