@@ -150,9 +150,20 @@ async def piper_utterances(quick: bool) -> list[Utterance]:
             )
         for index, (head, rest) in enumerate(PAUSED[: 6 if quick else None]):
             whole = await say(f"{head} {rest}")
-            boundary = _quietest(whole, len(await say(head)) / 2 / RATE)
+            # Where the head ends inside the whole sentence: the head said alone is longer
+            # (a sentence's last word is drawn out), the rest said alone too; the mean of the
+            # two estimates falls at the boundary, then the quietest 10 ms around it.
+            seconds = len(whole) / 2 / RATE
+            by_head = len(await say(head)) / 2 / RATE
+            by_rest = seconds - len(await say(rest)) / 2 / RATE
+            boundary = _quietest(whole, (by_head + by_rest) / 2, before=0.2, after=0.2)
             gap = PAUSES[index % len(PAUSES)]
             first, second = _trim(whole[: 2 * boundary]), _trim(whole[2 * boundary :])
+            if min(len(first), len(second)) < 2 * round(0.25 * RATE):
+                # No clean cut found: the halves said apart (the head then sounds finished,
+                # which makes the detector's task harder, never easier).
+                print(f"  ({head!r}: halves synthesised apart)")
+                first, second = await say(head), await say(rest)
             pcm = _silence(LEAD) + first + _silence(gap) + second + _silence(TAIL)
             resume = LEAD + (len(first) / 2 + gap * RATE) / RATE
             out.append(Utterance(f"{head} … {rest}", pcm, len(pcm) / 2 / RATE - TAIL, resume))

@@ -3,6 +3,7 @@ Ollama, llama.cpp servers, LM Studio, the offline default model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -19,12 +20,27 @@ from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import connection_errors, describe_failure
 from llmrtc.llm.formats import CallFormat, ToolCallFormat, format_for
 from llmrtc.llm.grammar import tool_call_grammar
-from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
 from llmrtc.llm.settings import ModelSettings
-from llmrtc.llm.tool_routing import chosen, grounded, router_grammar, router_messages, routes
-from llmrtc.llm.types import LLMDone, LLMEvent, LLMRequest, LLMResponse, LLMTextDelta, LLMToolCall
+from llmrtc.llm.tool_routing import (
+    answered_message,
+    chosen,
+    grounded,
+    router_grammar,
+    router_messages,
+    routes,
+)
+from llmrtc.llm.types import (
+    LLMDone,
+    LLMEvent,
+    LLMRequest,
+    LLMResponse,
+    LLMTextDelta,
+    LLMToolCall,
+    Usage,
+)
 from llmrtc.llm.wire import message_to_openai
 from llmrtc.tools.definition import ToolDefinition
 
@@ -179,7 +195,7 @@ class OpenAIProvider:
         self, request: LLMRequest, *, abort_signal: AbortSignal | None = None
     ) -> AsyncIterator[LLMEvent]:
         """Stream the answer: text deltas, complete tool calls, then one `LLMDone`."""
-        forced = await self._route(request, abort_signal)
+        forced, spent = await self._route(request, abort_signal)
         params = self._params(request, force=forced)
         attempt = 0
         dropped_tools = False
@@ -212,30 +228,39 @@ class OpenAIProvider:
                         held = [event async for event in stream]
                         call = next((e.call for e in held if isinstance(e, LLMToolCall)), None)
                         done = held[-1] if held and isinstance(held[-1], LLMDone) else None
-                        keep = call is not None and grounded(call, forced, request)
-                        if not keep and not (done is not None and done.stop_reason == "aborted"):
+                        if done is not None and done.stop_reason == "aborted":
+                            yield _with_usage(done, spent)  # an unchecked call is no call
+                            return
+                        if call is None or not grounded(call, forced, request):
                             logger.info(
                                 "routed call to %s not grounded in what the user said (%s); "
                                 "answering without routing",
                                 forced.name,
                                 call.arguments if call is not None else "no call",
                             )
+                            spent = spent + (done.usage if done is not None else Usage())
                             forced = None
                             params = self._params(request)
                             continue
                         for event in held:
                             called = called or isinstance(event, LLMToolCall)
-                            yield event
+                            yield _with_usage(event, spent)
                         return
                     async for event in stream:
                         if isinstance(event, LLMTextDelta):
                             said.append(event.text)
                         elif isinstance(event, LLMToolCall):
                             called = True
-                        yield event
+                        yield _with_usage(event, spent)
                 return
             except self._retry_errors as exc:
-                forced = None  # whatever comes next answers freely
+                if forced is not None:
+                    # The routed request failed: answer as without routing (a retry of the
+                    # forced request would skip the check of its call).
+                    logger.info("routed request failed (%s); answering without routing", exc)
+                    forced = None
+                    params = self._params(request)
+                    continue
                 status = getattr(exc, "status_code", None)
                 # An error event inside the stream (no status, not a connection failure) is how
                 # llama.cpp reports output it could not parse once streaming has begun.
@@ -277,42 +302,48 @@ class OpenAIProvider:
 
     async def _route(
         self, request: LLMRequest, abort_signal: AbortSignal | None
-    ) -> ToolDefinition | None:
+    ) -> tuple[ToolDefinition | None, Usage]:
         """The tool `compat.route_tools` says the user's message needs, or None (no routing
-        here, the router said none, failed or was aborted: the model then decides alone)."""
+        here, the router said none, failed or was aborted: the model then decides alone),
+        and the tokens the router's request used."""
         if not (self.compat.route_tools and self.call_format.name == "text"):
-            return None
+            return None, Usage()
         if not self._sends_tools(request):
-            return None
+            return None, Usage()
         tools = routes(request)
-        if not tools:
-            return None
-        last = request.messages[-1]
-        assert isinstance(last, UserMessage)  # routes() answers only a user's message
+        message = answered_message(request)
+        if not tools or message is None:
+            return None, Usage()
         answer = ""
+        usage = Usage()
         try:
             with abort_scope(abort_signal) as scope:
                 params: dict[str, Any] = {
                     "model": request.settings.model or self.model,
-                    "messages": router_messages(tools, last.content),
-                    "max_tokens": 24,
+                    "messages": router_messages(tools, message.content),
+                    # A name is never more tokens than characters.
+                    "max_tokens": max(len(t.wire_name) for t in tools) + 4,
                     "temperature": 0.0,
                     "stream": True,
                     "extra_body": {"grammar": router_grammar(tools)},
                 }
+                if self.stream_usage:
+                    params["stream_options"] = {"include_usage": True}
                 response = await self.client.chat.completions.create(**params)
                 async with response:
                     async for chunk in response:
                         for choice in chunk.choices:
                             answer += choice.delta.content or ""
+                        if chunk.usage is not None:
+                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
         except self._retry_errors as exc:
             logger.info("tool router failed (%s); the model decides alone", exc)
-            return None
+            return None, usage
         if scope.cancelled_caught:
-            return None  # the answer's request sees the abort at once
+            return None, usage  # the answer's request sees the abort at once
         tool = chosen(tools, answer)
-        logger.debug("tool router: %r -> %s", last.content, tool.name if tool else "none")
-        return tool
+        logger.debug("tool router: %r -> %s", message.content, tool.name if tool else "none")
+        return tool, usage
 
     def _error(self, exc: BaseException, *, retryable: bool) -> LLMError:
         status = getattr(exc, "status_code", None)
@@ -427,6 +458,14 @@ class OpenAIProvider:
             else:
                 out.append(message_to_openai(message, text_mode=text_mode))
         return out
+
+
+def _with_usage(event: LLMEvent, spent: Usage) -> LLMEvent:
+    """`event`, its usage including `spent` (the router's request and a dropped routed call)
+    when it is the `LLMDone`: what the answer cost, not only its last request."""
+    if isinstance(event, LLMDone) and spent.total_tokens:
+        return dataclasses.replace(event, usage=event.usage + spent)
+    return event
 
 
 def _mentions_tools(messages: Sequence[Any]) -> bool:

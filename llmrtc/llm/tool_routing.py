@@ -28,17 +28,20 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
+from llmrtc.llm.messages import SystemMessage, UserMessage
 from llmrtc.llm.types import LLMRequest
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.validation import validate_tool_arguments
 
 __all__ = [
     "NO_TOOL",
     "ROUTER_PROMPT",
+    "answered_message",
     "chosen",
     "grounded",
     "recent_user_words",
@@ -90,13 +93,26 @@ def routable_tools(tools: Sequence[ToolDefinition]) -> list[ToolDefinition]:
     return [tool for tool in tools if required_free_text(tool)]
 
 
+def answered_message(request: LLMRequest) -> UserMessage | None:
+    """The user's message `request` answers: its last message, or the last before the system
+    messages that follow it (a playbook's stage change appends one after the user's words,
+    and the new stage answers them). None when the request answers tool results."""
+    for message in reversed(request.messages):
+        if isinstance(message, UserMessage):
+            return message
+        if not isinstance(message, SystemMessage):
+            return None
+    return None
+
+
 def routes(request: LLMRequest) -> list[ToolDefinition]:
     """The tools to route `request` over: none unless the model is free to choose a tool
-    (tool_choice "auto", no response_format) and the request answers a user's message (not
-    tool results)."""
-    if request.tool_choice != "auto" or not request.messages or request.response_format:
+    (tool_choice "auto", no response_format) and the request answers a user's message with
+    words in it (not tool results)."""
+    if request.tool_choice != "auto" or request.response_format:
         return []  # forced, or constrained by a schema: nothing for a router to decide
-    if not isinstance(request.messages[-1], UserMessage):
+    message = answered_message(request)
+    if message is None or not _words(message.content):
         return []
     return routable_tools(request.tools)
 
@@ -139,47 +155,58 @@ def chosen(tools: Sequence[ToolDefinition], answer: str) -> ToolDefinition | Non
 _WORD = re.compile(r"[^\W_]+")
 
 
+def _normal(text: str) -> str:
+    """Compatibility-composed and case-folded: "Zürich" typed or recognised either way,
+    full-width digits, ligatures compare equal."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text.casefold())
+    return _WORD.findall(_normal(text))
 
 
 def _said(value: str, heard: list[str]) -> bool:
-    """Whether every word of `value` is close to some word the user said."""
-    words = _words(value)
+    """Whether `value` is something the user said: every word of it close to a word they
+    said, or (scripts written without spaces: "東京" in "東京の天気は") contained in what
+    they said. What follows a comma is the model's qualifier ("Oslo, Norway"): only the
+    part before it must have been said."""
+    head = _normal(value).split(",")[0]
+    words = _words(head)
     if not words:
         return False
-    return all(
+    if all(
         any(difflib.SequenceMatcher(None, word, h).ratio() >= _MATCH for h in heard)
         for word in words
-    )
+    ):
+        return True
+    return "".join(words) in "".join(heard)
 
 
 def recent_user_words(request: LLMRequest) -> list[str]:
     """The words of the user's last few messages (since the last of them, the model's own
-    earlier answers do not count: an argument it took from there, it may have made up)."""
+    earlier answers do not count: an argument it took from there, it may have made up).
+    System messages after the last of them (a stage change) are passed over; one before it
+    starts a new stage, and the user's words before it do not count."""
     texts: list[str] = []
     for message in reversed(request.messages):
         if isinstance(message, UserMessage):
             texts.append(message.content)
             if len(texts) == _USER_WINDOW:
                 break
-        elif not isinstance(message, AssistantMessage | ToolMessage):
-            break  # a system message: a new stage's start
+        elif isinstance(message, SystemMessage) and texts:
+            break  # the start of the stage the user's last words were said in
     return [word for text in texts for word in _words(text)]
 
 
 def grounded(call: ToolCall, tool: ToolDefinition, request: LLMRequest) -> bool:
-    """Whether every required free-text argument of a forced `call` is something the user
-    said (word by word, misspellings within `_MATCH`); a call whose arguments do not parse is
-    not grounded (the model had nothing to go on)."""
-    arguments: Any = call.arguments
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return False
-    if not isinstance(arguments, Mapping):
+    """Whether a forced `call` is one to keep: its arguments valid for the tool (the
+    executor's own check: a forced call the model could not fill is not its decision), and
+    every required free-text argument something the user said (word by word, misspellings
+    within `_MATCH`)."""
+    checked = validate_tool_arguments(tool, call.arguments)
+    if not checked.valid or not isinstance(checked.arguments, Mapping):
         return False
+    arguments: Mapping[str, Any] = checked.arguments
     heard = recent_user_words(request)
     for name in required_free_text(tool):
         value = arguments.get(name)

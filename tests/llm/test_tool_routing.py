@@ -6,6 +6,7 @@ when its free-text arguments are words the user said. Against a real HTTP server
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -186,3 +187,97 @@ def test_grounding_reads_the_users_recent_messages_not_the_models() -> None:
     request = LLMRequest(messages, tools=[WEATHER])
     assert grounded(ToolCall("c", "lookupWeather", '{"city": "Oslo"}'), WEATHER, request)
     assert not grounded(ToolCall("c", "lookupWeather", '{"city": '), WEATHER, request)
+
+
+# Review findings (each failed before its fix) ------------------------------------------------
+
+
+async def test_a_routed_request_that_fails_is_answered_freely_never_retried_forced() -> None:
+    # A retry of the forced request streamed its call past the grounding check.
+    request = LLMRequest(asked("What's the weather?"), tools=[WEATHER])
+    london = '{"name": "lookupWeather", "arguments": {"city": "London"}}'
+    _, bodies = await run(
+        [text_reply("lookupWeather"), ErrorReply(500), text_reply(london)], request
+    )
+    assert bodies[1]["grammar"] == tool_call_grammar([WEATHER], allow_prose=False)
+    assert bodies[2]["grammar"] == tool_call_grammar([WEATHER])  # the model's own choice
+    assert "lookupWeather" in bodies[2]["messages"][0]["content"]  # tools still offered
+
+
+async def test_the_first_answer_after_a_stage_change_is_routed_and_grounded() -> None:
+    # A playbook's stage change appends a system message after the user's words.
+    messages = [*asked("Is it cold in Oslo?"), SystemMessage("Now in stage: weather.")]
+    request = LLMRequest(messages, tools=[WEATHER])
+    events, bodies = await run([text_reply("lookupWeather"), text_reply(OSLO_CALL)], request)
+    assert bodies[0]["messages"][1]["content"] == "Is it cold in Oslo?"
+    assert [e.call.name for e in events if isinstance(e, LLMToolCall)] == ["lookupWeather"]
+
+
+async def test_the_answer_counts_the_routers_and_a_dropped_calls_tokens() -> None:
+    request = LLMRequest(asked("What's the weather?"), tools=[WEATHER])
+    london = '{"name": "lookupWeather", "arguments": {"city": "London"}}'
+    events, _ = await run(
+        [
+            text_reply("lookupWeather", usage=(100, 2)),
+            text_reply(london, usage=(500, 15)),
+            text_reply("Which city?", usage=(510, 4)),
+        ],
+        request,
+    )
+    done = events[-1]
+    assert isinstance(done, LLMDone)
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (1110, 21)
+
+
+async def test_an_abort_while_a_routed_call_is_held_yields_no_call() -> None:
+    from llmrtc.abort import AbortController
+    from llmrtc.testing.openai_server import StreamReply
+
+    request = LLMRequest(asked("Is it cold in Oslo?"), tools=[WEATHER])
+    whole = text_reply(OSLO_CALL, pieces=1)
+    hanging = StreamReply(whole.chunks, hang_after=len(whole.chunks) - 2)  # before finish
+    async with ScriptedOpenAIServer([text_reply("lookupWeather"), hanging]) as server:
+        llm = OpenAIProvider(
+            "m", base_url=server.base_url, api_key="t", tool_call_format="text", compat=ROUTED
+        )
+        # The server hangs after the call's text: only the abort (its deadline) ends it.
+        controller = AbortController(deadline=time.monotonic() + 1.0)
+        events = [e async for e in llm.stream(request, abort_signal=controller.signal)]
+    assert not [e for e in events if isinstance(e, LLMToolCall)]
+    assert isinstance(events[-1], LLMDone) and events[-1].stop_reason == "aborted"
+
+
+async def test_an_empty_message_is_not_routed() -> None:
+    _, bodies = await run([text_reply("Sorry?")], LLMRequest(asked("  ...  "), tools=[WEATHER]))
+    assert len(bodies) == 1
+
+
+@pytest.mark.parametrize(
+    ("said", "city", "expected"),
+    [
+        ("weather in oslo", "Oslo, Norway", True),  # the model's qualifier after a comma
+        ("東京の天気は", "東京", True),  # no spaces between words
+        ("Wetter in Zu\u0308rich?", "Z\u00fcrich", True),  # decomposed vs composed
+        ("weather in oslo", "Norway, Oslo", False),
+    ],
+)
+def test_grounding_reads_scripts_and_forms_as_people_write_them(
+    said: str, city: str, expected: bool
+) -> None:
+    request = LLMRequest(asked(said), tools=[WEATHER])
+    assert grounded(ToolCall("c", "lookupWeather", {"city": city}), WEATHER, request) is expected
+
+
+def test_a_forced_call_the_tool_would_refuse_is_not_grounded() -> None:
+    booking = ToolDefinition(
+        "book",
+        "Book a room.",
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["name", "days"],
+        },
+    )
+    request = LLMRequest(asked("Book for Alice Smith"), tools=[booking])
+    assert not grounded(ToolCall("c", "book", {"name": "Alice Smith"}), booking, request)
+    assert grounded(ToolCall("c", "book", {"name": "Alice Smith", "days": 2}), booking, request)
