@@ -13,8 +13,8 @@ and tool questions), each spoken by espeak-ng (en-us, 150 wpm) and piper (joe) w
 Rows: `untrimmed` is faster-whisper's `transcribe` with the options `WhisperSTT` used before
 trimming (beam 1, temperature 0, no timestamps, no conditioning); `trimmed pad P min M` is
 `decode_trimmed` with P seconds of trailing silence and at least M seconds of input; `WhisperSTT`
-is the shipped default. A trimmed decoding that loops (gzip ratio > 2.4) is decoded again in the
-full window, as `WhisperSTT` does; "loops" counts those. WER = word edits / reference words over
+is the shipped default. A trimmed decoding that may be no speech or loops is decoded again in the
+full window, as `WhisperSTT` does; "full window" counts those. WER = word edits / reference words over
 the set, after lower-casing, dropping punctuation and expanding English contractions ("where's"
 = "where is"). Time = median wall seconds per utterance (threads = the CPU count).
 """
@@ -186,7 +186,7 @@ def main() -> None:
             text = decode_trimmed(
                 model, audio(pcm), language="en", pad_seconds=pad, min_seconds=minimum
             )
-            if text is None:  # a loop: WhisperSTT decodes the full window instead
+            if text is None:  # unsure or a loop: WhisperSTT decodes the full window instead
                 loops[label] = loops.get(label, 0) + 1
                 return untrimmed(pcm)
             return text
@@ -228,7 +228,7 @@ def main() -> None:
         print(
             f"{label:<32} {sum(errors.values()) / reference_words:6.3f} {per_voice[0]:7.3f} "
             f"{per_voice[1]:7.3f}  {median:12.3f}  {base_median / median:7.1f}x  "
-            f"{same}/{len(items)}  loops {loops.get(label, 0)}"
+            f"{same}/{len(items)}  full window {loops.get(label, 0)}"
         )
     if args.show:
         for label, (texts, _) in list(results.items())[1:]:

@@ -167,6 +167,21 @@ async def test_a_looping_trimmed_decoding_is_decoded_again_in_the_full_window(
 
 
 @voice_model
+async def test_a_cough_is_no_words_as_in_the_full_window(
+    whisper_stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.voice.test_interruptions_offline import cough
+
+    model = whisper_stt._shared.model
+    spy = EncoderSpy(model.model)
+    monkeypatch.setattr(model, "model", spy)
+    # Trimmed, Whisper is less sure a cough is no speech (it heard "I"): the full window,
+    # whose no-speech rule was calibrated for, decides.
+    assert await whisper_stt.transcribe(cough().pcm) == ""
+    assert spy.frames[0] < 3000 and spy.frames[-1] == 3000, spy.frames
+
+
+@voice_model
 async def test_an_utterance_longer_than_the_window_is_transcribed_whole(
     whisper_stt: WhisperSTT, spoken: Any
 ) -> None:

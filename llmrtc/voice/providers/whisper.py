@@ -9,8 +9,8 @@ the model is a local directory assembled from PyPI packages (`_whisper_model`).
 
 The encoder sees only the utterance plus 2 s of silence (`decode_trimmed`), not faster-whisper's
 30 s window: 2.7-3.2 s -> 0.34 s median per utterance on a loaded 2-core machine, WER equal or
-better (benchmarks/whisper_trim.py); utterances longer than one window, or a trimmed decoding that
-loops, go through faster-whisper's windowed `transcribe`. Speech hints
+better (benchmarks/whisper_trim.py); utterances longer than one window, and trimmed decodings
+that may be no speech or loop, go through faster-whisper's windowed `transcribe`. Speech hints
 are accepted and not used: as Whisper base's prompt (`initial_prompt`) they did not lower WER on
 utterances holding the hinted words and raised it on others (benchmarks/stt.py: 0.097 -> 0.102
 and 0.025 -> 0.033), copying the prompt's style ("celsius") instead of fixing boundary words.
@@ -59,9 +59,13 @@ TRAIL_PAD_SECONDS: Final = 2.0
 MIN_INPUT_SECONDS: Final = 0.0
 """Shortest trimmed encoder input, silence-padded. Short utterances did not need more context:
 a 5 s minimum changed no WER beside the 2 s pad alone (0.079 both, one run) and cost time."""
-_NO_SPEECH_PROB: Final = 0.6
-_LOG_PROB_THRESHOLD: Final = -1.0
-"""faster-whisper's defaults for calling a window no speech (both must hold)."""
+_UNSURE_NO_SPEECH_PROB: Final = 0.5
+"""A trimmed decoding whose no-speech probability is above this is decoded again in the full
+window, whose no-speech rule (faster-whisper's: > 0.6 with an average log probability < -1)
+then decides. Whisper's no-speech probability is calibrated on 30 s windows: trimmed, a cough
+scored 0.54 (0.64 in the full window) and was heard as "I", and the timestamp tokens lift the
+average log probability (-0.88 against -2.1), so the full rule cannot be applied to a trimmed
+decoding. Measured on 44 spoken utterances, trimmed, speech scored at most 0.38."""
 _COMPRESSION_RATIO: Final = 2.4
 """faster-whisper's default gzip ratio above which a text is a repetition loop."""
 
@@ -284,9 +288,9 @@ class WhisperSTT:
             text = decode_trimmed(self._shared.model, audio, language=self._language, prompt=prompt)
             if text is not None:
                 return text
-            logger.debug("trimmed decoding looped; decoding the full 30 s window")
-        # Longer than one window (or a looping trimmed decoding): faster-whisper's own loop,
-        # window by window, each padded to 30 s.
+            logger.debug("trimmed decoding unsure or looping; decoding the full 30 s window")
+        # Longer than one window (or a trimmed decoding that may be no speech or loops):
+        # faster-whisper's own loop, window by window, each padded to 30 s.
         segments, _info = self._shared.model.transcribe(
             audio,
             language=self._language,
@@ -322,11 +326,11 @@ def decode_trimmed(
     fewer frames. The decoding is the one `WhisperSTT` asked `transcribe` for (beam 1,
     temperature 0 only, the default suppressed tokens and blank, no text conditioning, the
     first timestamp within 1 s), except that timestamp tokens are decoded (and dropped from the
-    text): they let the model end where the speech ends. Its no-speech rule is kept (no-speech
-    probability > 0.6 with an average log probability < -1 is no speech: "").
+    text): they let the model end where the speech ends.
 
-    Returns None when the text is a loop (gzip compression ratio > 2.4, faster-whisper's
-    threshold for "too repetitive"): the caller decodes the full window instead.
+    Returns None when the full window must decide: the audio may hold no speech (no-speech
+    probability > 0.5, see `_UNSURE_NO_SPEECH_PROB`), or the text is a loop (gzip compression
+    ratio > 2.4, faster-whisper's threshold for "too repetitive").
     `pad_seconds` and `min_seconds` are parameters for benchmarks/whisper_trim.py, which chose
     the defaults.
     """
@@ -377,11 +381,9 @@ def decode_trimmed(
         suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
         max_initial_timestamp_index=round(1.0 / model.time_precision),
     )[0]
-    ids = result.sequences_ids[0]
-    avg_logprob = result.scores[0] * len(ids) / (len(ids) + 1)
-    if result.no_speech_prob > _NO_SPEECH_PROB and avg_logprob < _LOG_PROB_THRESHOLD:
-        return ""
-    text = str(tokenizer.decode(ids)).strip()  # drops the timestamp tokens
+    if result.no_speech_prob > _UNSURE_NO_SPEECH_PROB:
+        return None  # maybe no speech: the full window's verdict, as before trimming
+    text = str(tokenizer.decode(result.sequences_ids[0])).strip()  # drops the timestamps
     if get_compression_ratio(text) > _COMPRESSION_RATIO:
         return None  # a loop: decode it in the full window instead
     return text
