@@ -14,9 +14,9 @@ Rows: `untrimmed` is faster-whisper's `transcribe` with the options `WhisperSTT`
 trimming (beam 1, temperature 0, no timestamps, no conditioning); `trimmed pad P min M` is
 `decode_trimmed` with P seconds of trailing silence and at least M seconds of input; `WhisperSTT`
 is the shipped default. A trimmed decoding that may be no speech or loops is decoded again in the
-full window, as `WhisperSTT` does; "full window" counts those. WER = word edits / reference words over
-the set, after lower-casing, dropping punctuation and expanding English contractions ("where's"
-= "where is"). Time = median wall seconds per utterance (threads = the CPU count).
+full window, as `WhisperSTT` does; "full window" counts those. WER = word edits / reference
+words over the set, after lower-casing, dropping punctuation and expanding English contractions
+("where's" = "where is"). Time = median wall seconds per utterance (threads = the CPU count).
 """
 
 from __future__ import annotations
