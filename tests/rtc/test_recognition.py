@@ -6,6 +6,9 @@ audio through the same `WhisperSTT`, and the level the server received with the 
 Measured (one run, loaded machine): piper 6/6 within one word, WER direct 0.090 / live 0.179 over
 all 12, the espeak voice garbled by Opus in 2 of 6 (see the assertion); levels within 0.4 dB.
 
+Transcripts are compared as normalised words (`words`): "Where's" and "Where is" are the same
+speech spelled two ways, which Whisper does from one decoding to the next.
+
 Why one word of slack: the live utterance is what the VAD cut (its pre-roll and hangover), after
 Opus at WebRTC's bitrate; the direct one is the synthesised audio with fixed 0.3 s margins.
 Whisper base decodes greedily and sits on its decision boundary for synthetic voices: 20 ms more
@@ -53,8 +56,36 @@ SENTENCES = [
 RATE = 16000
 
 
+IRREGULAR = {"won't": "will not", "can't": "can not", "cannot": "can not", "let's": "let us"}
+SUFFIXES = (
+    ("n't", "not"),
+    ("'re", "are"),
+    ("'ve", "have"),
+    ("'ll", "will"),
+    ("'d", "would"),
+    ("'m", "am"),
+    ("'s", "is"),
+)
+
+
 def words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
+    """The words of a transcript, normalised: lower case, no punctuation, English contractions
+    expanded ("Where's" = "where is", "I'd" = "I would"), numbers as written. Whisper writes the
+    same speech either way from one decoding to the next ("Where is my order?" direct, "Where's
+    my order?" live): that is spelling, not a word heard differently."""
+    out: list[str] = []
+    for word in re.findall(r"[a-z0-9']+", text.lower().replace("\u2019", "'")):
+        word = word.strip("'")
+        if word in IRREGULAR:
+            out += IRREGULAR[word].split()
+            continue
+        for suffix, full in SUFFIXES:
+            if word.endswith(suffix) and len(word) > len(suffix):
+                out += [word[: -len(suffix)], full]
+                break
+        else:
+            out.append(word.replace("'", ""))
+    return [w for w in out if w]
 
 
 def edits(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
@@ -117,6 +148,18 @@ async def live(
             heard = stt.heard[mark:]
             out.append((" ".join(t for _, t in heard if t), [pcm for pcm, _ in heard]))
     return out
+
+
+def test_transcripts_are_compared_by_words_not_spelling() -> None:
+    assert words("Where's my order?") == words("Where is my order")
+    assert words("I'd say it's fine, isn't it? We can't, won't.") == [
+        *("i", "would", "say", "it", "is", "fine", "is", "not", "it"),
+        *("we", "can", "not", "will", "not"),
+    ]
+    assert words("Order 4 5 7 2, OK") == ["order", "4", "5", "7", "2", "ok"]
+    # A contraction is one spelling, not one edit, and a different word still counts.
+    assert edits(words("Where is my order?"), words("Where's my order?")) == 0
+    assert edits(words("Where is my order?"), words("Where's my border?")) == 1
 
 
 async def test_the_live_transcript_is_the_direct_one_and_the_level_arrives_whole() -> None:

@@ -116,6 +116,84 @@ async def test_hints_are_accepted_and_keep_the_words(
         await whisper_stt.transcribe(spoken(SENTENCES[0]).pcm, hints="Tokyo")
 
 
+class EncoderSpy:
+    """Stands in for the CTranslate2 model inside faster-whisper's `WhisperModel`, recording
+    how many feature frames each encoding was given."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.frames: list[int] = []
+
+    def encode(self, features: Any, *args: Any, **kwargs: Any) -> Any:
+        self.frames.append(int(features.shape[-1]))
+        return self._inner.encode(features, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@voice_model
+async def test_a_short_utterance_is_decoded_from_its_own_length_not_a_30_s_window(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrtc.voice.providers import whisper
+
+    model = whisper_stt._shared.model
+    spy = EncoderSpy(model.model)
+    monkeypatch.setattr(model, "model", spy)
+    frame = spoken(SENTENCES[2], lead_silence=0.3, trail_silence=0.3)
+    text = await whisper_stt.transcribe(frame.pcm)
+    assert overlap(SENTENCES[2], text) >= 0.8, text
+    assert text.count("order") == 1, text  # said once, not looped
+    # One encoding of the audio plus the silence pad (100 frames a second), not 3000 frames.
+    seconds = frame.duration + whisper.TRAIL_PAD_SECONDS
+    assert len(spy.frames) == 1
+    assert abs(spy.frames[0] - seconds * 100) <= 2, (spy.frames, seconds)
+
+
+@voice_model
+async def test_a_looping_trimmed_decoding_is_decoded_again_in_the_full_window(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llmrtc.voice.providers import whisper
+
+    model = whisper_stt._shared.model
+    spy = EncoderSpy(model.model)
+    monkeypatch.setattr(model, "model", spy)
+    monkeypatch.setattr(whisper, "decode_trimmed", lambda *args, **kwargs: None)
+    text = await whisper_stt.transcribe(spoken(SENTENCES[0]).pcm)
+    assert overlap(SENTENCES[0], text) >= 0.8, text
+    assert spy.frames == [3000]  # faster-whisper's own 30 s window
+
+
+@voice_model
+async def test_a_cough_is_no_words_as_in_the_full_window(
+    whisper_stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.voice.test_interruptions_offline import cough
+
+    model = whisper_stt._shared.model
+    spy = EncoderSpy(model.model)
+    monkeypatch.setattr(model, "model", spy)
+    # Trimmed, Whisper is less sure a cough is no speech (it heard "I"): the full window,
+    # whose no-speech rule was calibrated for, decides.
+    assert await whisper_stt.transcribe(cough().pcm) == ""
+    assert spy.frames[0] < 3000 and spy.frames[-1] == 3000, spy.frames
+
+
+@voice_model
+async def test_an_utterance_longer_than_the_window_is_transcribed_whole(
+    whisper_stt: WhisperSTT, spoken: Any
+) -> None:
+    sentence = " ".join(SENTENCES * 5)
+    frame = spoken(sentence, lead_silence=0.3, trail_silence=0.3)
+    assert frame.duration > 30
+    text = await whisper_stt.transcribe(frame.pcm)
+    # Every sentence is there: the windows after the first 30 s were decoded too.
+    assert overlap(sentence, text) >= 0.8, text
+    assert text.lower().count("order") >= 4, text  # said 5 times, in every window
+
+
 @voice_model
 async def test_silence_and_noise_give_empty_text(whisper_stt: WhisperSTT) -> None:
     assert await whisper_stt.transcribe(bytes(2 * 16000)) == ""

