@@ -13,8 +13,11 @@ playout cleared, the history cut to what was heard); no words or only a backchan
 reply where it stopped. A transcript that does not come within
 `VoiceConfig.false_interruption_timeout` of the user going quiet resumes the reply too (the
 user is quiet: most likely it was a noise); if it then holds words while the reply still
-plays, they cut it as a barge-in. Typed text, `interrupt()` and `abort()` are real barge-ins
-at once.
+plays, they cut it as a barge-in. Speech over the agent too short to pause it is judged the
+same way once transcribed: words cut the reply then. A backchannel is one only while the agent
+has more to say: over the reply's last sentence (a closing question) or after it, "yeah" or
+"okay" answers the agent and is words. Typed text, `interrupt()` and `abort()` are real
+barge-ins at once.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
-from llmrtc.voice._turns import TurnWorker, Typed, Utterance, hearing, new_turn_id
+from llmrtc.voice._turns import Hearing, TurnWorker, Typed, Utterance, hearing, new_turn_id
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
 from llmrtc.voice.events import (
@@ -183,7 +186,6 @@ class VoiceLoop:
         self._utterance_turn: str | None = None
         self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
         self._pause: _Pause | None = None
-        self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
         self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
@@ -403,15 +405,15 @@ class VoiceLoop:
             await anyio.sleep(timeout)
             if self._pause is pause:
                 logger.debug("no transcript within %s s of the user going quiet", timeout)
-                self._late |= pause.utterances
                 await self._resume(pause)
 
     async def _judge(self, item: Utterance, text: str | None) -> bool:
         """Decide what an utterance said over the agent was, once transcribed (`text` None:
         the STT failed). True if it makes no turn."""
-        said = "words" if text is None else hearing(text, self.config.backchannels)
         pause = self._pause
-        if pause is not None and item.turn_id in pause.utterances:
+        paused = pause is not None and item.turn_id in pause.utterances
+        said = self._hearing(text, pause.reply if pause is not None and paused else None)
+        if pause is not None and paused:
             pause.utterances.discard(item.turn_id)
             if said == "words":
                 await self._barge_in("barge-in")
@@ -420,20 +422,28 @@ class VoiceLoop:
             if not pause.utterances:
                 await self._resume(pause)
             return True
-        late = item.turn_id in self._late
-        self._late.discard(item.turn_id)
-        if said == "words" and late and self._busy():
-            # Its pause timed out and the reply resumed: the words still cut it.
-            await self._barge_in("barge-in")
-            return False
-        # Too short to pause the agent: words wait for their turn, noise is never one, and a
-        # backchannel is none while the agent is still busy (once it has finished, "okay" may
-        # well answer it).
-        if said == "words" or (said == "backchannel" and not self._busy()):
+        # Too short to pause the agent, or its pause timed out and the reply resumed: words
+        # cut the reply now (waiting for it to end would also hold every utterance after this
+        # one, a real barge-in's too), noise is never a turn, a backchannel is none.
+        if said == "words":
+            if self._busy():
+                await self._barge_in("barge-in")
             return False
         if said == "backchannel":
             await self._interruption(self._turns.reply, "backchannel")
         return True
+
+    def _hearing(self, text: str | None, reply: Reply | None) -> Hearing:
+        """What a transcript said over `reply` (by default the turn's) holds. A backchannel
+        is one only while the agent has more to say: said over its last sentence (a closing
+        question) or after it, "yeah" answers it, and counts as words."""
+        if text is None:  # the STT failed: the user said something (the agent apologises)
+            return "words"
+        said = hearing(text, self.config.backchannels)
+        reply = reply if reply is not None else self._turns.reply
+        if said == "backchannel" and (reply is None or reply.barged or reply.saying_last):
+            return "words"
+        return said
 
     async def _resume(self, pause: _Pause) -> None:
         """The speech over the paused reply held no words: play on where it stopped."""

@@ -194,6 +194,16 @@ class Reply:
         """`pause()`d and neither resumed nor cut yet."""
         return self._hold is not None
 
+    @property
+    def saying_last(self) -> bool:
+        """The agent has nothing more to say: the turn's text is all in (its events ended, or
+        a fixed text) and at most its last segment is left to play (it plays, or it played to
+        its end). Until then a backchannel over it is one; from then on it answers it."""
+        if self.completed_at is None and not self._no_more:
+            return False
+        left = [s for s in self.spoken.segments if not (s.finished or s.cleared)]
+        return len(left) <= 1
+
     def pause(self) -> None:
         """Hold the turn: its next event waits (a tool batch not started yet does not start;
         the one running goes on), and so does the filler. Synthesis of what is queued goes

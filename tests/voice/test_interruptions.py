@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
+from llmrtc.agent.events import TextDelta, ToolCallFinished, ToolCallStarted
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, UserMessage
@@ -28,7 +28,8 @@ from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, BargeIn, U
 
 pytestmark = pytest.mark.anyio
 
-COUNT = "One two three four five six seven eight nine ten."  # 2.5 s of FakeTTS speech
+COUNT = "One two three four five. Six seven eight nine ten."  # 2.5 s of FakeTTS speech, two
+# sentences: while the first plays the agent has more to say (a backchannel is one)
 BACKCHANNELS = VoiceConfig().backchannels
 
 
@@ -146,6 +147,8 @@ async def test_a_cough_pauses_the_reply_then_it_resumes_from_the_word_where_it_s
     assert s.loop.history.messages == (UserMessage("Count."), AssistantMessage(COUNT))
     assert len(s.llm.requests) == 1  # the cough made no turn
     assert [e.kind for e in s.hooks.of(BargeInEvent)] == ["false"]
+    # The resume sends the reply's text nowhere again: its deltas went out once.
+    assert "".join(e.text for e in s.of(TextDelta)) == COUNT
     # Paused while the cough was transcribed (word gaps are 2-3 frames), then the whole reply
     # played: the word the pause cut again, whole (at most the longest word, 0.3 s, twice).
     assert longest_silence_inside_speech(s.log) >= 10
@@ -239,6 +242,46 @@ async def test_a_sound_over_the_end_of_a_reply_transcribed_after_it_ended(
     assert s.user_lines() == (["Book it.", said] if a_turn else ["Book it."])
 
 
+async def test_a_word_too_short_to_pause_the_agent_cuts_it_at_its_transcript() -> None:
+    # "No" (0.25 s) is under barge_in_min_speech: no pause, but its words cut the reply once
+    # transcribed instead of waiting for the reply to end.
+    s = Session([COUNT, "Okay, I stop."], stt_delay=0.2, barge_in_min_speech=0.5)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.5)
+        await s.say("No")
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["barge_in"]
+    ended = s.of(AgentSpeechEnded)[0]
+    assert ended.interrupted and COUNT.startswith(ended.heard_text) and ended.heard_text != COUNT
+    assert s.llm.requests[1].messages[-2:] == [
+        AssistantMessage(ended.heard_text, (), True),
+        UserMessage("No"),
+    ]
+
+
+async def test_a_short_word_does_not_hold_back_a_real_barge_in_after_it() -> None:
+    # "you" is too short to pause the reply; "stop that please" right after it pauses it.
+    # Neither waits for the reply to end: no pause times out into a resume ("false").
+    s = Session([COUNT, "Sure.", "Stopped."], stt_delay=0.3, barge_in_min_speech=0.3)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.4)
+        await s.say("you", silence=0.7)
+        await s.say("stop that please")
+        await s.until(lambda e: len(s.llm.requests) >= 3)
+        await anyio.sleep(0.5)
+        group.cancel_scope.cancel()
+    assert "false" not in s.kinds() and s.kinds()[0] == "barge_in"
+    first = s.of(AgentSpeechEnded)[0]
+    assert first.interrupted and first.heard_text != COUNT
+    assert s.user_lines() == ["Count.", "you", "stop that please"]
+    check_chat_messages(s.llm.requests[2].messages)
+
+
 # Backchannels -----------------------------------------------------------------------------------
 
 
@@ -308,6 +351,48 @@ async def test_custom_backchannels_and_none() -> None:
             group.cancel_scope.cancel()
     assert custom.kinds() == ["backchannel"] and custom.user_lines() == ["Count."]
     assert off.kinds() == ["barge_in"] and off.user_lines() == ["Count.", "uh-huh"]
+
+
+QUESTION = "Shall I book the table for two at eight tonight?"  # one sentence: the last
+
+
+@pytest.mark.parametrize("min_speech", [0.2, 0.5])  # pauses the reply / too short to pause it
+@pytest.mark.parametrize("said", ["yeah", "okay"])
+async def test_a_backchannel_word_over_the_closing_question_answers_it(
+    said: str, min_speech: float
+) -> None:
+    # The agent has nothing more to say: "yeah" over its last sentence is the user's answer,
+    # a turn (the question is cut where the user came in), not a backchannel to swallow.
+    s = Session([QUESTION, "Booked."], stt_delay=0.1, barge_in_min_speech=min_speech)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.5)
+        await s.say(said)
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["barge_in"]
+    ended = s.of(AgentSpeechEnded)[0]
+    assert ended.interrupted and QUESTION.startswith(ended.heard_text)
+    assert s.user_lines() == ["A table, please.", said]
+    assert s.llm.requests[1].messages[-2:] == [
+        AssistantMessage(ended.heard_text, (), True),
+        UserMessage(said),
+    ]
+
+
+async def test_a_backchannel_over_the_first_sentence_is_still_one() -> None:
+    s = Session(["Sure. " + QUESTION], stt_delay=0.1)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(0.1)
+        await s.say("yeah")  # over "Sure.": the agent has more to say
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["backchannel"]
+    assert s.of(AgentSpeechEnded) == [AgentSpeechEnded(False, "Sure. " + QUESTION)]
+    assert s.user_lines() == ["A table, please."]
 
 
 # Real barge-ins ---------------------------------------------------------------------------------
