@@ -14,10 +14,11 @@ reply where it stopped. A transcript that does not come within
 `VoiceConfig.false_interruption_timeout` of the user going quiet resumes the reply too (the
 user is quiet: most likely it was a noise); if it then holds words while the reply still
 plays, they cut it as a barge-in. Speech over the agent too short to pause it is judged the
-same way once transcribed: words cut the reply then. A backchannel is one only while the agent
-has more to say: over the reply's last sentence (a closing question) or after it, "yeah" or
-"okay" answers the agent and is words. Typed text, `interrupt()` and `abort()` are real
-barge-ins at once.
+same way once transcribed: words cut the reply then, unless it is saying its last sentence
+(it ends it, then answers them; more speech over it meanwhile cuts it at once). A backchannel
+is one only while the agent has more to say: over the reply's last sentence (a closing
+question) or after it, "yeah" or "okay" answers the agent and is words. Typed text,
+`interrupt()` and `abort()` are real barge-ins at once.
 """
 
 from __future__ import annotations
@@ -382,6 +383,7 @@ class VoiceLoop:
         reply = self._turns.reply
         if (
             self.config.false_interruption_timeout is None
+            or self._turns.answer_waiting  # the user already said words over it: goes on
             or reply is None
             or reply.barged
             or self._utterance_turn is None
@@ -423,10 +425,13 @@ class VoiceLoop:
                 await self._resume(pause)
             return True
         # Too short to pause the agent, or its pause timed out and the reply resumed: words
-        # cut the reply now (waiting for it to end would also hold every utterance after this
-        # one, a real barge-in's too), noise is never a turn, a backchannel is none.
+        # cut the reply now while it has more to say (waiting for it to end would also hold
+        # back the utterances after this one, a real barge-in's too); over its last sentence
+        # they are answered once it ends (`_speech_over_agent` cuts it if the user goes on).
+        # Noise is never a turn, a backchannel is none.
         if said == "words":
-            if self._busy():
+            reply = self._turns.reply
+            if self._busy() and (reply is None or reply.barged or not reply.saying_last):
                 await self._barge_in("barge-in")
             return False
         if said == "backchannel":

@@ -24,7 +24,13 @@ from llmrtc.tools.tool import tool
 from llmrtc.voice import VoiceConfig, VoiceLoop
 from llmrtc.voice._turns import hearing
 from llmrtc.voice.audio import split_frames
-from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, BargeIn, UserSpeechEnded
+from llmrtc.voice.events import (
+    AgentSpeechEnded,
+    AgentSpeechStarted,
+    BargeIn,
+    Transcript,
+    UserSpeechEnded,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -356,14 +362,11 @@ async def test_custom_backchannels_and_none() -> None:
 QUESTION = "Shall I book the table for two at eight tonight?"  # one sentence: the last
 
 
-@pytest.mark.parametrize("min_speech", [0.2, 0.5])  # pauses the reply / too short to pause it
 @pytest.mark.parametrize("said", ["yeah", "okay"])
-async def test_a_backchannel_word_over_the_closing_question_answers_it(
-    said: str, min_speech: float
-) -> None:
+async def test_a_backchannel_word_that_pauses_the_closing_question_answers_it(said: str) -> None:
     # The agent has nothing more to say: "yeah" over its last sentence is the user's answer,
-    # a turn (the question is cut where the user came in), not a backchannel to swallow.
-    s = Session([QUESTION, "Booked."], stt_delay=0.1, barge_in_min_speech=min_speech)
+    # a turn (the question cut where the pause silenced it), not a backchannel to swallow.
+    s = Session([QUESTION, "Booked."], stt_delay=0.1)
     async with s.loop, anyio.create_task_group() as group:
         await s.watch(group)
         await s.loop.send_text("A table, please.")
@@ -379,6 +382,47 @@ async def test_a_backchannel_word_over_the_closing_question_answers_it(
         AssistantMessage(ended.heard_text, (), True),
         UserMessage(said),
     ]
+
+
+@pytest.mark.parametrize("said", ["yeah", "okay"])
+async def test_a_quick_answer_over_the_closing_question_is_answered_after_it(said: str) -> None:
+    # Too short to pause the agent: it ends its last sentence, then answers the user.
+    s = Session([QUESTION, "Booked."], stt_delay=0.1, barge_in_min_speech=0.5)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.5)
+        await s.say(said)
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == []
+    assert s.of(AgentSpeechEnded) == [
+        AgentSpeechEnded(False, QUESTION),
+        AgentSpeechEnded(False, "Booked."),
+    ]
+    assert s.llm.requests[1].messages[-2:] == [AssistantMessage(QUESTION), UserMessage(said)]
+
+
+async def test_more_speech_over_a_last_sentence_with_an_answer_waiting_cuts_it_at_once() -> None:
+    # "yes" waits for the question to end; the user going on cuts it without a pause, so no
+    # verdict waits behind the "yes" (the reply would otherwise stay paused until the timeout).
+    s = Session([QUESTION, "Booked.", "Fine."], stt_delay=0.1, barge_in_min_speech=0.3)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.0)
+        await s.say("yes")
+        await s.until(lambda e: isinstance(e, Transcript) and e.text == "yes")
+        await anyio.sleep(0.05)
+        await s.say("and a window seat please")
+        await s.until(lambda e: len(s.llm.requests) >= 3)
+        await anyio.sleep(0.3)
+        group.cancel_scope.cancel()
+    assert s.kinds()[0] == "barge_in" and "false" not in s.kinds()
+    first = s.of(AgentSpeechEnded)[0]
+    assert first.interrupted and first.heard_text != QUESTION
+    assert s.user_lines() == ["A table, please.", "yes", "and a window seat please"]
+    check_chat_messages(s.llm.requests[2].messages)
 
 
 async def test_a_backchannel_over_the_first_sentence_is_still_one() -> None:
