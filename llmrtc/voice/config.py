@@ -72,9 +72,9 @@ class VoiceConfig:
     (words transcribed later still cut it while it plays). None: every barge-in is real at
     once (no pause, no resume)."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
-    """Phrases that, said over the agent (alone or repeated: "yeah, yeah") while it has more
-    to say, neither interrupt it nor make a turn. Said over its last sentence (a closing
-    question) or after it, they answer it: words, a turn. Matched ignoring case and
+    """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
+    it nor make a turn. Said over its closing question (the reply's last sentence ends with
+    "?") or after the reply, they answer it: words, a turn. Matched ignoring case and
     punctuation, a hyphen counting as a space and "ok" as "okay". Empty: every word said over
     the agent is a turn."""
 

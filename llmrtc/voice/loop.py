@@ -16,9 +16,9 @@ user is quiet: most likely it was a noise); if it then holds words while the rep
 plays, they cut it as a barge-in. Speech over the agent too short to pause it is judged the
 same way once transcribed: words cut the reply then, unless it is saying its last sentence
 (it ends it, then answers them; more speech over it meanwhile cuts it at once). A backchannel
-is one only while the agent has more to say: over the reply's last sentence (a closing
-question) or after it, "yeah" or "okay" answers the agent and is words. Typed text,
-`interrupt()` and `abort()` are real barge-ins at once.
+is one only while the agent goes on: over a closing question (the reply's last sentence ends
+with "?") or once the reply has ended, "yeah" or "okay" answers the agent and is words.
+Typed text, `interrupt()` and `abort()` are real barge-ins at once.
 """
 
 from __future__ import annotations
@@ -187,6 +187,7 @@ class VoiceLoop:
         self._utterance_turn: str | None = None
         self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
         self._pause: _Pause | None = None
+        self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
         self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
@@ -407,6 +408,7 @@ class VoiceLoop:
             await anyio.sleep(timeout)
             if self._pause is pause:
                 logger.debug("no transcript within %s s of the user going quiet", timeout)
+                self._late |= pause.utterances
                 await self._resume(pause)
 
     async def _judge(self, item: Utterance, text: str | None) -> bool:
@@ -425,13 +427,16 @@ class VoiceLoop:
                 await self._resume(pause)
             return True
         # Too short to pause the agent, or its pause timed out and the reply resumed: words
-        # cut the reply now while it has more to say (waiting for it to end would also hold
-        # back the utterances after this one, a real barge-in's too); over its last sentence
-        # they are answered once it ends (`_speech_over_agent` cuts it if the user goes on).
-        # Noise is never a turn, a backchannel is none.
+        # cut the reply now if it paused for them or has more to say (waiting for it to end
+        # would also hold back the utterances after this one, a real barge-in's too); over
+        # its last sentence they are answered once it ends (`_speech_over_agent` cuts it if
+        # the user goes on). Noise is never a turn, a backchannel is none.
+        late = item.turn_id in self._late
+        self._late.discard(item.turn_id)
         if said == "words":
             reply = self._turns.reply
-            if self._busy() and (reply is None or reply.barged or not reply.saying_last):
+            finishing = reply is not None and not reply.barged and reply.saying_last
+            if self._busy() and (late or not finishing):
                 await self._barge_in("barge-in")
             return False
         if said == "backchannel":
@@ -440,13 +445,13 @@ class VoiceLoop:
 
     def _hearing(self, text: str | None, reply: Reply | None) -> Hearing:
         """What a transcript said over `reply` (by default the turn's) holds. A backchannel
-        is one only while the agent has more to say: said over its last sentence (a closing
-        question) or after it, "yeah" answers it, and counts as words."""
+        is one only while the agent goes on: said over a closing question ("yeah") or once
+        the reply has ended ("okay"), it answers the agent, and counts as words."""
         if text is None:  # the STT failed: the user said something (the agent apologises)
             return "words"
         said = hearing(text, self.config.backchannels)
         reply = reply if reply is not None else self._turns.reply
-        if said == "backchannel" and (reply is None or reply.barged or reply.saying_last):
+        if said == "backchannel" and (reply is None or reply.barged or reply.asking_last):
             return "words"
         return said
 

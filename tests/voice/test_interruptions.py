@@ -34,8 +34,8 @@ from llmrtc.voice.events import (
 
 pytestmark = pytest.mark.anyio
 
-COUNT = "One two three four five. Six seven eight nine ten."  # 2.5 s of FakeTTS speech, two
-# sentences: while the first plays the agent has more to say (a backchannel is one)
+COUNT = "One two three four five six seven eight nine ten."  # 2.5 s of FakeTTS speech
+STORY = "One two three four five. Six seven eight nine ten."  # two sentences of COUNT
 BACKCHANNELS = VoiceConfig().backchannels
 
 
@@ -249,9 +249,9 @@ async def test_a_sound_over_the_end_of_a_reply_transcribed_after_it_ended(
 
 
 async def test_a_word_too_short_to_pause_the_agent_cuts_it_at_its_transcript() -> None:
-    # "No" (0.25 s) is under barge_in_min_speech: no pause, but its words cut the reply once
-    # transcribed instead of waiting for the reply to end.
-    s = Session([COUNT, "Okay, I stop."], stt_delay=0.2, barge_in_min_speech=0.5)
+    # "No" (0.25 s) is under barge_in_min_speech: no pause, but its words cut the reply (it
+    # has more to say) once transcribed instead of waiting for the reply to end.
+    s = Session([STORY, "Okay, I stop."], stt_delay=0.2, barge_in_min_speech=0.5)
     async with s.loop, anyio.create_task_group() as group:
         await s.watch(group)
         await s.loop.send_text("Count.")
@@ -261,7 +261,7 @@ async def test_a_word_too_short_to_pause_the_agent_cuts_it_at_its_transcript() -
         group.cancel_scope.cancel()
     assert s.kinds() == ["barge_in"]
     ended = s.of(AgentSpeechEnded)[0]
-    assert ended.interrupted and COUNT.startswith(ended.heard_text) and ended.heard_text != COUNT
+    assert ended.interrupted and STORY.startswith(ended.heard_text) and ended.heard_text != STORY
     assert s.llm.requests[1].messages[-2:] == [
         AssistantMessage(ended.heard_text, (), True),
         UserMessage("No"),
@@ -271,7 +271,7 @@ async def test_a_word_too_short_to_pause_the_agent_cuts_it_at_its_transcript() -
 async def test_a_short_word_does_not_hold_back_a_real_barge_in_after_it() -> None:
     # "you" is too short to pause the reply; "stop that please" right after it pauses it.
     # Neither waits for the reply to end: no pause times out into a resume ("false").
-    s = Session([COUNT, "Sure.", "Stopped."], stt_delay=0.3, barge_in_min_speech=0.3)
+    s = Session([STORY, "Sure.", "Stopped."], stt_delay=0.3, barge_in_min_speech=0.3)
     async with s.loop, anyio.create_task_group() as group:
         await s.watch(group)
         await s.loop.send_text("Count.")
@@ -283,7 +283,7 @@ async def test_a_short_word_does_not_hold_back_a_real_barge_in_after_it() -> Non
         group.cancel_scope.cancel()
     assert "false" not in s.kinds() and s.kinds()[0] == "barge_in"
     first = s.of(AgentSpeechEnded)[0]
-    assert first.interrupted and first.heard_text != COUNT
+    assert first.interrupted and first.heard_text != STORY
     assert s.user_lines() == ["Count.", "you", "stop that please"]
     check_chat_messages(s.llm.requests[2].messages)
 
@@ -364,8 +364,8 @@ QUESTION = "Shall I book the table for two at eight tonight?"  # one sentence: t
 
 @pytest.mark.parametrize("said", ["yeah", "okay"])
 async def test_a_backchannel_word_that_pauses_the_closing_question_answers_it(said: str) -> None:
-    # The agent has nothing more to say: "yeah" over its last sentence is the user's answer,
-    # a turn (the question cut where the pause silenced it), not a backchannel to swallow.
+    # The agent has nothing more to say and asked: "yeah" over its closing question is the
+    # user's answer, a turn (the question cut where the pause silenced it), not a backchannel.
     s = Session([QUESTION, "Booked."], stt_delay=0.1)
     async with s.loop, anyio.create_task_group() as group:
         await s.watch(group)
@@ -423,6 +423,22 @@ async def test_more_speech_over_a_last_sentence_with_an_answer_waiting_cuts_it_a
     assert first.interrupted and first.heard_text != QUESTION
     assert s.user_lines() == ["A table, please.", "yes", "and a window seat please"]
     check_chat_messages(s.llm.requests[2].messages)
+
+
+@pytest.mark.parametrize("said", ["yeah", "mm-hmm"])
+async def test_a_backchannel_over_a_closing_statement_is_still_one(said: str) -> None:
+    statement = "It is sunny in Rome today, twenty degrees and a light wind."
+    s = Session([statement], stt_delay=0.1)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Weather in Rome?")
+        await s.speaking(1.0)
+        await s.say(said)
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["backchannel"]
+    assert s.of(AgentSpeechEnded) == [AgentSpeechEnded(False, statement)]
+    assert s.user_lines() == ["Weather in Rome?"]
 
 
 async def test_a_backchannel_over_the_first_sentence_is_still_one() -> None:
