@@ -180,6 +180,9 @@ class TurnWorker:
         self._turn_scope: anyio.CancelScope | None = None
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
+        self.answer_waiting = False
+        """Words said over the agent wait to be answered once its reply ends (it was saying
+        its last sentence: see `VoiceLoop`)."""
 
     def queue(self, item: Utterance | Typed) -> None:
         """Add work after what is queued."""
@@ -219,7 +222,11 @@ class TurnWorker:
                 # (it then aborts the turn before this one waits for it) or nothing to answer.
                 if item.over_agent and await self._judge(item, text):
                     continue
-                await self._idle.wait()
+                self.answer_waiting = bool(item.over_agent and text)
+                try:
+                    await self._idle.wait()
+                finally:
+                    self.answer_waiting = False
                 if text is None:
                     self._start(item.turn_id, item.ended_at, apology=True)
                 elif text:

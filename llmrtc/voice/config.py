@@ -35,8 +35,10 @@ class VoiceConfig:
     max_end_silence: float = 2.0
     """With a turn detector: the longest pause inside a turn it judges incomplete."""
     barge_in_min_speech: float = 0.2
-    """User speech needed, while the agent speaks or a turn runs, to count as a barge-in
-    (shorter sounds, a cough or a click, are ignored)."""
+    """User speech needed, while the agent speaks or a turn runs, to pause it at once (see
+    `false_interruption_timeout`). Shorter sounds do not: a cough or a click goes unnoticed,
+    and words in them ("No") cut the reply once transcribed (said over its last sentence,
+    they are answered once it ends)."""
     min_speech: float = 0.1
     """Voiced audio needed to start an utterance at all."""
     vad_threshold: float = 0.5
@@ -70,10 +72,11 @@ class VoiceConfig:
     (words transcribed later still cut it while it plays). None: every barge-in is real at
     once (no pause, no resume)."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
-    """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither
-    interrupt it nor make a turn. Matched ignoring case and punctuation, a hyphen counting
-    as a space and "ok" as "okay". Empty: every word said over the agent is a turn (one that
-    paused the reply interrupts it)."""
+    """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
+    it nor make a turn. Said over its closing question (the reply's last sentence ends with
+    "?") or after the reply, they answer it: words, a turn. Matched ignoring case and
+    punctuation, a hyphen counting as a space and "ok" as "okay". Empty: every word said over
+    the agent is a turn."""
 
     def __post_init__(self) -> None:
         for name in (

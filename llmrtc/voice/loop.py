@@ -13,8 +13,12 @@ playout cleared, the history cut to what was heard); no words or only a backchan
 reply where it stopped. A transcript that does not come within
 `VoiceConfig.false_interruption_timeout` of the user going quiet resumes the reply too (the
 user is quiet: most likely it was a noise); if it then holds words while the reply still
-plays, they cut it as a barge-in. Typed text, `interrupt()` and `abort()` are real barge-ins
-at once.
+plays, they cut it as a barge-in. Speech over the agent too short to pause it is judged the
+same way once transcribed: words cut the reply then, unless it is saying its last sentence
+(it ends it, then answers them; more speech over it meanwhile cuts it at once). A backchannel
+is one only while the agent goes on: over a closing question (the reply's last sentence ends
+with "?") or once the reply has ended, "yeah" or "okay" answers the agent and is words.
+Typed text, `interrupt()` and `abort()` are real barge-ins at once.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
-from llmrtc.voice._turns import TurnWorker, Typed, Utterance, hearing, new_turn_id
+from llmrtc.voice._turns import Hearing, TurnWorker, Typed, Utterance, hearing, new_turn_id
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
 from llmrtc.voice.events import (
@@ -380,6 +384,7 @@ class VoiceLoop:
         reply = self._turns.reply
         if (
             self.config.false_interruption_timeout is None
+            or self._turns.answer_waiting  # the user already said words over it: goes on
             or reply is None
             or reply.barged
             or self._utterance_turn is None
@@ -409,9 +414,10 @@ class VoiceLoop:
     async def _judge(self, item: Utterance, text: str | None) -> bool:
         """Decide what an utterance said over the agent was, once transcribed (`text` None:
         the STT failed). True if it makes no turn."""
-        said = "words" if text is None else hearing(text, self.config.backchannels)
         pause = self._pause
-        if pause is not None and item.turn_id in pause.utterances:
+        paused = pause is not None and item.turn_id in pause.utterances
+        said = self._hearing(text, pause.reply if pause is not None and paused else None)
+        if pause is not None and paused:
             pause.utterances.discard(item.turn_id)
             if said == "words":
                 await self._barge_in("barge-in")
@@ -420,20 +426,34 @@ class VoiceLoop:
             if not pause.utterances:
                 await self._resume(pause)
             return True
+        # Too short to pause the agent, or its pause timed out and the reply resumed: words
+        # cut the reply now if it paused for them or has more to say (waiting for it to end
+        # would also hold back the utterances after this one, a real barge-in's too); over
+        # its last sentence they are answered once it ends (`_speech_over_agent` cuts it if
+        # the user goes on). Noise is never a turn, a backchannel is none.
         late = item.turn_id in self._late
         self._late.discard(item.turn_id)
-        if said == "words" and late and self._busy():
-            # Its pause timed out and the reply resumed: the words still cut it.
-            await self._barge_in("barge-in")
-            return False
-        # Too short to pause the agent: words wait for their turn, noise is never one, and a
-        # backchannel is none while the agent is still busy (once it has finished, "okay" may
-        # well answer it).
-        if said == "words" or (said == "backchannel" and not self._busy()):
+        if said == "words":
+            reply = self._turns.reply
+            finishing = reply is not None and not reply.barged and reply.saying_last
+            if self._busy() and (late or not finishing):
+                await self._barge_in("barge-in")
             return False
         if said == "backchannel":
             await self._interruption(self._turns.reply, "backchannel")
         return True
+
+    def _hearing(self, text: str | None, reply: Reply | None) -> Hearing:
+        """What a transcript said over `reply` (by default the turn's) holds. A backchannel
+        is one only while the agent goes on: said over a closing question ("yeah") or once
+        the reply has ended ("okay"), it answers the agent, and counts as words."""
+        if text is None:  # the STT failed: the user said something (the agent apologises)
+            return "words"
+        said = hearing(text, self.config.backchannels)
+        reply = reply if reply is not None else self._turns.reply
+        if said == "backchannel" and (reply is None or reply.barged or reply.asking_last):
+            return "words"
+        return said
 
     async def _resume(self, pause: _Pause) -> None:
         """The speech over the paused reply held no words: play on where it stopped."""

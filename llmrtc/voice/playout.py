@@ -14,7 +14,8 @@ erring short would claim words the user never heard.
 
 A barge-in that may turn out false (a cough) `pause`s the playout instead of clearing it:
 silence from the next frame, the queue kept; `resume` goes on from the start of the first
-word not yet heard (the word the pause cut is said again, whole).
+word not yet heard (the word the pause cut is said again, whole, also when it ended the
+segment before: speech frames silenced by the pause are unplayed, whichever segment they held).
 """
 
 from __future__ import annotations
@@ -286,11 +287,22 @@ class Playout:
 
         self._frames.replace(to_silence)
         # Speech the user will never get was not played: the segments count their heard words
-        # without it (and a paused one plays it again).
+        # without it (and a paused one plays it again). A segment whose end was in those
+        # frames had already finished (left the queue): it goes back to the front, unfinished,
+        # so a resume says its cut word again and a clear counts only what was really played.
+        # Not one of a reply already played to its end: its turn may be over (only a consumer
+        # lagging behind the clock holds such frames; their words stay counted as heard).
+        reopened: list[Segment] = []
         for parts in silenced:
             for segment, taken in parts:
-                if not segment.finished:
-                    segment._offset -= taken
+                if segment.finished:
+                    if segment.reply._played.is_set():
+                        continue
+                    segment.finished = False
+                    segment.reply._pending += 1
+                    reopened.append(segment)
+                segment._offset -= taken
+        self._queue.extendleft(reversed(reopened))
 
     def drop(self, segments: list[Segment]) -> None:
         """Take `segments` out of the queue unplayed (or cut where they are playing)."""

@@ -6,6 +6,7 @@ all at once. What the user heard is tracked to the word.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -36,6 +37,8 @@ __all__ = ["Reply", "Voice"]
 
 logger = logging.getLogger(__name__)
 
+_QUESTION = re.compile(r"\?[\"'\u201d\u2019)\]]*\s*$")
+"""A text ending with a question mark (closing quotes or brackets after it allowed)."""
 _FILLER_POLL = 0.05
 """How often a running tool batch is checked against `filler_after` (seconds)."""
 
@@ -193,6 +196,25 @@ class Reply:
     def paused(self) -> bool:
         """`pause()`d and neither resumed nor cut yet."""
         return self._hold is not None
+
+    @property
+    def saying_last(self) -> bool:
+        """The agent has nothing more to say: the turn's text is all in (its events ended, or
+        a fixed text) and at most its last segment is left to play (it plays, or it played to
+        its end)."""
+        if self.completed_at is None and not self._no_more:
+            return False
+        left = [s for s in self.spoken.segments if not (s.finished or s.cleared)]
+        return len(left) <= 1
+
+    @property
+    def asking_last(self) -> bool:
+        """`saying_last`, and that last segment is a question (ends with "?"): a "yeah" over
+        it answers the agent rather than backchannels."""
+        if not self.saying_last:
+            return False
+        spoken = [s for s in self.spoken.segments if s.text and not s.cleared]
+        return bool(spoken) and _QUESTION.search(spoken[-1].text) is not None
 
     def pause(self) -> None:
         """Hold the turn: its next event waits (a tool batch not started yet does not start;

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmrtc.agent.events import ToolCallFinished, ToolCallStarted
+from llmrtc.agent.events import TextDelta, ToolCallFinished, ToolCallStarted
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, UserMessage
@@ -24,11 +24,18 @@ from llmrtc.tools.tool import tool
 from llmrtc.voice import VoiceConfig, VoiceLoop
 from llmrtc.voice._turns import hearing
 from llmrtc.voice.audio import split_frames
-from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, BargeIn, UserSpeechEnded
+from llmrtc.voice.events import (
+    AgentSpeechEnded,
+    AgentSpeechStarted,
+    BargeIn,
+    Transcript,
+    UserSpeechEnded,
+)
 
 pytestmark = pytest.mark.anyio
 
 COUNT = "One two three four five six seven eight nine ten."  # 2.5 s of FakeTTS speech
+STORY = "One two three four five. Six seven eight nine ten."  # two sentences of COUNT
 BACKCHANNELS = VoiceConfig().backchannels
 
 
@@ -146,6 +153,8 @@ async def test_a_cough_pauses_the_reply_then_it_resumes_from_the_word_where_it_s
     assert s.loop.history.messages == (UserMessage("Count."), AssistantMessage(COUNT))
     assert len(s.llm.requests) == 1  # the cough made no turn
     assert [e.kind for e in s.hooks.of(BargeInEvent)] == ["false"]
+    # The resume sends the reply's text nowhere again: its deltas went out once.
+    assert "".join(e.text for e in s.of(TextDelta)) == COUNT
     # Paused while the cough was transcribed (word gaps are 2-3 frames), then the whole reply
     # played: the word the pause cut again, whole (at most the longest word, 0.3 s, twice).
     assert longest_silence_inside_speech(s.log) >= 10
@@ -239,6 +248,46 @@ async def test_a_sound_over_the_end_of_a_reply_transcribed_after_it_ended(
     assert s.user_lines() == (["Book it.", said] if a_turn else ["Book it."])
 
 
+async def test_a_word_too_short_to_pause_the_agent_cuts_it_at_its_transcript() -> None:
+    # "No" (0.25 s) is under barge_in_min_speech: no pause, but its words cut the reply (it
+    # has more to say) once transcribed instead of waiting for the reply to end.
+    s = Session([STORY, "Okay, I stop."], stt_delay=0.2, barge_in_min_speech=0.5)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.5)
+        await s.say("No")
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["barge_in"]
+    ended = s.of(AgentSpeechEnded)[0]
+    assert ended.interrupted and STORY.startswith(ended.heard_text) and ended.heard_text != STORY
+    assert s.llm.requests[1].messages[-2:] == [
+        AssistantMessage(ended.heard_text, (), True),
+        UserMessage("No"),
+    ]
+
+
+async def test_a_short_word_does_not_hold_back_a_real_barge_in_after_it() -> None:
+    # "you" is too short to pause the reply; "stop that please" right after it pauses it.
+    # Neither waits for the reply to end: no pause times out into a resume ("false").
+    s = Session([STORY, "Sure.", "Stopped."], stt_delay=0.3, barge_in_min_speech=0.3)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.4)
+        await s.say("you", silence=0.7)
+        await s.say("stop that please")
+        await s.until(lambda e: len(s.llm.requests) >= 3)
+        await anyio.sleep(0.5)
+        group.cancel_scope.cancel()
+    assert "false" not in s.kinds() and s.kinds()[0] == "barge_in"
+    first = s.of(AgentSpeechEnded)[0]
+    assert first.interrupted and first.heard_text != STORY
+    assert s.user_lines() == ["Count.", "you", "stop that please"]
+    check_chat_messages(s.llm.requests[2].messages)
+
+
 # Backchannels -----------------------------------------------------------------------------------
 
 
@@ -308,6 +357,102 @@ async def test_custom_backchannels_and_none() -> None:
             group.cancel_scope.cancel()
     assert custom.kinds() == ["backchannel"] and custom.user_lines() == ["Count."]
     assert off.kinds() == ["barge_in"] and off.user_lines() == ["Count.", "uh-huh"]
+
+
+QUESTION = "Shall I book the table for two at eight tonight?"  # one sentence: the last
+
+
+@pytest.mark.parametrize("said", ["yeah", "okay"])
+async def test_a_backchannel_word_that_pauses_the_closing_question_answers_it(said: str) -> None:
+    # The agent has nothing more to say and asked: "yeah" over its closing question is the
+    # user's answer, a turn (the question cut where the pause silenced it), not a backchannel.
+    s = Session([QUESTION, "Booked."], stt_delay=0.1)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.5)
+        await s.say(said)
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["barge_in"]
+    ended = s.of(AgentSpeechEnded)[0]
+    assert ended.interrupted and QUESTION.startswith(ended.heard_text)
+    assert s.user_lines() == ["A table, please.", said]
+    assert s.llm.requests[1].messages[-2:] == [
+        AssistantMessage(ended.heard_text, (), True),
+        UserMessage(said),
+    ]
+
+
+@pytest.mark.parametrize("said", ["yeah", "okay"])
+async def test_a_quick_answer_over_the_closing_question_is_answered_after_it(said: str) -> None:
+    # Too short to pause the agent: it ends its last sentence, then answers the user.
+    s = Session([QUESTION, "Booked."], stt_delay=0.1, barge_in_min_speech=0.5)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.5)
+        await s.say(said)
+        await s.until(lambda e: len(s.of(AgentSpeechEnded)) >= 2)
+        group.cancel_scope.cancel()
+    assert s.kinds() == []
+    assert s.of(AgentSpeechEnded) == [
+        AgentSpeechEnded(False, QUESTION),
+        AgentSpeechEnded(False, "Booked."),
+    ]
+    assert s.llm.requests[1].messages[-2:] == [AssistantMessage(QUESTION), UserMessage(said)]
+
+
+async def test_more_speech_over_a_last_sentence_with_an_answer_waiting_cuts_it_at_once() -> None:
+    # "yes" waits for the question to end; the user going on cuts it without a pause, so no
+    # verdict waits behind the "yes" (the reply would otherwise stay paused until the timeout).
+    s = Session([QUESTION, "Booked.", "Fine."], stt_delay=0.1, barge_in_min_speech=0.3)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(1.0)
+        await s.say("yes")
+        await s.until(lambda e: isinstance(e, Transcript) and e.text == "yes")
+        await anyio.sleep(0.05)
+        await s.say("and a window seat please")
+        await s.until(lambda e: len(s.llm.requests) >= 3)
+        await anyio.sleep(0.3)
+        group.cancel_scope.cancel()
+    assert s.kinds()[0] == "barge_in" and "false" not in s.kinds()
+    first = s.of(AgentSpeechEnded)[0]
+    assert first.interrupted and first.heard_text != QUESTION
+    assert s.user_lines() == ["A table, please.", "yes", "and a window seat please"]
+    check_chat_messages(s.llm.requests[2].messages)
+
+
+@pytest.mark.parametrize("said", ["yeah", "mm-hmm"])
+async def test_a_backchannel_over_a_closing_statement_is_still_one(said: str) -> None:
+    statement = "It is sunny in Rome today, twenty degrees and a light wind."
+    s = Session([statement], stt_delay=0.1)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Weather in Rome?")
+        await s.speaking(1.0)
+        await s.say(said)
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["backchannel"]
+    assert s.of(AgentSpeechEnded) == [AgentSpeechEnded(False, statement)]
+    assert s.user_lines() == ["Weather in Rome?"]
+
+
+async def test_a_backchannel_over_the_first_sentence_is_still_one() -> None:
+    s = Session(["Sure. " + QUESTION], stt_delay=0.1)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("A table, please.")
+        await s.speaking(0.1)
+        await s.say("yeah")  # over "Sure.": the agent has more to say
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        group.cancel_scope.cancel()
+    assert s.kinds() == ["backchannel"]
+    assert s.of(AgentSpeechEnded) == [AgentSpeechEnded(False, "Sure. " + QUESTION)]
+    assert s.user_lines() == ["A table, please."]
 
 
 # Real barge-ins ---------------------------------------------------------------------------------

@@ -124,3 +124,74 @@ async def test_speech_frames_silenced_by_clear_do_not_count_as_heard() -> None:
         group.cancel_scope.cancel()
     assert reply.heard_text() == "aa bb"
     assert all(not any(frame.pcm) for frame in frames._buffer)
+
+
+async def test_a_pause_at_a_segment_boundary_resumes_from_the_word_it_cut() -> None:
+    # The consumer stops taking frames mid-"bb": the rest of the first segment and the start
+    # of the second go out into its buffer, then the pause silences them. The first segment's
+    # last word was never heard: it is said again, whole, before the second segment.
+    _, playout = started_log()
+    frames = playout.frames()
+    reply = playout.open_reply()
+    first = reply.add_segment("aa bb")  # 5 frames; "aa" ends at sample 640 of 1600
+    first.append(b"".join(i.to_bytes(2, "little") for i in range(1600)))
+    first.finish()
+    second = reply.add_segment("cc dd")
+    second.append(b"\x00\x7f" * 1600)
+    second.finish()
+    reply.close()
+    async with anyio.create_task_group() as group:
+        group.start_soon(playout.run)
+        taken = 0
+        with anyio.fail_after(5):
+            async for frame in frames:
+                taken += any(frame.pcm)
+                if taken == 3:  # 960 samples taken: "aa" heard, "bb" cut
+                    break
+            while not second.played:
+                await anyio.sleep(0.002)
+        assert first.finished  # its end went out, into the consumer's buffer
+        playout.pause()
+        assert not first.finished and reply.heard_text() == "aa"
+        assert all(not any(frame.pcm) for frame in frames._buffer)
+        while frames._buffer:
+            await frames.__anext__()
+        playout.resume()
+        pcm = b""
+        with anyio.fail_after(5):
+            async for frame in frames:
+                pcm += frame.pcm
+                if first.finished and second.finished:
+                    break
+            await reply.played()
+        group.cancel_scope.cancel()
+    pcm = pcm[pcm.index(b"\x80\x02") :]  # from the first sample resumed: 640 (0x0280)
+    assert pcm.startswith(b"".join(i.to_bytes(2, "little") for i in range(640, 1600)))
+    assert pcm[2 * 960 :].startswith(b"\x00\x7f" * 1600)  # then the whole second segment
+    assert reply.heard_text() == "aa bb cc dd"
+
+
+async def test_a_clear_at_a_segment_boundary_counts_only_what_was_played() -> None:
+    _, playout = started_log()
+    frames = playout.frames()
+    reply = playout.open_reply()
+    first = reply.add_segment("aa bb")
+    first.append(b"\x01\x00" * 1600)
+    first.finish()
+    second = reply.add_segment("cc dd")
+    second.append(b"\x02\x00" * 1600)
+    second.finish()
+    async with anyio.create_task_group() as group:
+        group.start_soon(playout.run)
+        taken = 0
+        with anyio.fail_after(5):
+            async for frame in frames:
+                taken += any(frame.pcm)
+                if taken == 3:
+                    break
+            while not second.played:
+                await anyio.sleep(0.002)
+        playout.clear()
+        group.cancel_scope.cancel()
+    assert first.cleared and second.cleared and playout.idle
+    assert reply.heard_text() == "aa"  # "bb" went out only into the consumer's buffer

@@ -253,7 +253,12 @@ export function createView(document, onState) {
       const item = currentReply;
       currentReply = null;
       if (!item) return;
-      if (!item.querySelector(".text").textContent && text) {
+      // Only a turn whose text never streamed shows it here. One cut before its first word
+      // was heard has it all dimmed in `.unheard` and an empty `.text`: filling that again
+      // showed the reply twice ("SureSure").
+      const streamed = item.querySelector(".text").textContent ||
+        item.querySelector(".unheard")?.textContent;
+      if (!streamed && text) {
         item.querySelector(".text").textContent = text;
       }
       item.classList.remove("streaming");
