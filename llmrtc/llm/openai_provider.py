@@ -19,7 +19,7 @@ from llmrtc.llm.chat_stream import stream_events
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import connection_errors, describe_failure
 from llmrtc.llm.formats import CallFormat, ToolCallFormat, format_for
-from llmrtc.llm.grammar import tool_call_grammar
+from llmrtc.llm.grammar import ARGUMENTS_GRAMMAR, call_prefix
 from llmrtc.llm.messages import AssistantMessage, SystemMessage, ToolMessage
 from llmrtc.llm.prompting import PromptCompletion, PromptLike, complete_prompt
 from llmrtc.llm.provider import LLMError, collect_response
@@ -220,6 +220,8 @@ class OpenAIProvider:
                 reader = self.call_format.reader(
                     request, tools_sent=self._sends_tools(request) and not dropped_tools
                 )
+                if forced is not None:
+                    reader.feed(call_prefix(forced.wire_name))  # the prefilled start
                 events = stream_events(response, request, abort_signal, reader)
                 async with aclosing(events) as stream:
                     if forced is not None:
@@ -397,7 +399,9 @@ class OpenAIProvider:
         sent = self._sends_tools(request) and not withhold_tools
         grammar = None
         if force is not None:
-            grammar = tool_call_grammar([force], allow_prose=False)
+            # The call is decided: its frame is prefilled, the model writes the arguments.
+            grammar = ARGUMENTS_GRAMMAR
+            prefill = call_prefix(force.wire_name)
         elif (
             self.compat.grammar
             and request.tools

@@ -25,7 +25,7 @@ from llmrtc.llm import (
     ToolMessage,
     UserMessage,
 )
-from llmrtc.llm.grammar import tool_call_grammar
+from llmrtc.llm.grammar import ARGUMENTS_GRAMMAR, call_prefix, tool_call_grammar
 from llmrtc.llm.local import LLAMA_CPP_PROFILE
 from llmrtc.llm.tool_routing import (
     grounded,
@@ -61,6 +61,9 @@ TRANSFER = ToolDefinition(  # nothing the user must say: never routed
 )
 ROUTED = dataclasses.replace(LLAMA_CPP_PROFILE, grammar=True, route_tools=True)
 OSLO_CALL = '{"name": "lookupWeather", "arguments": {"city": "Oslo"}}'
+# What the model writes after a routed call's prefilled start: the arguments and the end.
+OSLO_ARGS = '{"city": "Oslo"}}'
+LONDON_ARGS = '{"city": "London"}}'
 
 
 def asked(text: str) -> list[Any]:
@@ -89,7 +92,7 @@ async def run(replies: list[Any], request: LLMRequest) -> tuple[list[Any], list[
 async def test_a_message_the_router_gives_a_tool_is_answered_with_a_call_to_it() -> None:
     request = LLMRequest(asked("Is it cold in Oslo?"), tools=[WEATHER, TRANSFER])
     events, (router, answer) = await run(
-        [text_reply("lookupWeather"), text_reply(OSLO_CALL)], request
+        [text_reply("lookupWeather"), text_reply(OSLO_ARGS)], request
     )
     (call,) = [e.call for e in events if isinstance(e, LLMToolCall)]
     assert call.name == "lookupWeather" and call.arguments == {"city": "Oslo"}
@@ -101,9 +104,11 @@ async def test_a_message_the_router_gives_a_tool_is_answered_with_a_call_to_it()
     assert router["messages"][1]["content"] == "Is it cold in Oslo?"
     assert "lookupWeather" in router["messages"][0]["content"]
     assert "goTo" not in router["messages"][0]["content"]
-    # The answer is the usual request (same prompt: the prefix cache holds), forced to call.
-    assert answer["grammar"] == tool_call_grammar([WEATHER], allow_prose=False)
-    assert answer["messages"][-1]["content"] == "Is it cold in Oslo?"
+    # The answer is the usual request (same prompt: the prefix cache holds), its call's start
+    # prefilled: the model writes only the arguments.
+    assert answer["grammar"] == ARGUMENTS_GRAMMAR
+    assert answer["messages"][-2]["content"] == "Is it cold in Oslo?"
+    assert answer["messages"][-1] == {"role": "assistant", "content": call_prefix("lookupWeather")}
 
 
 async def test_none_from_the_router_leaves_the_decision_to_the_model() -> None:
@@ -116,9 +121,9 @@ async def test_none_from_the_router_leaves_the_decision_to_the_model() -> None:
 async def test_a_routed_call_with_a_made_up_argument_is_dropped_and_the_model_answers() -> None:
     # "What's the weather?" names no city: the forced call's "London" came from nowhere.
     request = LLMRequest(asked("What's the weather?"), tools=[WEATHER])
-    london = '{"name": "lookupWeather", "arguments": {"city": "London"}}'
     events, bodies = await run(
-        [text_reply("lookupWeather"), text_reply(london), text_reply("Which city?")], request
+        [text_reply("lookupWeather"), text_reply(LONDON_ARGS), text_reply("Which city?")],
+        request,
     )
     assert not [e for e in events if isinstance(e, LLMToolCall)]
     assert "".join(e.text for e in events if isinstance(e, LLMTextDelta)) == "Which city?"
@@ -199,7 +204,7 @@ async def test_a_routed_request_that_fails_is_answered_freely_never_retried_forc
     _, bodies = await run(
         [text_reply("lookupWeather"), ErrorReply(500), text_reply(london)], request
     )
-    assert bodies[1]["grammar"] == tool_call_grammar([WEATHER], allow_prose=False)
+    assert bodies[1]["grammar"] == ARGUMENTS_GRAMMAR
     assert bodies[2]["grammar"] == tool_call_grammar([WEATHER])  # the model's own choice
     assert "lookupWeather" in bodies[2]["messages"][0]["content"]  # tools still offered
 
@@ -208,18 +213,17 @@ async def test_the_first_answer_after_a_stage_change_is_routed_and_grounded() ->
     # A playbook's stage change appends a system message after the user's words.
     messages = [*asked("Is it cold in Oslo?"), SystemMessage("Now in stage: weather.")]
     request = LLMRequest(messages, tools=[WEATHER])
-    events, bodies = await run([text_reply("lookupWeather"), text_reply(OSLO_CALL)], request)
+    events, bodies = await run([text_reply("lookupWeather"), text_reply(OSLO_ARGS)], request)
     assert bodies[0]["messages"][1]["content"] == "Is it cold in Oslo?"
     assert [e.call.name for e in events if isinstance(e, LLMToolCall)] == ["lookupWeather"]
 
 
 async def test_the_answer_counts_the_routers_and_a_dropped_calls_tokens() -> None:
     request = LLMRequest(asked("What's the weather?"), tools=[WEATHER])
-    london = '{"name": "lookupWeather", "arguments": {"city": "London"}}'
     events, _ = await run(
         [
             text_reply("lookupWeather", usage=(100, 2)),
-            text_reply(london, usage=(500, 15)),
+            text_reply(LONDON_ARGS, usage=(500, 15)),
             text_reply("Which city?", usage=(510, 4)),
         ],
         request,
@@ -234,7 +238,7 @@ async def test_an_abort_while_a_routed_call_is_held_yields_no_call() -> None:
     from llmrtc.testing.openai_server import StreamReply
 
     request = LLMRequest(asked("Is it cold in Oslo?"), tools=[WEATHER])
-    whole = text_reply(OSLO_CALL, pieces=1)
+    whole = text_reply(OSLO_ARGS, pieces=1)
     hanging = StreamReply(whole.chunks, hang_after=len(whole.chunks) - 2)  # before finish
     async with ScriptedOpenAIServer([text_reply("lookupWeather"), hanging]) as server:
         llm = OpenAIProvider(
