@@ -51,6 +51,12 @@ class Utterance:
     over_agent: bool = False
     """It started while the agent spoke or a turn ran: its transcript is judged (a
     backchannel or noise is no turn; see `VoiceLoop`) before it may start one."""
+    over: Reply | None = None
+    """The reply it was said over (None: the agent was idle when it started)."""
+    answers: bool = True
+    """When it ended, the agent was asking its closing question, had finished, or was idle:
+    a backchannel word ("yeah") in it answers the agent. Decided when it was said, not when
+    its transcript arrives (the reply may have ended or moved on by then)."""
 
 
 @dataclass(frozen=True)

@@ -186,6 +186,7 @@ class VoiceLoop:
         )
         self._utterance_turn: str | None = None
         self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
+        self._utterance_reply: Reply | None = None  # the reply it started over
         self._pause: _Pause | None = None
         self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
@@ -348,6 +349,8 @@ class VoiceLoop:
         self._utterance_turn = new_turn_id()
         self._barged = False
         self._utterance_over_agent = self._busy()
+        reply = self._turns.reply
+        self._utterance_reply = reply if reply is not None and not reply.barged else None
         if self._pause is not None:  # more speech over the paused reply: wait for it too
             self._pause.utterances.add(self._utterance_turn)
             self._pause.disarm()
@@ -365,7 +368,20 @@ class VoiceLoop:
         if pause is not None and joined:
             self._arm(pause)  # the user went quiet: the transcripts have this long
         over = self._utterance_over_agent or joined
-        self._turns.queue(Utterance(ended.pcm, turn_id, time.monotonic(), over_agent=over))
+        said_over = pause.reply if joined and pause is not None else self._utterance_reply
+        self._utterance_reply = None
+        # (A reply cut meanwhile, by typed text say, was still going on when this was said.)
+        answers = said_over is None or said_over.asking_last
+        self._turns.queue(
+            Utterance(
+                ended.pcm,
+                turn_id,
+                time.monotonic(),
+                over_agent=over,
+                over=said_over,
+                answers=answers,
+            )
+        )
         await self._report(
             SpeechEndEvent(session_id=self.session_id, turn_id=turn_id, duration_s=ended.duration),
         )
@@ -416,7 +432,7 @@ class VoiceLoop:
         the STT failed). True if it makes no turn."""
         pause = self._pause
         paused = pause is not None and item.turn_id in pause.utterances
-        said = self._hearing(text, pause.reply if pause is not None and paused else None)
+        said = self._hearing(text, item.answers)
         if pause is not None and paused:
             pause.utterances.discard(item.turn_id)
             if said == "words":
@@ -436,22 +452,24 @@ class VoiceLoop:
         if said == "words":
             reply = self._turns.reply
             finishing = reply is not None and not reply.barged and reply.saying_last
-            if self._busy() and (late or not finishing):
+            # Only the reply it was said over is cut by it (a later one, the user never
+            # heard when speaking).
+            over_this = item.over is None or item.over is reply
+            if self._busy() and over_this and (late or not finishing):
                 await self._barge_in("barge-in")
             return False
         if said == "backchannel":
             await self._interruption(self._turns.reply, "backchannel")
         return True
 
-    def _hearing(self, text: str | None, reply: Reply | None) -> Hearing:
-        """What a transcript said over `reply` (by default the turn's) holds. A backchannel
-        is one only while the agent goes on: said over a closing question ("yeah") or once
-        the reply has ended ("okay"), it answers the agent, and counts as words."""
+    def _hearing(self, text: str | None, answers: bool) -> Hearing:
+        """What a transcript holds. A backchannel is one only while the agent goes on: said
+        over a closing question ("yeah") or once the reply had ended ("okay") — `answers`,
+        decided when it was said — it answers the agent, and counts as words."""
         if text is None:  # the STT failed: the user said something (the agent apologises)
             return "words"
         said = hearing(text, self.config.backchannels)
-        reply = reply if reply is not None else self._turns.reply
-        if said == "backchannel" and (reply is None or reply.barged or reply.asking_last):
+        if said == "backchannel" and answers:
             return "words"
         return said
 

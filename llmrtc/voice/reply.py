@@ -37,7 +37,9 @@ __all__ = ["Reply", "Voice"]
 
 logger = logging.getLogger(__name__)
 
-_QUESTION = re.compile(r"\?[\"'\u201d\u2019)\]]*\s*$")
+# A closing question: "?", the full-width "？" (CJK) or the Arabic "؟", then perhaps more
+# marks ("?!", "?..") or closing quotes and brackets.
+_QUESTION = re.compile(r"[?\uff1f\u061f][?!.\u2026\"'\u201d\u2019)\]]*\s*$")
 """A text ending with a question mark (closing quotes or brackets after it allowed)."""
 _FILLER_POLL = 0.05
 """How often a running tool batch is checked against `filler_after` (seconds)."""

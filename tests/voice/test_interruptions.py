@@ -637,3 +637,80 @@ def test_false_interruption_timeout_must_be_positive_seconds_or_none(bad: Any) -
 def test_backchannels_must_be_a_tuple_of_phrases(bad: Any) -> None:
     with pytest.raises(ValueError, match="backchannels must be a tuple of phrases"):
         VoiceConfig(backchannels=bad)
+
+
+# A backchannel is judged by what the agent was doing when it was said, not when its
+# transcript arrived (review findings: a slow transcript made each of these a turn or a cut).
+
+_LONG_STATEMENT = "One two three four five. It is sunny."
+
+
+async def test_a_slow_backchannel_over_a_statement_stays_one_after_the_reply_ended() -> None:
+    s = Session([_LONG_STATEMENT, "Anything else?"], stt_delay=2.5, false_interruption_timeout=0.2)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.3)
+        await s.say("mm-hmm")
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        await anyio.sleep(3.0)
+        group.cancel_scope.cancel()
+    assert s.user_lines() == ["Count."]
+
+
+async def test_a_short_yeah_transcribed_after_the_reply_ended_is_no_turn() -> None:
+    s = Session(["One two. Three.", "Anything else?"], stt_delay=1.5, barge_in_min_speech=0.5)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.1)
+        await s.say("yeah")
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        await anyio.sleep(2.0)
+        group.cancel_scope.cancel()
+    assert s.user_lines() == ["Count."]
+
+
+async def test_a_late_backchannel_said_over_the_first_sentence_never_cuts_the_question() -> None:
+    s = Session(
+        ["One two three. " + QUESTION, "Ok."], stt_delay=1.2, false_interruption_timeout=0.2
+    )
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.2)
+        await s.say("mm-hmm")
+        await s.until(lambda e: isinstance(e, AgentSpeechEnded))
+        await anyio.sleep(1.5)
+        group.cancel_scope.cancel()
+    assert s.of(AgentSpeechEnded)[0].interrupted is False
+
+
+async def test_typed_text_during_a_backchannel_pause_leaves_the_backchannel_no_turn() -> None:
+    s = Session(["One two three four five six seven eight.", "A", "B"], stt_delay=0.6)
+    async with s.loop, anyio.create_task_group() as group:
+        await s.watch(group)
+        await s.loop.send_text("Count.")
+        await s.speaking(0.3)
+        await s.say("mm-hmm", silence=0.1)
+        await s.loop.send_text("What about Paris?")
+        await s.say("", silence=0.7)
+        await anyio.sleep(3.0)
+        group.cancel_scope.cancel()
+    assert s.user_lines() == ["Count.", "What about Paris?"]
+
+
+@pytest.mark.parametrize(
+    ("last", "asks"),
+    [
+        ("Shall I book it?", True),
+        ("你想知道明天的天气吗\uff1f", True),  # the full-width question mark
+        ("Want the forecast too?!", True),
+        ('Did you say "Oslo?"', True),
+        ("It is sunny.", False),
+    ],
+)
+def test_a_closing_question_is_read_in_every_way_it_is_written(last: str, asks: bool) -> None:
+    from llmrtc.voice.reply import _QUESTION
+
+    assert (_QUESTION.search(last) is not None) is asks
