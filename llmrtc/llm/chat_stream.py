@@ -76,7 +76,7 @@ async def stream_events(
                 break
             model = chunk.model or model
             if chunk.usage is not None:
-                usage = _usage(chunk.usage)
+                usage = usage_of(chunk.usage)
             for choice in chunk.choices:
                 delta = choice.delta
                 if delta is not None and delta.content:
@@ -116,7 +116,7 @@ async def stream_events(
     yield LLMDone(stop, usage, model)
 
 
-def _usage(reported: Any) -> Usage:
+def usage_of(reported: Any) -> Usage:
     """The chunk's `usage`, with the cached prompt tokens where the server says them."""
     details = getattr(reported, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None) if details is not None else None

@@ -15,7 +15,7 @@ import anyio
 
 from llmrtc.abort import AbortSignal
 from llmrtc.llm._aborting import abort_scope, aborted
-from llmrtc.llm.chat_stream import stream_events
+from llmrtc.llm.chat_stream import stream_events, usage_of
 from llmrtc.llm.compat import CompatProfile, RetryPolicy
 from llmrtc.llm.errors import connection_errors, describe_failure
 from llmrtc.llm.formats import CallFormat, ToolCallFormat, format_for
@@ -337,7 +337,7 @@ class OpenAIProvider:
                         for choice in chunk.choices:
                             answer += choice.delta.content or ""
                         if chunk.usage is not None:
-                            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                            usage = usage_of(chunk.usage)
         except self._retry_errors as exc:
             logger.info("tool router failed (%s); the model decides alone", exc)
             return None, usage
