@@ -115,10 +115,10 @@ class TimedSTT:
         infer = getattr(inner, "_infer", None)
         if infer is not None:  # a benchmark-only wrap: the library has no hook inside a worker
 
-            def timed_infer(pcm: bytes) -> str:
+            def timed_infer(pcm: bytes, *rest: Any) -> str:
                 began = time.monotonic()
                 try:
-                    return str(infer(pcm))
+                    return str(infer(pcm, *rest))
                 finally:
                     self._inference.append((began, time.monotonic()))
 
@@ -237,6 +237,11 @@ class Session:
 
     def first_voiced_out(self, after: float) -> float | None:
         return next((t for t, voiced in self.frames if voiced and t >= after), None)
+
+
+# Silence pushed after a question: a browser sends frames all the time, and a turn the detector
+# judged incomplete ends only after `VoiceConfig.max_end_silence` (2.0 s) of it.
+TAIL = 2.5
 
 
 async def push_realtime(loop: VoiceLoop, speech: AudioFrame, silence: float) -> float:
@@ -383,7 +388,7 @@ async def turn_stages(
             await anyio.sleep(0.2)
             for question in questions:
                 n_stt, n_tts = len(stt.calls), len(tts.calls)
-                last_voiced = await push_realtime(loop, espeak(question), silence=1.0)
+                last_voiced = await push_realtime(loop, espeak(question), silence=TAIL)
                 if not await turn_done(session, hooks, last_voiced):
                     print(f"   (nothing heard in {question!r}: skipped)")
                     continue
@@ -507,7 +512,7 @@ async def overlap(speech: Speech, llm: Any, handler_for: Any, rounds: int) -> No
             await anyio.sleep(0.2)
             for i in range(rounds):
                 question = espeak(NO_TOOL_QUESTIONS[i % len(NO_TOOL_QUESTIONS)])
-                first_end = await push_realtime(loop, first_q, silence=1.0)
+                first_end = await push_realtime(loop, first_q, silence=TAIL)
                 # Speak again once the first answer is under way (its first token is out).
                 with anyio.fail_after(120):
                     while not [
@@ -518,7 +523,7 @@ async def overlap(speech: Speech, llm: Any, handler_for: Any, rounds: int) -> No
                         await anyio.sleep(0.01)
                 n_stt, n_tts = len(stt.calls), len(tts.calls)
                 pushed = time.monotonic()
-                last_voiced = await push_realtime(loop, question, silence=1.0)
+                last_voiced = await push_realtime(loop, question, silence=TAIL)
                 if not await turn_done(session, hooks, last_voiced):
                     continue
                 stt_end = [
@@ -710,7 +715,7 @@ async def shared_sessions(speech: Speech, rounds: int) -> None:
                     ends: list[float] = [0.0] * count
 
                     async def push(i: int, ends: list[float]) -> None:
-                        ends[i] = await push_realtime(loops[i], utterance, silence=1.0)
+                        ends[i] = await push_realtime(loops[i], utterance, silence=TAIL)
 
                     async with anyio.create_task_group() as pushers:
                         for i in range(count):
