@@ -37,8 +37,8 @@ __all__ = ["Reply", "Voice"]
 
 logger = logging.getLogger(__name__)
 
-# A closing question: "?", the full-width "？" (CJK) or the Arabic "؟", then perhaps more
-# marks ("?!", "?..") or closing quotes and brackets.
+# A closing question: "?", the full-width one (U+FF1F, CJK) or the Arabic one (U+061F), then
+# perhaps more marks ("?!", "?..") or closing quotes and brackets.
 _QUESTION = re.compile(r"[?\uff1f\u061f][?!.\u2026\"'\u201d\u2019)\]]*\s*$")
 """A text ending with a question mark (closing quotes or brackets after it allowed)."""
 _FILLER_POLL = 0.05
