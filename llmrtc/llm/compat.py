@@ -81,15 +81,11 @@ class CompatProfile:
     in a short request of its own which tool the message needs (`llmrtc.llm.tool_routing`);
     when it names one, the answer is constrained to a call to it, kept only if its free-text
     arguments are words the user said. For small models that stop calling tools once their
-    own plain answers fill the history. Needs `grammar`."""
+    own plain answers fill the history. The router's answer and the routed call are
+    constrained by GBNF grammars, so the server must accept a `grammar` field (llama.cpp
+    does), whether or not `grammar` is on for free answers."""
     response_format: bool = True
     """The server honours `response_format: {"type": "json_schema", ...}` (OpenAI and
     llama.cpp do, llama.cpp by constraining decoding to the schema): requests with a
     `response_format` send it. False drops it (the JSON instruction in the prompt remains)."""
 
-    def __post_init__(self) -> None:
-        if self.route_tools and not self.grammar:
-            raise ValueError(
-                f"CompatProfile {self.name!r}: route_tools needs grammar=True (the router's "
-                "answer and the routed call are both constrained by a grammar)"
-            )

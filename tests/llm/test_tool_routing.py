@@ -14,7 +14,6 @@ import pytest
 from llmrtc import ToolDefinition
 from llmrtc.llm import (
     AssistantMessage,
-    CompatProfile,
     LLMDone,
     LLMRequest,
     LLMTextDelta,
@@ -153,11 +152,6 @@ async def test_a_router_that_fails_leaves_the_answer_working() -> None:
     assert bodies[1]["grammar"] == tool_call_grammar([WEATHER])
 
 
-def test_routing_needs_a_grammar() -> None:
-    with pytest.raises(ValueError, match="route_tools needs grammar=True"):
-        CompatProfile(route_tools=True)
-
-
 def test_only_tools_with_a_required_free_text_argument_are_routable() -> None:
     assert routable_tools([WEATHER, TRANSFER]) == [WEATHER]
 
@@ -285,3 +279,21 @@ def test_a_forced_call_the_tool_would_refuse_is_not_grounded() -> None:
     request = LLMRequest(asked("Book for Alice Smith"), tools=[booking])
     assert not grounded(ToolCall("c", "book", {"name": "Alice Smith"}), booking, request)
     assert grounded(ToolCall("c", "book", {"name": "Alice Smith", "days": 2}), booking, request)
+
+
+async def test_the_shipped_profile_routes_but_leaves_free_answers_unconstrained() -> None:
+    # A free answer under a grammar cannot write a call after a lead-in sentence, and the
+    # 1.5B then repeats the sentence to its token limit: the local profile routes without it.
+    request = LLMRequest(asked("What's 2 plus 2?"), tools=[WEATHER])
+    async with ScriptedOpenAIServer([text_reply("none"), text_reply("4")]) as server:
+        llm = OpenAIProvider(
+            "m",
+            base_url=server.base_url,
+            api_key="t",
+            tool_call_format="text",
+            compat=LLAMA_CPP_PROFILE,
+        )
+        [_ async for _ in llm.stream(request)]
+        router, answer = (r.body for r in server.requests)
+    assert router["grammar"] == router_grammar([WEATHER])
+    assert "grammar" not in answer
