@@ -88,4 +88,3 @@ class CompatProfile:
     """The server honours `response_format: {"type": "json_schema", ...}` (OpenAI and
     llama.cpp do, llama.cpp by constraining decoding to the schema): requests with a
     `response_format` send it. False drops it (the JSON instruction in the prompt remains)."""
-
