@@ -7,8 +7,10 @@ Run:  .venv/bin/python benchmarks/whisper_trim.py [--repeats N] [--pads 1,2,3] [
 
 Utterances: the sentences of tests/rtc/test_recognition.py and of benchmarks/voice.py (no-tool
 and tool questions), each spoken by espeak-ng (en-us, 150 wpm) and piper (joe) when installed,
-16 kHz mono with 0.3 s of silence either side (what the VAD hands over), plus one long utterance
-(> 30 s, several sentences) that takes the windowed path either way.
+16 kHz mono with 0.3 s of silence either side (what the VAD hands over); the sentences of
+benchmarks/turn_detection.py with a pause mid-way (1 s of silence between the halves, the
+"paused" column: what a turn detector that waits through a pause hands over); plus one long
+utterance (> 30 s, several sentences) that takes the windowed path either way.
 
 Rows: `untrimmed` is faster-whisper's `transcribe` with the options `WhisperSTT` used before
 trimming (beam 1, temperature 0, no timestamps, no conditioning); `trimmed pad P min M` is
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 import anyio
 import numpy as np
+from turn_detection import PAUSED
 
 from llmrtc.voice.audio import resample
 from llmrtc.voice.providers.espeak import EspeakTTS
@@ -75,11 +78,15 @@ SUFFIXES = (
 )  # the same normalisation as tests/rtc/test_recognition.py
 
 
+PAUSE_SECONDS = 1.0
+
+
 @dataclass
 class Utterance:
     text: str
     voice: str
     pcm: bytes
+    paused: bool = False
 
 
 def words(text: str) -> list[str]:
@@ -117,14 +124,25 @@ async def speak(tts: object, text: str) -> bytes:
     return margin + resample(bytes(pcm), tts.sample_rate, RATE) + margin  # type: ignore[attr-defined]
 
 
-async def utterances(texts: Sequence[str]) -> list[Utterance]:
-    espeak = EspeakTTS(voice="en-us", words_per_minute=150)
-    out = [Utterance(t, "espeak", await speak(espeak, t)) for t in texts]
+async def utterances(
+    texts: Sequence[str], paused: Sequence[tuple[str, str]] = ()
+) -> list[Utterance]:
+    """Each of `texts`, and each (head, rest) of `paused` with a pause between, in each voice."""
+
+    async def voice(tts: object, name: str) -> list[Utterance]:
+        out = [Utterance(t, name, await speak(tts, t)) for t in texts]
+        pause = bytes(2 * round((PAUSE_SECONDS - 0.6) * RATE))  # 0.3 s margins either side
+        for head, rest in paused:
+            pcm = await speak(tts, head) + pause + await speak(tts, rest)
+            out.append(Utterance(f"{head} {rest}", name, pcm, paused=True))
+        return out
+
+    out = await voice(EspeakTTS(voice="en-us", words_per_minute=150), "espeak")
     try:
         from llmrtc.voice.providers.piper import PiperTTS
 
         async with PiperTTS(workers=1) as piper:
-            out += [Utterance(t, "piper", await speak(piper, t)) for t in texts]
+            out += await voice(piper, "piper")
     except Exception as exc:  # piper not installed: one voice only
         print(f"(piper unavailable: {exc}; espeak only)")
     return out
@@ -151,7 +169,7 @@ def main() -> None:
     parser.add_argument("--show", action="store_true", help="print every transcript that differs")
     args = parser.parse_args()
 
-    items = anyio.run(utterances, RECOGNITION + VOICE)
+    items = anyio.run(utterances, RECOGNITION + VOICE, PAUSED)
     long_text = " ".join(RECOGNITION + VOICE[:8])
     long = anyio.run(utterances, [long_text])[0]
     print(
@@ -211,23 +229,26 @@ def main() -> None:
     base_texts, base_times = results[conditions[0][0]]
     base_median = statistics.median(base_times)
     print(
-        f"\n{'condition':<32} {'WER':>6} {'espeak':>7} {'piper':>7}  "
+        f"\n{'condition':<32} {'WER':>6} {'espeak':>7} {'piper':>7} {'paused':>7}  "
         "median s/utt  speed-up  same text"
     )
     for label, (texts, times) in results.items():
-        errors = {"espeak": 0, "piper": 0}
-        totals = {"espeak": 0, "piper": 0}
+        errors = {"espeak": 0, "piper": 0, "paused": 0}
+        totals = {"espeak": 0, "piper": 0, "paused": 0}
         for item, text in zip(items, texts, strict=True):
-            errors[item.voice] += edits(words(item.text), words(text))
-            totals[item.voice] += len(words(item.text))
-        per_voice = [
-            errors[v] / totals[v] if totals[v] else float("nan") for v in ("espeak", "piper")
+            group = "paused" if item.paused else item.voice
+            errors[group] += edits(words(item.text), words(text))
+            totals[group] += len(words(item.text))
+        per_group = [
+            errors[g] / totals[g] if totals[g] else float("nan")
+            for g in ("espeak", "piper", "paused")
         ]
         same = sum(words(a) == words(b) for a, b in zip(texts, base_texts, strict=True))
         median = statistics.median(times)
         print(
-            f"{label:<32} {sum(errors.values()) / reference_words:6.3f} {per_voice[0]:7.3f} "
-            f"{per_voice[1]:7.3f}  {median:12.3f}  {base_median / median:7.1f}x  "
+            f"{label:<32} {sum(errors.values()) / reference_words:6.3f} {per_group[0]:7.3f} "
+            f"{per_group[1]:7.3f} {per_group[2]:7.3f}  {median:12.3f}  "
+            f"{base_median / median:7.1f}x  "
             f"{same}/{len(items)}  full window {loops.get(label, 0)}"
         )
     if args.show:

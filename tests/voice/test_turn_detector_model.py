@@ -125,7 +125,11 @@ async def test_smart_turn_keeps_a_mid_sentence_pause_and_ends_a_finished_sentenc
             ends = [e for e in seen if isinstance(e, UserSpeechEnded)]
             assert len(ends) == 1 and ends[0].duration > 1.0 + len(rest) / 2 / RATE, ends
             transcript = next(e for e in seen if isinstance(e, Transcript))
-            assert {"weather", "tokyo"} <= set(re.findall(r"[a-z]+", transcript.text.lower()))
+            heard = re.findall(r"[a-z]+", transcript.text.lower())
+            # Both halves in the one transcript. Whisper base hears some of piper's renders of
+            # "Tokyo." after a pause as "Tokido" (piper's noise makes each render differ):
+            # recognition is tests/rtc/test_recognition.py's claim, the turn is this one's.
+            assert "weather" in heard and heard.index("weather") + 2 < len(heard), heard
             assert recording.answers[0][0] <= 0.5  # the pause was judged incomplete
 
             # A finished sentence: the turn ends before the fixed 0.5 s of silence would.

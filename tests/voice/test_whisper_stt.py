@@ -166,6 +166,75 @@ async def test_a_looping_trimmed_decoding_is_decoded_again_in_the_full_window(
     assert spy.frames == [3000]  # faster-whisper's own 30 s window
 
 
+class StopsBefore(EncoderSpy):
+    """As `EncoderSpy`, and the first decoding (the trimmed one) ends (a timestamp at `at`
+    seconds, then end of text) before the token `word`, as the trimmed decoding sometimes did
+    on a sentence with a pause mid-way: "I'd like the weather in." for "I'd like the weather
+    in ... Tokyo."."""
+
+    def __init__(self, inner: Any, tokenizer: Any, word: str, at: float) -> None:
+        super().__init__(inner)
+        self._tokenizer, self._word, self._at = tokenizer, word, at
+        self._cut = False
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        from types import SimpleNamespace
+
+        if self._cut:
+            return self._inner.generate(*args, **kwargs)
+        self._cut = True
+        cut = []
+        for result in self._inner.generate(*args, **kwargs):
+            ids = list(result.sequences_ids[0])
+            texts = [self._tokenizer.decode([token]).strip() for token in ids]
+            if self._word in texts:
+                stamp = self._tokenizer.timestamp_begin + round(self._at / 0.02)
+                ids = [*ids[: texts.index(self._word)], stamp]
+            cut.append(SimpleNamespace(sequences_ids=[ids], no_speech_prob=result.no_speech_prob))
+        return cut
+
+
+@voice_model
+async def test_a_trimmed_decoding_that_stops_before_the_speech_is_decoded_in_the_full_window(
+    whisper_stt: WhisperSTT, spoken: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faster_whisper.tokenizer import Tokenizer
+
+    model = whisper_stt._shared.model
+    multilingual = model.model.is_multilingual
+    tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language="en")
+    head, rest = spoken("I would like the weather in"), spoken("Tokyo, please.")
+    spy = StopsBefore(model.model, tokenizer, "Tokyo", at=head.duration)
+    monkeypatch.setattr(model, "model", spy)
+    pcm = head.pcm + bytes(2 * 16000) + rest.pcm + bytes(2 * 4800)  # a 1 s pause mid-way
+    text = await whisper_stt.transcribe(pcm)
+    # The trimmed decoding ended at "in" with Tokyo still to come: the full window heard it.
+    assert spy.frames[0] < 3000 and spy.frames[-1] == 3000, spy.frames
+    assert "tokyo" in words(text), text
+
+
+def test_timed_segments_and_the_end_of_speech() -> None:
+    import numpy as np
+
+    from llmrtc.voice.providers.whisper import speech_end, timed_segments
+
+    class Letters:
+        def decode(self, ids: list[int]) -> str:
+            return "".join(chr(96 + i) for i in ids)
+
+    # Timestamps are ids from 100, 0.02 s apart; text after the last one ends there.
+    ids = [100, 1, 2, 125, 125, 3, 150, 4]
+    assert timed_segments(ids, 100, 0.02, Letters()) == [(0.5, "ab"), (1.0, "c"), (1.0, "d")]
+    assert timed_segments([100, 150], 100, 0.02, Letters()) == []
+    # The end of the last voiced 20 ms frame, relative to the loudest frames.
+    tone = 0.3 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)
+    quiet = np.full(8000, 0.003)  # -40 dB below the tone: background, not speech
+    audio = np.concatenate([np.zeros(4160), tone, quiet, tone[:3200], quiet]).astype(np.float32)
+    assert speech_end(audio) == pytest.approx((4160 + 16000 + 8000 + 3200) / 16000)
+    assert speech_end(np.zeros(16000, dtype=np.float32)) == 0.0
+    assert speech_end(np.zeros(100, dtype=np.float32)) == 0.0
+
+
 @voice_model
 async def test_a_cough_is_no_words_as_in_the_full_window(
     whisper_stt: WhisperSTT, monkeypatch: pytest.MonkeyPatch

@@ -19,6 +19,7 @@ on others (benchmarks/stt.py: 0.097 -> 0.102 and 0.025 -> 0.033), copying the pr
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -70,6 +71,17 @@ average log probability (-0.88 against -2.1), so the full rule cannot be applied
 decoding. Measured on 44 spoken utterances, trimmed, speech scored at most 0.38."""
 _COMPRESSION_RATIO: Final = 2.4
 """faster-whisper's default gzip ratio above which a text is a repetition loop."""
+_MISSED_SPEECH_SECONDS: Final = 0.5
+"""A trimmed decoding whose last timestamp is more than this before the end of the audio's
+speech missed words, and is decoded again in the full window. Measured on sentences with a
+1 s pause mid-way (piper, "I'd like the weather in ... Tokyo."): the trimmed decoding sometimes
+ended its first segment with end-of-text ("I'd like the weather in.", 1-3 of 36 renders), which
+the full window heard whole."""
+_VOICED_FRAME: Final = 320
+"""20 ms at 16 kHz: the frame whose loudness says whether it holds speech."""
+_VOICED_SHARE: Final = 0.05
+"""A frame is voiced when its RMS is above this share of the utterance's 95th-percentile frame
+RMS (-26 dB): the level is relative, as the inbound level differs by microphone."""
 
 
 @dataclass(eq=False)
@@ -331,8 +343,10 @@ def decode_trimmed(
     text): they let the model end where the speech ends.
 
     Returns None when the full window must decide: the audio may hold no speech (no-speech
-    probability > 0.5, see `_UNSURE_NO_SPEECH_PROB`), or the text is a loop (gzip compression
-    ratio > 2.4, faster-whisper's threshold for "too repetitive").
+    probability > 0.5, see `_UNSURE_NO_SPEECH_PROB`), the text is a loop (gzip compression
+    ratio > 2.4, faster-whisper's threshold for "too repetitive", or a segment said twice in a
+    row), or the decoding ended more than 0.5 s before the speech does (words were missed, see
+    `_MISSED_SPEECH_SECONDS`).
     `pad_seconds` and `min_seconds` are parameters for benchmarks/whisper_trim.py, which chose
     the defaults.
     """
@@ -385,7 +399,52 @@ def decode_trimmed(
     )[0]
     if result.no_speech_prob > _UNSURE_NO_SPEECH_PROB:
         return None  # maybe no speech: the full window's verdict, as before trimming
-    text = str(tokenizer.decode(result.sequences_ids[0])).strip()  # drops the timestamps
+    ids = result.sequences_ids[0]
+    text = str(tokenizer.decode(ids)).strip()  # drops the timestamps
     if get_compression_ratio(text) > _COMPRESSION_RATIO:
         return None  # a loop: decode it in the full window instead
+    segments = timed_segments(ids, tokenizer.timestamp_begin, model.time_precision, tokenizer)
+    if any(a[1] and a[1] == b[1] for a, b in itertools.pairwise(segments)):
+        return None  # a segment said twice: a loop too short for the compression ratio
+    last = max((end for end, _text in segments), default=0.0)
+    if speech_end(audio) - last > _MISSED_SPEECH_SECONDS:
+        return None  # it stopped before the speech did: the full window hears the rest
     return text
+
+
+def timed_segments(
+    ids: Sequence[int], timestamp_begin: int, precision: float, tokenizer: Any
+) -> list[tuple[float, str]]:
+    """The (end time in seconds, text) of each segment of a decoding with timestamp tokens
+    (ids >= `timestamp_begin`, `precision` seconds apart); text after the last timestamp ends
+    at the last timestamp."""
+    segments: list[tuple[float, str]] = []
+    words: list[int] = []
+    last = 0.0
+    for token in ids:
+        if token >= timestamp_begin:
+            last = (token - timestamp_begin) * precision
+            if words:
+                segments.append((last, str(tokenizer.decode(words)).strip()))
+                words = []
+        else:
+            words.append(token)
+    if words:
+        segments.append((last, str(tokenizer.decode(words)).strip()))
+    return segments
+
+
+def speech_end(audio: Any) -> float:
+    """Seconds from the start of `audio` (float32 at 16 kHz) to the end of its last voiced
+    20 ms frame (see `_VOICED_SHARE`); 0.0 for silence."""
+    import numpy as np
+
+    frames = len(audio) // _VOICED_FRAME
+    if frames == 0:
+        return 0.0
+    blocks = np.asarray(audio[: frames * _VOICED_FRAME], dtype=np.float64)
+    rms = np.sqrt((blocks.reshape(frames, _VOICED_FRAME) ** 2).mean(axis=1))
+    voiced = np.nonzero(rms > _VOICED_SHARE * float(np.percentile(rms, 95)))[0]
+    if len(voiced) == 0:
+        return 0.0
+    return float((voiced[-1] + 1) * _VOICED_FRAME / SAMPLE_RATE)
