@@ -18,6 +18,7 @@ __all__ = [
     "HintingHandler",
     "ResumableHandler",
     "TurnHandler",
+    "WarmableHandler",
     "read_handler_state",
     "replace_messages",
     "tool_speech_hints",
@@ -116,6 +117,17 @@ class HintingHandler(TurnHandler, Protocol):
 
     def speech_hints(self) -> Sequence[str]:
         """Words and short phrases expected now, most telling first (asked per utterance)."""
+        ...
+
+
+@runtime_checkable
+class WarmableHandler(TurnHandler, Protocol):
+    """A `TurnHandler` that can send its first prompt ahead of the first turn, so a model
+    server with a prompt cache (`CompatProfile.prompt_cache`) has it read already.
+    `TurnRunner` and `PlaybookOrchestrator` are; `llmrtc serve` warms one at start."""
+
+    async def warm(self) -> None:
+        """Send the system prompt and tools once (a 1-token answer, discarded)."""
         ...
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TextIO
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from llmrtc.tools import ToolRegistry
 
 __all__ = ["BACKSTOP_MARGIN", "LISTENING", "WORKER_SETUP_FAILED", "serve_process"]
+
+logger = logging.getLogger(__name__)
 
 LISTENING = "llmrtc serve: listening on "
 """How the one line on stdout starts (then the URL and `(open it in Chromium)`)."""
@@ -275,8 +279,33 @@ async def _open_and_serve(
             return WORKER_SETUP_FAILED if worker else 1
         if stop.requested.is_set():
             return 0
+        from llmrtc.llm import OpenAIProvider
+
         server = _server(args, llm, speech, playbook, registry, toolkits, hooks)
-        return await _run_until_signal(server, args, stop)
+        async with anyio.create_task_group() as group:
+            if isinstance(llm, OpenAIProvider) and llm.compat.prompt_cache:
+                # In the background: the page is opened and the first words said meanwhile;
+                # a turn that comes first waits its turn at the server, as it would cold.
+                group.start_soon(_warm, _handler(llm, registry, playbook, toolkits, None))
+            code = await _run_until_signal(server, args, stop)
+            group.cancel_scope.cancel()
+        return code
+
+
+async def _warm(handler: TurnHandler) -> None:
+    """Have the model server read the first prompt of a session (its system prompt and tools)
+    before the first caller's turn needs it (`WarmableHandler`)."""
+    from llmrtc.agent.handler import WarmableHandler
+
+    if not isinstance(handler, WarmableHandler):
+        return
+    started = time.perf_counter()
+    try:
+        await handler.warm()
+    except Exception as exc:  # only the first turn is slower: never a reason to stop serving
+        logger.warning("warming the first prompt failed (%s: %s)", type(exc).__name__, exc)
+        return
+    logger.info("first prompt warmed in %.1f s", time.perf_counter() - started)
 
 
 def _server(

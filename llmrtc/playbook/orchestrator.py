@@ -179,6 +179,12 @@ class PlaybookOrchestrator:
             self._request_transition,
         )
 
+    async def warm(self) -> None:
+        """Send the current stage's system prompt and tools once with `max_tokens=1`
+        (`TurnRunner.warm`), so a local server has them cached before the first real turn:
+        `llmrtc serve` warms the first stage when it starts."""
+        await self.runner.warm()
+
     def speech_hints(self) -> list[str]:
         """What the caller is likely to say in the current stage (the `HintingHandler`
         protocol): the words of the stage's tools (`tool_speech_hints`; `playbook_transition`'s

@@ -43,7 +43,9 @@ async def test_serve_weather_on_the_offline_stack_prints_the_url_and_answers() -
         for key, value in os.environ.items()
         if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LLMRTC_SPEECH", "LLMRTC_MODEL")
     }
-    await _serve_and_answer([], environment)
+    text = await _serve_and_answer(["--log-level", "info"], environment)
+    # The offline model keeps prompt prefixes: the first stage's prompt was read at start.
+    assert "first prompt warmed in" in text, text
 
 
 async def test_llm_offline_wins_over_an_api_in_the_environment() -> None:
@@ -55,7 +57,7 @@ async def test_llm_offline_wins_over_an_api_in_the_environment() -> None:
     await _serve_and_answer(["--llm", "offline"], environment)
 
 
-async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> None:
+async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> str:
     command = [sys.executable, "-m", "llmrtc.cli", "serve", "playbooks/weather.yaml"]
     command += ["--port", "0", *options]
     process = await anyio.open_process(
@@ -105,3 +107,4 @@ async def _serve_and_answer(options: list[str], environment: dict[str, str]) -> 
     # The model's load holds the GIL: its line says what to expect, then how long it took.
     assert re.search(r"llmrtc: loading model \(about \d+ s\)\.\.\.", text), text
     assert re.search(r"llmrtc: loading model took \d+ s", text), text
+    return text

@@ -441,7 +441,9 @@ async def test_weather_question_then_bye_then_more_turns_in_the_terminal_stage()
     assert changes(events) == []
     assert completed(events).text == "Take care!"
     assert "Say a short, warm goodbye." in prompt(llm.requests[3])
-    assert offered(llm.requests[3]) == []
+    # The caller may still ask about the weather: the tool stays, so it is looked up, not
+    # guessed (by hand, "wat the wether in sydny??" after "that's all" got invented weather).
+    assert offered(llm.requests[3]) == ["lookupWeather"]
     assert orchestrator.engine.current_stage.id == "goodbye"
     assert orchestrator.engine.turns_in_stage == 1
     assert orchestrator.next_deadline() is None
@@ -1191,3 +1193,16 @@ async def test_resuming_from_a_snapshot_and_history_in_a_new_orchestrator() -> N
     ]
     # a restored session entered its stage long ago: no initial on_stage_enter again
     assert [e.stage_id for e in hooks.of(StageEnterEvent)] == ["wrap_up"]
+
+
+async def test_warm_sends_the_first_stage_prompt_and_tools_without_starting_the_session() -> None:
+    playbook = load_playbook(PLAYBOOKS / "weather.yaml")
+    llm = ScriptedLLM(["x"])
+    orchestrator = PlaybookOrchestrator(playbook, llm, load_playbook_tools(playbook))
+    await orchestrator.warm()
+    (request,) = llm.requests
+    assert request.settings.max_tokens == 1
+    assert "Use the lookupWeather tool" in prompt(request)
+    assert offered(request) == ["lookupWeather"]
+    # Nothing of a session happened: no history, the first stage not yet entered.
+    assert len(orchestrator.history) == 0 and not orchestrator.engine.entered

@@ -84,6 +84,7 @@ LLAMA_CPP_PROFILE: Final = CompatProfile(
     continue_after_stream_error=True,
     omit_tools_after_tool_results=True,
     route_tools=True,
+    prompt_cache=True,
 )
 """llama.cpp serving a small Qwen model: the tool hint, Qwen's own tools section, one retry
 without tools on a server error (continuing text already streamed by prefill, which llama.cpp
