@@ -15,10 +15,11 @@ utterance (> 30 s, several sentences) that takes the windowed path either way.
 Rows: `untrimmed` is faster-whisper's `transcribe` with the options `WhisperSTT` used before
 trimming (beam 1, temperature 0, no timestamps, no conditioning); `trimmed pad P min M` is
 `decode_trimmed` with P seconds of trailing silence and at least M seconds of input; `WhisperSTT`
-is the shipped default. A trimmed decoding that may be no speech or loops is decoded again in the
-full window, as `WhisperSTT` does; "full window" counts those. WER = word edits / reference
-words over the set, after lower-casing, dropping punctuation and expanding English contractions
-("where's" = "where is"). Time = median wall seconds per utterance (threads = the CPU count).
+is the shipped default. A trimmed decoding that may be no speech, loops, or ends more than 0.5 s
+before the speech does, is decoded again in the full window, as `WhisperSTT` does; "full
+window" counts those. WER = word edits / reference words over the set, after lower-casing,
+dropping punctuation and expanding English contractions ("where's" = "where is"). Time = median
+wall seconds per utterance (threads = the CPU count).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def main() -> None:
             text = decode_trimmed(
                 model, audio(pcm), language="en", pad_seconds=pad, min_seconds=minimum
             )
-            if text is None:  # unsure or a loop: WhisperSTT decodes the full window instead
+            if text is None:  # unsure, a loop or cut short: WhisperSTT decodes the full window
                 loops[label] = loops.get(label, 0) + 1
                 return untrimmed(pcm)
             return text

@@ -279,17 +279,23 @@ async def _open_and_serve(
             return WORKER_SETUP_FAILED if worker else 1
         if stop.requested.is_set():
             return 0
-        from llmrtc.llm import OpenAIProvider
-
         server = _server(args, llm, speech, playbook, registry, toolkits, hooks)
         async with anyio.create_task_group() as group:
-            if isinstance(llm, OpenAIProvider) and llm.compat.prompt_cache:
+            if _keeps_prompts(llm):
                 # In the background: the page is opened and the first words said meanwhile;
                 # a turn that comes first waits its turn at the server, as it would cold.
                 group.start_soon(_warm, _handler(llm, registry, playbook, toolkits, None))
             code = await _run_until_signal(server, args, stop)
             group.cancel_scope.cancel()
         return code
+
+
+def _keeps_prompts(llm: object) -> bool:
+    """Whether `llm`'s server keeps prompt prefixes, so warming a session's prompt pays
+    (`CompatProfile.prompt_cache`: the offline model; never a hosted API, which bills it)."""
+    from llmrtc.llm import OpenAIProvider
+
+    return isinstance(llm, OpenAIProvider) and llm.compat.prompt_cache
 
 
 async def _warm(handler: TurnHandler) -> None:

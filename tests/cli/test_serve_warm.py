@@ -10,7 +10,7 @@ import pytest
 
 from llmrtc import ToolExecutor, TurnRunner
 from llmrtc.agent.handler import WarmableHandler
-from llmrtc.cli.serve_process import _warm
+from llmrtc.cli.serve_process import _keeps_prompts, _warm
 from llmrtc.llm.compat import CompatProfile
 from llmrtc.llm.local.profile import LLAMA_CPP_PROFILE
 from llmrtc.testing import ScriptedLLM
@@ -20,8 +20,16 @@ pytestmark = pytest.mark.anyio
 
 
 def test_only_the_local_server_profile_keeps_prompt_prefixes() -> None:
+    from llmrtc.llm import OpenAIProvider
+
     assert LLAMA_CPP_PROFILE.prompt_cache  # llama.cpp: warming pays
     assert not CompatProfile().prompt_cache  # a hosted API bills every request
+    local = OpenAIProvider(
+        "qwen", base_url="http://127.0.0.1:9/v1", api_key="k", compat=LLAMA_CPP_PROFILE
+    )
+    hosted = OpenAIProvider("gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert _keeps_prompts(local) and not _keeps_prompts(hosted)
+    assert not _keeps_prompts(ScriptedLLM([]))  # --fake-engines: its script is not spent
 
 
 async def test_warm_sends_the_first_prompt_once() -> None:
@@ -44,7 +52,12 @@ async def test_a_failed_warm_up_is_logged_and_serving_goes_on(
 
 
 async def test_a_handler_without_warm_is_left_alone() -> None:
-    class Plain:
-        pass
+    class Plain:  # an application's own TurnHandler, without warm()
+        history = None
 
-    await _warm(Plain())  # type: ignore[arg-type]
+        def run_turn(self) -> None: ...
+        def next_deadline(self) -> None: ...
+        def run_timeout_turn(self) -> None: ...
+
+    assert not isinstance(Plain(), WarmableHandler)
+    await _warm(Plain())  # type: ignore[arg-type]  # nothing to call, nothing raised

@@ -232,6 +232,11 @@ def test_timed_segments_and_the_end_of_speech() -> None:
     audio = np.concatenate([np.zeros(4160), tone, quiet, tone[:3200], quiet]).astype(np.float32)
     assert speech_end(audio) == pytest.approx((4160 + 16000 + 8000 + 3200) / 16000)
     assert speech_end(np.zeros(16000, dtype=np.float32)) == 0.0
+    # A raw microphone's hiss 20 dB below the speech, through the silence the endpointer waited
+    # for, is not speech (else every utterance would be decoded twice).
+    hiss = np.random.default_rng(3).normal(0.0, 0.3 * 0.707 / 10, 16000)
+    noisy = np.concatenate([hiss[:4160], tone, hiss]).astype(np.float32)
+    assert speech_end(noisy) == pytest.approx((4160 + 16000) / 16000, abs=0.04)
     assert speech_end(np.zeros(100, dtype=np.float32)) == 0.0
 
 

@@ -10,11 +10,11 @@ the model is a local directory assembled from PyPI packages (`_whisper_model`).
 The encoder sees only the utterance plus 2 s of silence (`decode_trimmed`), not faster-whisper's
 30 s window: median 1.28 -> 0.35 s per utterance on 2 cores at load 1.6, 2.7-3.2 -> 0.34-0.39 s
 at load 4-7, WER equal or better (benchmarks/whisper_trim.py); utterances longer than one
-window, and trimmed decodings that may be no speech or loop, go through faster-whisper's
-windowed `transcribe`. Speech hints are accepted and not used: as Whisper base's prompt
-(`initial_prompt`) they did not lower WER on utterances holding the hinted words and raised it
-on others (benchmarks/stt.py: 0.097 -> 0.102 and 0.025 -> 0.033), copying the prompt's style
-("celsius") instead of fixing boundary words.
+window, and trimmed decodings that may be no speech, loop, or end more than 0.5 s before the
+speech does, go through faster-whisper's windowed `transcribe`. Speech hints are accepted and
+not used: as Whisper base's prompt (`initial_prompt`) they did not lower WER on utterances
+holding the hinted words and raised it on others (benchmarks/stt.py: 0.097 -> 0.102 and
+0.025 -> 0.033), copying the prompt's style ("celsius") instead of fixing boundary words.
 """
 
 from __future__ import annotations
@@ -82,6 +82,10 @@ _VOICED_FRAME: Final = 320
 _VOICED_SHARE: Final = 0.05
 """A frame is voiced when its RMS is above this share of the utterance's 95th-percentile frame
 RMS (-26 dB): the level is relative, as the inbound level differs by microphone."""
+_VOICED_OVER_FLOOR: Final = 3.0
+"""... and above this multiple (+9.5 dB) of the noise floor (the 10th-percentile frame RMS): a
+raw microphone's hiss 20 dB below the speech, in the silence the endpointer waited through, is
+not speech."""
 
 
 @dataclass(eq=False)
@@ -406,8 +410,11 @@ def decode_trimmed(
     segments = timed_segments(ids, tokenizer.timestamp_begin, model.time_precision, tokenizer)
     if any(a[1] and a[1] == b[1] for a, b in itertools.pairwise(segments)):
         return None  # a segment said twice: a loop too short for the compression ratio
+    # One-sided: a decoding that ends early is caught; one whose last timestamp stretches over
+    # words it dropped is not. No words at all stays "" (the no-speech check judged that: the
+    # full window is where Whisper invents "Thank you." on a cough).
     last = max((end for end, _text in segments), default=0.0)
-    if speech_end(audio) - last > _MISSED_SPEECH_SECONDS:
+    if segments and speech_end(audio) - last > _MISSED_SPEECH_SECONDS:
         return None  # it stopped before the speech did: the full window hears the rest
     return text
 
@@ -436,7 +443,7 @@ def timed_segments(
 
 def speech_end(audio: Any) -> float:
     """Seconds from the start of `audio` (float32 at 16 kHz) to the end of its last voiced
-    20 ms frame (see `_VOICED_SHARE`); 0.0 for silence."""
+    20 ms frame (see `_VOICED_SHARE` and `_VOICED_OVER_FLOOR`); 0.0 for silence."""
     import numpy as np
 
     frames = len(audio) // _VOICED_FRAME
@@ -444,7 +451,11 @@ def speech_end(audio: Any) -> float:
         return 0.0
     blocks = np.asarray(audio[: frames * _VOICED_FRAME], dtype=np.float64)
     rms = np.sqrt((blocks.reshape(frames, _VOICED_FRAME) ** 2).mean(axis=1))
-    voiced = np.nonzero(rms > _VOICED_SHARE * float(np.percentile(rms, 95)))[0]
+    level = max(
+        _VOICED_SHARE * float(np.percentile(rms, 95)),
+        _VOICED_OVER_FLOOR * float(np.percentile(rms, 10)),
+    )
+    voiced = np.nonzero(rms > level)[0]
     if len(voiced) == 0:
         return 0.0
     return float((voiced[-1] + 1) * _VOICED_FRAME / SAMPLE_RATE)
