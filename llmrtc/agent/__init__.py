@@ -10,14 +10,17 @@ from llmrtc.agent.events import (
     TurnFailed,
     TurnStopReason,
 )
-from llmrtc.agent.handler import ResumableHandler, TurnHandler
+from llmrtc.agent.handler import PreemptingHandler, ResumableHandler, TurnHandler
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.agent.settings import TurnSettings
 
 __all__ = [
     "AgentEvent",
     "ConversationHistory",
+    "Preemption",
+    "PreemptingHandler",
     "ResumableHandler",
     "StageChanged",
     "TextDelta",

@@ -11,11 +11,13 @@ from typing import Any, Final, Protocol, runtime_checkable
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.preemption import Preemption
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
 from llmrtc.tools.definition import ToolDefinition
 
 __all__ = [
     "HintingHandler",
+    "PreemptingHandler",
     "ResumableHandler",
     "TurnHandler",
     "WarmableHandler",
@@ -117,6 +119,29 @@ class HintingHandler(TurnHandler, Protocol):
 
     def speech_hints(self) -> Sequence[str]:
         """Words and short phrases expected now, most telling first (asked per utterance)."""
+        ...
+
+
+@runtime_checkable
+class PreemptingHandler(TurnHandler, Protocol):
+    """A `TurnHandler` that can start a turn's first model request before the turn
+    (preemptive generation): a voice loop with `VoiceConfig.preemptive_generation` calls
+    `preempt(text)` when the user pauses, runs the returned `Preemption`, and passes it to
+    `run_turn(text, preemption=...)` if the user said nothing more (else discards it).
+    `TurnRunner` and `PlaybookOrchestrator` are."""
+
+    def preempt(self, user_text: str) -> Preemption | None:
+        """The early first request of a turn on `user_text` (None: none to start)."""
+        ...
+
+    def run_turn(
+        self,
+        user_text: str | None,
+        *,
+        abort_signal: AbortSignal | None = None,
+        preemption: Preemption | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """`TurnHandler.run_turn`, taking the early answer when it is still the right one."""
         ...
 
 

@@ -12,6 +12,7 @@ from llmrtc.agent._round import model_request
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.agent.turn import AfterAnswer, AfterBatch, BatchDecision, Turn
 from llmrtc.execution.executor import ToolExecutor
@@ -225,6 +226,20 @@ class TurnRunner:
         )
         await self.llm.complete(warm_request)
 
+    def preempt(self, user_text: str) -> Preemption:
+        """The first request a turn on `user_text` would send now, ready to start ahead of the
+        turn (preemptive generation, the `PreemptingHandler` protocol): run its `run()` in a
+        task, then pass it to `run_turn(user_text, preemption=...)`, which takes its answer if
+        nothing changed meanwhile. Nothing runs, and the history does not change, until a
+        turn takes it."""
+        history = ConversationHistory(self.history.max_messages, self.history.messages)
+        history.append(UserMessage(user_text))
+        view = self._view_for(self._settings, strict=False)
+        request = model_request(
+            history, self._settings, view, 0, offer=self.executor.offered_definitions
+        )
+        return Preemption(self.llm, request, user_text)
+
     # Resuming (the ResumableHandler protocol) ---------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -281,6 +296,7 @@ class TurnRunner:
         after_batch: AfterBatch | None = None,
         after_answer: AfterAnswer | None = None,
         turn_id: str | None = None,
+        preemption: Preemption | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn, yielding events as they happen; `TurnCompleted` comes last.
 
@@ -298,6 +314,9 @@ class TurnRunner:
                 transitions here. Not called for an aborted or failed turn.
             turn_id: The id hooks and spans carry for this turn (a voice loop passes the id
                 its speech hooks already used); None makes a fresh one.
+            preemption: `preempt(user_text)`'s early answer: the turn's first request takes
+                it when it is exactly that request (nothing changed since), else it is
+                discarded and the model is asked as usual.
 
         A model failure (`LLMError`) does not raise: see the class docstring. Anything else
         raised (a bug, a callback's error) propagates, after the history was left valid.
@@ -320,6 +339,7 @@ class TurnRunner:
             after_batch=after_batch,
             after_answer=after_answer,
             turn_id=turn_id,
+            preemption=preemption,
         )
         self._turn = turn
         try:

@@ -24,12 +24,13 @@ from llmrtc.agent.events import (
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.result_cap import cut_tool_result
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, ToolMessage, UserMessage
 from llmrtc.llm.provider import LLMError, LLMProvider
-from llmrtc.llm.types import Usage
+from llmrtc.llm.types import LLMRequest, Usage
 from llmrtc.telemetry.correlation import current_turn_id
 from llmrtc.telemetry.events import ErrorEvent, TurnEndEvent, TurnStartEvent
 from llmrtc.telemetry.hooks import Hooks, emit
@@ -90,6 +91,7 @@ class Turn:
         after_batch: AfterBatch | None = None,
         after_answer: AfterAnswer | None = None,
         turn_id: str | None = None,
+        preemption: Preemption | None = None,
     ) -> None:
         """Prepare a turn (nothing happens before `run()`).
 
@@ -108,6 +110,8 @@ class Turn:
             after_batch: Awaited after each tool batch (see `BatchDecision`).
             after_answer: Awaited once the turn is answered (see `AfterAnswer`).
             turn_id: The id hooks and spans carry; None makes a fresh one.
+            preemption: An answer started before the turn (`Preemption`): the first request
+                takes it if it is exactly that request; otherwise it is discarded.
         """
         self.llm = llm
         self.executor = executor
@@ -137,6 +141,7 @@ class Turn:
         self._partial: list[str] = []  # text of the response being streamed, not yet stored
         self._pending: list[ToolCall] = []  # calls in the history that have no result yet
         self._failure: BaseException | None = None  # a model failure the turn recovered from
+        self._preemption = preemption
 
     @property
     def text(self) -> str:
@@ -218,17 +223,18 @@ class Turn:
                 return
             at_limit = round_index >= self._settings.max_tool_rounds
             final = at_limit or forced_final
+            request = model_request(
+                self.history,
+                self._settings,
+                self._tools,
+                round_index,
+                final=final,
+                without_tools=retried_empty,
+                offer=self.executor.offered_definitions,
+            )
             model_round = ModelRound(
-                self.llm,
-                model_request(
-                    self.history,
-                    self._settings,
-                    self._tools,
-                    round_index,
-                    final=final,
-                    without_tools=retried_empty,
-                    offer=self.executor.offered_definitions,
-                ),
+                self._provider_for(request),
+                request,
                 hooks=self.hooks,
                 session_id=self.session_id,
                 turn_id=self.id,
@@ -291,6 +297,18 @@ class Turn:
                     yield extra
                 forced_final = forced_final or decision.final
             round_index += 1
+
+    def _provider_for(self, request: LLMRequest) -> LLMProvider:
+        """Who answers `request`: the preempted answer if it is exactly this request (the
+        turn's first), else the model."""
+        early, self._preemption = self._preemption, None
+        if early is not None:
+            adopted = early.adopt(request)
+            if adopted is not None:
+                logger.debug("turn %s: the preemptive answer is taken", self.id)
+                return adopted
+            logger.debug("turn %s: the preemptive answer was for another request", self.id)
+        return self.llm
 
     def _say(self, text: str) -> list[TextDelta]:
         """Record `text` as said in this turn; returns the deltas to yield (a space first
@@ -397,6 +415,9 @@ class Turn:
 
     async def _settle(self, error: BaseException | None) -> None:
         """Leave a valid history whatever happened, and report the turn's end."""
+        if self._preemption is not None:  # the turn ended before its first request
+            self._preemption.discard("the turn ended before its first request")
+            self._preemption = None
         self._store_partial()
         if self._pending:
             await self._settle_unrun()

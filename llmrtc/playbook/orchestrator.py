@@ -18,6 +18,7 @@ from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent, StageChanged
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.catalog.toolkits import Toolkit
@@ -266,21 +267,30 @@ class PlaybookOrchestrator:
 
     # Turns ---------------------------------------------------------------------------------
 
+    def preempt(self, user_text: str) -> Preemption:
+        """The current stage's first request for `user_text`, to start ahead of the turn
+        (`TurnRunner.preempt`, the `PreemptingHandler` protocol). A turn that begins with a
+        stage change (the stage's timer, a transition decided meanwhile) asks anew."""
+        return self.runner.preempt(user_text)
+
     async def run_turn(
         self,
         user_text: str | None,
         *,
         abort_signal: AbortSignal | None = None,
         turn_id: str | None = None,
+        preemption: Preemption | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run one turn in the current stage; yields `TurnRunner`'s events plus `StageChanged`.
 
         `TurnCompleted` comes last, with the text of both phases; a `StageChanged` decided after
         the answer comes just before it. A model failure ends the turn as `TurnRunner`
         describes (an apology, no stage change); the next turn runs in the same stage.
-        `turn_id` names the turn in hooks and spans (None: a fresh id).
+        `turn_id` names the turn in hooks and spans (None: a fresh id); `preemption` is
+        `preempt(user_text)`'s early answer (`TurnRunner.run_turn`).
         """
-        async with aclosing(self._run(user_text, abort_signal, turn_id=turn_id)) as events:
+        run = self._run(user_text, abort_signal, turn_id=turn_id, preemption=preemption)
+        async with aclosing(run) as events:
             async for event in events:
                 yield event
 
@@ -321,6 +331,7 @@ class PlaybookOrchestrator:
         *,
         fresh: bool = True,
         turn_id: str | None = None,
+        preemption: Preemption | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         await self._announce()
         if fresh:
@@ -341,6 +352,7 @@ class PlaybookOrchestrator:
             after_batch=self._after_batch,
             after_answer=after_answer,
             turn_id=turn_id,
+            preemption=preemption,
         )
         try:
             async with aclosing(runner_events) as events:
