@@ -19,7 +19,11 @@ What it prints, and how to read it:
    `on_llm_first_token`, the first `TextDelta` / `ToolCallStarted`, the tool's start and end,
    the follow-up request and its first token, the first sentence handed to TTS, TTS's first
    audio, the first non-silent frame out. Targets: no-tool first audio <= 1.5 s, one-tool
-   <= 3.0 s. Then the gaps between stages and the prompt tokens per request.
+   <= 3.0 s. Then the gaps between stages and the prompt tokens per request. Run twice in
+   the same run: without preemptive generation (the baseline), then with it (the default),
+   where "LLM request sent" is when the turn took the early request and "early request sent"
+   when the model was actually asked (at the user's pause); the STT stages are the pass whose
+   transcript the turn used.
 1b. The issue's live case: a question spoken while the answer to the one before is still
    being generated (a barge-in), with the same stages, when the interrupted request ended,
    and the STT inference time beside section 1's (same run).
@@ -74,7 +78,7 @@ from llmrtc.telemetry.events import (
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
 from llmrtc.tools import ToolCall, ToolContext, ToolRegistry, tool
-from llmrtc.voice import AudioFrame, Speech, VoiceLoop, open_default_speech
+from llmrtc.voice import AudioFrame, Speech, VoiceConfig, VoiceLoop, open_default_speech
 from llmrtc.voice.audio import resample, rms, split_frames
 from llmrtc.voice.events import AgentSpeechEnded, AgentSpeechStarted, Transcript, UserSpeechEnded
 
@@ -134,6 +138,28 @@ class TimedSTT:
             call["returned"] = time.monotonic()
             if len(self._inference) > seen:
                 call["infer_start"], call["infer_end"] = self._inference[seen]
+
+
+class TimedLLM:
+    """A model provider that records when each request was sent (`sent`: (time, last user
+    words)), early ones included (they reach no hook until a turn takes them)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.provider_name = inner.provider_name
+        self.sent: list[tuple[float, str]] = []
+
+    def stream(self, request: Any, *, abort_signal: Any = None) -> Any:
+        users = [m for m in request.messages if type(m).__name__ == "UserMessage"]
+        self.sent.append((time.monotonic(), users[-1].content if users else ""))
+        return self.inner.stream(request, abort_signal=abort_signal)
+
+    async def complete(self, request: Any, *, abort_signal: Any = None) -> Any:
+        return await self.inner.complete(request, abort_signal=abort_signal)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class TimedTTS:
@@ -316,6 +342,7 @@ STAGES = (
     ("stt_return", "STT back on the event loop"),
     ("transcript", "Transcript event emitted"),
     ("turn_start", "turn starts (on_turn_start)"),
+    ("early_request", "early request sent (preemptive)"),
     ("llm_request", "LLM request sent (on_llm_start)"),
     ("first_token", "first token (on_llm_first_token)"),
     ("first_delta", "first text delta / tool call event"),
@@ -370,8 +397,16 @@ def stage_times(
     return {k: v - last_voiced for k, v in marks.items() if v is not None}
 
 
+def early_request(llm: Any, last_voiced: float, transcript: str) -> float | None:
+    """When the model was asked `transcript` before the turn's end (preemptive generation),
+    in seconds after the last voiced frame; None if it was not."""
+    sent = getattr(llm, "sent", [])
+    early = [t for t, text in sent if text == transcript and last_voiced - 5 <= t]
+    return early[0] - last_voiced if early else None
+
+
 async def turn_stages(
-    speech: Speech, llm: Any, handler_for: Any, turns: int, label: str
+    speech: Speech, llm: Any, handler_for: Any, turns: int, label: str, *, preemptive: bool
 ) -> dict[str, list[dict[str, float]]]:
     """Speak each question to a fresh loop around the weather playbook and time every stage;
     returns the rows by the kind of turn the model made ("no-tool" / "one-tool" / "other")."""
@@ -379,8 +414,15 @@ async def turn_stages(
     questions = [*NO_TOOL_QUESTIONS[:turns], *TOOL_QUESTIONS[: max(turns, 2) + 2]]
     rows: dict[str, list[dict[str, float]]] = {"no-tool": [], "one-tool": [], "other": []}
     prompt_tokens: dict[str, list[int]] = {"no-tool": [], "one-tool": [], "other": []}
-    handler = handler_for(llm, hooks)
-    async with VoiceLoop(handler, stt=stt, tts=tts, vad=speech.vad, hooks=hooks) as loop:
+    timed = TimedLLM(llm) if llm is not None else None
+    handler = handler_for(timed, hooks)
+    if llm is not None:  # as `llmrtc serve` does: the first prompt is read before the call
+        await handler.warm()
+    config = VoiceConfig(preemptive_generation=preemptive)
+    label = f"{label}, preemptive generation {'on' if preemptive else 'off'}"
+    async with VoiceLoop(
+        handler, stt=stt, tts=tts, vad=speech.vad, hooks=hooks, config=config
+    ) as loop:
         session = Session(loop)
         async with anyio.create_task_group() as group:
             group.start_soon(session.watch_events)
@@ -409,9 +451,12 @@ async def turn_stages(
                 turn_id = stt_end[0].turn_id
                 tools = len(hooks.of_turn(ToolStartEvent, turn_id))
                 kind = "no-tool" if tools == 0 else "one-tool" if tools == 1 else "other"
-                row = stage_times(
-                    turn_id, last_voiced, session, hooks, stt.calls[n_stt], tts, n_tts
-                )
+                # The pass whose transcript the turn used: the last one (earlier ones were
+                # pauses the user spoke on after).
+                row = stage_times(turn_id, last_voiced, session, hooks, stt.calls[-1], tts, n_tts)
+                early = early_request(timed, last_voiced, transcript.text)
+                if preemptive and early is not None:
+                    row["early_request"] = early
                 rows[kind].append(row)
                 ends = hooks.of_turn(LLMEndEvent, turn_id)
                 prompt_tokens[kind].extend(e.input_tokens or 0 for _, e in ends)
@@ -807,7 +852,8 @@ async def main(args: argparse.Namespace) -> None:
                 return weather_handler(scripted_weather(turns), hooks)
 
         if "stages" in sections:
-            await turn_stages(speech, llm, handler_for, turns, label)
+            for preemptive in (False, True):
+                await turn_stages(speech, llm, handler_for, turns, label, preemptive=preemptive)
         if "overlap" in sections:
             await overlap(speech, llm, handler_for, 2 if args.quick else 4)
         piper_mib = children_rss_mib()

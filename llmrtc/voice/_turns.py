@@ -33,6 +33,7 @@ from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.telemetry.events import STTEndEvent
+from llmrtc.voice._early_turn import EarlyTurn
 from llmrtc.voice._heard import cut_to_heard
 from llmrtc.voice.events import SpeechError, Transcript
 from llmrtc.voice.reply import Reply, Voice, engine_name
@@ -57,6 +58,9 @@ class Utterance:
     """When it ended, the agent was asking its closing question, had finished, or was idle:
     a backchannel word ("yeah") in it answers the agent. Decided when it was said, not when
     its transcript arrives (the reply may have ended or moved on by then)."""
+    early: EarlyTurn | None = None
+    """Its last pause's transcript and early answer (preemptive generation): no speech came
+    after that pause, so that transcript is this utterance's."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,9 @@ class TurnWorker:
         self._report = report
         self._turn_id_ok = _accepts(handler.run_turn, "turn_id")
         self._timeout_turn_id_ok = _accepts(handler.run_timeout_turn, "turn_id")
+        self._preemption_ok = _accepts(handler.run_turn, "preemption") and callable(
+            getattr(handler, "preempt", None)
+        )
         # An engine written before `hints` existed (`transcribe(self, pcm)`) is never given them.
         self._hints_ok = _accepts(stt.transcribe, "hints")
         self._items: deque[Utterance | Typed] = deque()
@@ -195,6 +202,23 @@ class TurnWorker:
         if self._accepting:
             self._items.append(item)
             self._wake()
+
+    @property
+    def preempts(self) -> bool:
+        """Whether the handler can start a turn's answer early (`PreemptingHandler`)."""
+        return self._preemption_ok
+
+    @property
+    def idle(self) -> bool:
+        """No turn runs or waits, nothing is queued: a turn on the utterance being spoken
+        would start at once, on the history as it is now."""
+        return (
+            self._idle is not None
+            and self._idle.is_set()
+            and not self._items
+            and self._held is None
+            and self._accepting
+        )
 
     @property
     def typed_waiting(self) -> int:
@@ -227,16 +251,21 @@ class TurnWorker:
                 # Speech over the agent: the loop decides whether it was an interruption
                 # (it then aborts the turn before this one waits for it) or nothing to answer.
                 if item.over_agent and await self._judge(item, text):
+                    if item.early is not None:
+                        item.early.drop("no turn")
                     continue
                 self.answer_waiting = bool(item.over_agent and text)
                 try:
                     await self._idle.wait()
                 finally:
                     self.answer_waiting = False
+                early = item.early if text else None
+                if item.early is not None and early is None:
+                    item.early.drop("no words to answer")
                 if text is None:
                     self._start(item.turn_id, item.ended_at, apology=True)
                 elif text:
-                    self._start(item.turn_id, item.ended_at, user_text=text)
+                    self._start(item.turn_id, item.ended_at, user_text=text, early=early)
             elif isinstance(item, Typed):
                 self._held = item
                 try:
@@ -292,10 +321,10 @@ class TurnWorker:
                 await self._wakeup.wait()
             self._wakeup = None
 
-    async def _transcribe(self, item: Utterance) -> str | None:
-        """The utterance's transcript ("" for no words), or None when the STT failed."""
-        stt, voice = self._stt, self._voice
-        pcm = item.pcm
+    async def recognize(self, pcm: bytes) -> str:
+        """Transcribe `pcm` (mono s16le at the loop's input rate) with the handler's speech
+        hints; raises what the engine raises."""
+        stt = self._stt
         if stt.sample_rate != self._input_rate:
             from llmrtc.voice.audio import resample
 
@@ -309,18 +338,32 @@ class TurnWorker:
             try:
                 hints = _clean_hints(speech_hints())
             except Exception:
-                logger.exception("turn %s: speech_hints() failed; no hints", item.turn_id)
-        started = time.perf_counter()
+                logger.exception("speech_hints() failed; no hints")
+        transcript = stt.transcribe(pcm, hints=hints) if hints else stt.transcribe(pcm)
+        return str(await transcript).strip()
+
+    async def _transcribe(self, item: Utterance) -> str | None:
+        """The utterance's transcript ("" for no words), or None when the STT failed. An
+        utterance heard early (its last pause's transcript) is not transcribed again."""
+        stt, voice = self._stt, self._voice
+        audio_seconds = len(item.pcm) / 2 / self._input_rate
         model = engine_name(stt)
+        early = item.early
+        started = time.perf_counter()
         try:
-            transcript = stt.transcribe(pcm, hints=hints) if hints else stt.transcribe(pcm)
-            text = (await transcript).strip()
+            # Heard early (its last pause, no speech since): that pass is this utterance's.
+            text = None if early is None else await early.transcript()
+            if text is None:  # not heard early (or dropped before it was): transcribe now
+                text = await self.recognize(item.pcm)
+                took = time.perf_counter() - started
+            else:
+                took = early.stt_seconds if early is not None else 0.0
             ended = STTEndEvent(
                 session_id=voice.session_id,
                 turn_id=item.turn_id,
                 text=text,
-                duration_s=time.perf_counter() - started,
-                audio_duration_s=len(pcm) / 2 / stt.sample_rate,
+                duration_s=took,
+                audio_duration_s=audio_seconds,
                 model=model,
             )
         except Exception as exc:  # STTError or any engine failure: apologise, go on
@@ -331,7 +374,7 @@ class TurnWorker:
                     session_id=voice.session_id,
                     turn_id=item.turn_id,
                     duration_s=time.perf_counter() - started,
-                    audio_duration_s=len(pcm) / 2 / stt.sample_rate,
+                    audio_duration_s=audio_seconds,
                     model=model,
                     error_type=type(exc).__name__,
                 ),
@@ -350,24 +393,41 @@ class TurnWorker:
         user_text: str | None = None,
         timeout: bool = False,
         apology: bool = False,
+        early: EarlyTurn | None = None,
     ) -> None:
         if not self._accepting:
+            if early is not None:
+                early.drop("the loop takes no more turns")
             return
         reply = Reply(self._voice, turn_id=turn_id, started_at=started_at)
         self.reply = reply
         self._idle = anyio.Event()
         assert self._group is not None
-        self._group.start_soon(self._turn, reply, user_text, timeout, apology)
+        self._group.start_soon(self._turn, reply, user_text, timeout, apology, early)
 
     async def _turn(
-        self, reply: Reply, user_text: str | None, timeout: bool, apology: bool
+        self,
+        reply: Reply,
+        user_text: str | None,
+        timeout: bool,
+        apology: bool,
+        early: EarlyTurn | None,
     ) -> None:
         with anyio.CancelScope() as scope:
             self._turn_scope = scope
-            await self._run_turn(reply, user_text, timeout, apology)
+            try:
+                await self._run_turn(reply, user_text, timeout, apology, early)
+            finally:
+                if early is not None:  # not taken (the turn failed first): stop it
+                    early.drop("the turn ended")
 
     async def _run_turn(
-        self, reply: Reply, user_text: str | None, timeout: bool, apology: bool
+        self,
+        reply: Reply,
+        user_text: str | None,
+        timeout: bool,
+        apology: bool,
+        early: EarlyTurn | None = None,
     ) -> None:
         history = self._handler.history
         before = {id(m) for m in history.messages}
@@ -377,7 +437,7 @@ class TurnWorker:
                 await reply.say(config.apology_text)
             else:
                 try:
-                    await reply.speak_turn(self._events(reply, user_text, timeout))
+                    await reply.speak_turn(self._events(reply, user_text, timeout, early))
                 except Exception as exc:  # a handler bug: its history is valid; apologise
                     error = _single(exc)
                     logger.exception("turn %s failed; the agent apologises", reply.turn_id)
@@ -429,7 +489,7 @@ class TurnWorker:
             await self._voice.report_error(exc, "voice.history", reply.turn_id)
 
     def _events(
-        self, reply: Reply, user_text: str | None, timeout: bool
+        self, reply: Reply, user_text: str | None, timeout: bool, early: EarlyTurn | None
     ) -> AsyncIterator[AgentEvent]:
         signal = reply.controller.signal
         handler = self._handler
@@ -437,6 +497,11 @@ class TurnWorker:
             if self._timeout_turn_id_ok:
                 return handler.run_timeout_turn(abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
             return handler.run_timeout_turn(abort_signal=signal)
+        preemption = early.preemption if early is not None else None
+        if preemption is not None and self._preemption_ok and preemption.user_text == user_text:
+            return handler.run_turn(  # type: ignore[call-arg]
+                user_text, abort_signal=signal, turn_id=reply.turn_id, preemption=preemption
+            )
         if self._turn_id_ok:
             return handler.run_turn(user_text, abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
         return handler.run_turn(user_text, abort_signal=signal)

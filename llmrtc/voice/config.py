@@ -71,6 +71,15 @@ class VoiceConfig:
     speech ended the reply stays paused: past it, the user being quiet, the reply resumes
     (words transcribed later still cut it while it plays). None: every barge-in is real at
     once (no pause, no resume)."""
+    preemptive_generation: bool = True
+    """Start answering at each pause of `min_end_silence`, before the end of the turn is
+    decided: the utterance so far is transcribed and the handler's first model request is
+    sent (a `PreemptingHandler`: `TurnRunner`, `PlaybookOrchestrator`). If the user goes on,
+    the request is aborted; if the turn ends at that pause, the answer is already under way
+    and no second STT pass runs. An early answer never runs a tool and is never played: only
+    the turn that takes it does either, and only if its first request is exactly the one
+    started. Only while the agent is idle. Costs a discarded request (tokens, on a paid API)
+    each time the user pauses and goes on; False: answer only once the turn has ended."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
     it nor make a turn. Said over its closing question (the reply's last sentence ends with
@@ -166,6 +175,11 @@ class VoiceConfig:
             raise ValueError(
                 "VoiceConfig.false_interruption_timeout must be a finite number of seconds > 0 "
                 f"(1 to 2 is usual) or None (every barge-in is real at once), got {wait!r}"
+            )
+        if not isinstance(self.preemptive_generation, bool):
+            raise ValueError(
+                "VoiceConfig.preemptive_generation must be True or False, got "
+                f"{self.preemptive_generation!r}"
             )
         phrases = self.backchannels
         if not isinstance(phrases, tuple) or not all(

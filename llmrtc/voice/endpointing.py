@@ -22,6 +22,10 @@ resumes. No answer by `end_of_speech_silence` (the detector slow or busy) or a f
 pause ends by the fixed silence, as without a detector (logged once per stream). Speech resuming
 drops the question. The answer arrives in wall-clock time while the rest counts audio time: live
 audio keeps coming, so an answer is applied at the window after it arrives.
+
+Every pause of `min_end_silence` inside an utterance is also reported (`UtterancePaused`, with
+or without a detector) and speech after it (`UtteranceResumed`): the moment a voice loop may
+start answering before the turn's end is decided (preemptive generation).
 """
 
 from __future__ import annotations
@@ -35,7 +39,13 @@ from dataclasses import dataclass
 from llmrtc.voice.config import VoiceConfig
 from llmrtc.voice.turn_detector import JUDGED_AUDIO, TurnDetector, TurnJudgement, judge_later
 
-__all__ = ["Endpointer", "UtteranceEnded", "UtteranceStarted"]
+__all__ = [
+    "Endpointer",
+    "UtteranceEnded",
+    "UtterancePaused",
+    "UtteranceResumed",
+    "UtteranceStarted",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +60,24 @@ class UtteranceStarted:
 
     audio_time: float
     """Where speech started (its first voiced window), seconds of audio since the stream began."""
+
+
+@dataclass(frozen=True, slots=True)
+class UtterancePaused:
+    """`min_end_silence` of silence inside an utterance: the shortest pause that may end the
+    turn, reported once per pause whether or not it ends it (a voice loop starts its
+    preemptive answer here). Speech resuming is an `UtteranceResumed`."""
+
+    pcm: bytes
+    """The utterance's audio so far, as `UtteranceEnded.pcm` would hold it now."""
+    duration: float
+    """Seconds from the start of speech to the end of its last voiced window: an
+    `UtteranceEnded` with the same duration has no speech after this pause."""
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceResumed:
+    """Speech again after an `UtterancePaused`: the utterance goes on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +148,7 @@ class Endpointer:
         )
         self._position = 0  # samples seen so far
         self._in_speech = False
+        self._paused = False  # an UtterancePaused was reported and speech has not resumed
         self._windows: list[bytes] = []  # the candidate run, then the utterance
         self._start = 0  # sample where the voiced run started
         self._voiced = 0  # voiced samples in the run / utterance
@@ -141,7 +170,9 @@ class Endpointer:
         """Seconds of audio seen so far."""
         return self._position / self.sample_rate
 
-    def push(self, window: bytes, probability: float) -> UtteranceStarted | UtteranceEnded | None:
+    def push(
+        self, window: bytes, probability: float
+    ) -> UtteranceStarted | UtterancePaused | UtteranceResumed | UtteranceEnded | None:
         """Feed the next window and its speech probability; returns what it decided, if anything.
 
         Raises:
@@ -181,19 +212,30 @@ class Endpointer:
         self._pre_roll.append(window)
         return None
 
-    def _in_utterance(self, window: bytes, voiced: bool) -> UtteranceEnded | None:
+    def _in_utterance(
+        self, window: bytes, voiced: bool
+    ) -> UtterancePaused | UtteranceResumed | UtteranceEnded | None:
         self._windows.append(window)
+        resumed = False
         if voiced:
             self._voiced += self.window_samples
             self._silence = 0
             self._last_voiced_end = self._position
             self._forget_question()
+            resumed, self._paused = self._paused, False
         else:
             self._silence += self.window_samples
         if self._pause_over():
             return self._end(cut=False)
         if self._position - self._start >= self._max_utterance:
             return self._end(cut=True)
+        if resumed:
+            return UtteranceResumed()
+        if not self._paused and self._silence >= self._min_end_silence:
+            self._paused = True
+            return UtterancePaused(
+                b"".join(self._windows), (self._last_voiced_end - self._start) / self.sample_rate
+            )
         return None
 
     def _pause_over(self) -> bool:
@@ -283,6 +325,7 @@ class Endpointer:
 
     def _reset(self) -> None:
         self._in_speech = False
+        self._paused = False
         self._windows = []
         self._voiced = 0
         self._silence = 0

@@ -19,6 +19,11 @@ same way once transcribed: words cut the reply then, unless it is saying its las
 is one only while the agent goes on: over a closing question (the reply's last sentence ends
 with "?") or once the reply has ended, "yeah" or "okay" answers the agent and is words.
 Typed text, `interrupt()` and `abort()` are real barge-ins at once.
+
+Preemptive generation (`VoiceConfig.preemptive_generation`): at each pause of `min_end_silence`
+while the agent is idle, the utterance so far is transcribed and a `PreemptingHandler` starts
+the turn's answer on it (`llmrtc.voice._early_turn`); speech resuming drops it, and a turn
+that ends at that pause takes it.
 """
 
 from __future__ import annotations
@@ -39,9 +44,16 @@ from llmrtc.errors import LLMRTCError
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
+from llmrtc.voice._early_turn import EarlyTurn
 from llmrtc.voice._turns import Hearing, TurnWorker, Typed, Utterance, hearing, new_turn_id
 from llmrtc.voice.config import VoiceConfig
-from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
+from llmrtc.voice.endpointing import (
+    Endpointer,
+    UtteranceEnded,
+    UtterancePaused,
+    UtteranceResumed,
+    UtteranceStarted,
+)
 from llmrtc.voice.events import (
     AgentSpeechStarted,
     BargeIn,
@@ -190,6 +202,7 @@ class VoiceLoop:
         self._pause: _Pause | None = None
         self._late: set[str] = set()  # utterances a timed-out pause resumed without a verdict
         self._barged = False
+        self._early: EarlyTurn | None = None  # the utterance's last pause, answered early
         self._push_lock = anyio.Lock()
         self._input: Any = None  # (Resampler, PCMChunker, VADStream) once started
 
@@ -237,6 +250,10 @@ class VoiceLoop:
             decided = self._endpointer.push(window, stream.speech_probability(window))
             if isinstance(decided, UtteranceStarted):
                 await self._user_started(decided)
+            elif isinstance(decided, UtterancePaused):
+                self._user_paused(decided)
+            elif isinstance(decided, UtteranceResumed):
+                self._drop_early("the user went on")
             elif isinstance(decided, UtteranceEnded):
                 await self._user_ended(decided)
             if (
@@ -267,6 +284,7 @@ class VoiceLoop:
         limit = self.config.max_queued_texts
         if self._turns.typed_waiting >= limit:
             raise TurnQueueFull(limit)
+        self._drop_early("typed text came first")
         if self._busy():
             await self._barge_in("typed text")
         self._turns.queue(Typed(text.strip(), time.monotonic()))
@@ -276,6 +294,7 @@ class VoiceLoop:
         their policy) and drop the typed turns still waiting. Utterances already spoken stay
         queued (a barge-in's own words are the next turn)."""
         self._check_running("interrupt")
+        self._drop_early("interrupted")
         dropped = self._turns.drop_typed()
         if dropped:
             logger.debug("interrupt dropped %d waiting typed turns", dropped)
@@ -289,6 +308,7 @@ class VoiceLoop:
         A no-op once the loop has ended."""
         if self._state not in ("running", "closing"):
             return
+        self._drop_early(reason)
         await self._barge_in(reason)
         self._turns.abort()
 
@@ -319,6 +339,7 @@ class VoiceLoop:
         traceback: TracebackType | None,
     ) -> bool | None:
         self._state = "closing"
+        self._drop_early("the voice loop closed")
         self._settle_pause()
         reply = self._turns.reply
         if reply is not None:
@@ -359,7 +380,41 @@ class VoiceLoop:
             SpeechStartEvent(session_id=self.session_id, turn_id=self._utterance_turn)
         )
 
+    def _user_paused(self, paused: UtterancePaused) -> None:
+        """The shortest pause that may end the turn: if the agent is idle, start answering
+        what was said so far (preemptive generation; see the module docstring)."""
+        if (
+            not self.config.preemptive_generation
+            or not self._turns.preempts
+            or self._early is not None
+            or self._utterance_turn is None
+            or self._utterance_over_agent  # judged once transcribed: it may be no turn at all
+            or self._busy()
+            or not self._turns.idle  # a turn first would change the history it answers
+            or self._group is None
+        ):
+            return
+        early = self._early = EarlyTurn(self._utterance_turn, paused.duration)
+        backchannels = self.config.backchannels
+        self._group.start_soon(
+            early.run,
+            lambda: self._turns.recognize(paused.pcm),
+            self._handler.preempt,  # type: ignore[attr-defined]  # checked by `preempts`
+            lambda text: hearing(text, backchannels) == "words",
+        )
+
+    def _drop_early(self, reason: str) -> None:
+        early, self._early = self._early, None
+        if early is not None:
+            early.drop(reason)
+
     async def _user_ended(self, ended: UtteranceEnded) -> None:
+        early, self._early = self._early, None
+        if early is not None and (
+            early.turn_id != self._utterance_turn or early.duration != ended.duration or ended.cut
+        ):
+            early.drop("the utterance went on after that pause")
+            early = None
         turn_id = self._utterance_turn or new_turn_id()
         self._utterance_turn = None
         self._events.publish(UserSpeechEnded(ended.duration))
@@ -380,6 +435,7 @@ class VoiceLoop:
                 over_agent=over,
                 over=said_over,
                 answers=answers,
+                early=early,
             )
         )
         await self._report(

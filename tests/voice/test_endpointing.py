@@ -8,21 +8,65 @@ import anyio
 import pytest
 
 from llmrtc.voice.config import VoiceConfig
-from llmrtc.voice.endpointing import Endpointer, UtteranceEnded, UtteranceStarted
+from llmrtc.voice.endpointing import (
+    Endpointer,
+    UtteranceEnded,
+    UtterancePaused,
+    UtteranceResumed,
+    UtteranceStarted,
+)
 
 WINDOW = 512
 LOUD = b"\x10\x27" * WINDOW  # 10000
 QUIET = bytes(2 * WINDOW)
 
 
-def feed(endpointer: Endpointer, pattern: str) -> list[object]:
-    """`pattern`: one char per window, `v` voiced, `.` unvoiced."""
+def feed(endpointer: Endpointer, pattern: str, *, pauses: bool = False) -> list[object]:
+    """`pattern`: one char per window, `v` voiced, `.` unvoiced. The starts and ends decided
+    (and the pauses and resumptions with `pauses`)."""
     out = []
     for index, mark in enumerate(pattern):
         event = endpointer.push(LOUD if mark == "v" else QUIET, 1.0 if mark == "v" else 0.0)
-        if event is not None:
+        if event is not None and (pauses or isinstance(event, UtteranceStarted | UtteranceEnded)):
             out.append((index, event))
     return out
+
+
+def test_each_pause_that_may_end_the_turn_is_reported_once_and_so_is_speech_after_it() -> None:
+    # Fixed silence (0.5 s = 16 windows); min_end_silence 0.2 s = 3 200 samples = 7 windows.
+    config = VoiceConfig(turn_detector=None)
+    endpointer = Endpointer(config, sample_rate=16000, window_samples=WINDOW)
+    pattern = "v" * 10 + "." * 9 + "v" * 5 + "." * 3 + "v" * 5 + "." * 20
+    events = feed(endpointer, pattern, pauses=True)
+    kinds = [type(event).__name__ for _, event in events]
+    assert kinds == [
+        "UtteranceStarted",
+        "UtterancePaused",  # the 7th unvoiced window of the first gap
+        "UtteranceResumed",
+        # a 3-window gap is no pause that may end a turn: nothing reported
+        "UtterancePaused",
+        "UtteranceEnded",
+    ]
+    (_, first_pause), (resumed_at, _) = events[1], events[2]
+    assert events[1][0] == 10 + 6 and resumed_at == 10 + 9
+    assert isinstance(first_pause, UtterancePaused)
+    assert first_pause.duration == 10 * WINDOW / 16000
+    assert len(first_pause.pcm) == 2 * WINDOW * (10 + 7)  # the speech and the pause so far
+    last_pause, ended = events[3][1], events[4][1]
+    assert isinstance(last_pause, UtterancePaused) and isinstance(ended, UtteranceEnded)
+    # No speech after the last pause: the end has its duration (the loop's test for reuse).
+    assert last_pause.duration == ended.duration
+    assert ended.pcm.startswith(last_pause.pcm)
+    assert first_pause.duration != ended.duration
+
+
+def test_a_pause_is_not_reported_when_the_turn_ends_first() -> None:
+    # end_of_speech_silence shorter than min_end_silence (allowed without a detector).
+    config = VoiceConfig(turn_detector=None, end_of_speech_silence=0.1)
+    endpointer = Endpointer(config, sample_rate=16000, window_samples=WINDOW)
+    events = feed(endpointer, "v" * 10 + "." * 20, pauses=True)
+    assert [type(e).__name__ for _, e in events] == ["UtteranceStarted", "UtteranceEnded"]
+    assert not any(isinstance(e, UtteranceResumed) for _, e in events)
 
 
 def test_the_frame_arithmetic_of_the_docstring() -> None:
