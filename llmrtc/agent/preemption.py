@@ -53,8 +53,11 @@ class Preemption:
     def __init__(self, llm: LLMProvider, request: LLMRequest, user_text: str) -> None:
         """Prepare the early request (nothing is sent before `run()`)."""
         self.llm = llm
+        """The model asked."""
         self.request = request
+        """The request sent: a turn takes the answer only for an equal first request."""
         self.user_text = user_text
+        """The words it answers."""
         self._controller = AbortController()
         self._events: list[LLMEvent] = []
         self._error: BaseException | None = None
@@ -145,6 +148,7 @@ class Preemption:
             else None
         )
         at = 0
+        ended = False  # its LLMDone was given: the answer is whole, nothing to stop
         try:
             while True:
                 if abort_signal is not None and abort_signal.aborted:
@@ -153,8 +157,10 @@ class Preemption:
                 if at < len(self._events):
                     event = self._events[at]
                     at += 1
-                    yield event
                     if isinstance(event, LLMDone):
+                        ended = True
+                    yield event
+                    if ended:
                         return
                     continue
                 if self._finished:
@@ -170,7 +176,7 @@ class Preemption:
         finally:
             if unsubscribe is not None:
                 unsubscribe()
-            if not self._finished:  # the turn left early (aborted, or its consumer left)
+            if not self._finished and not ended:  # the turn left early (aborted, or left)
                 self._abort(None)
 
     def _abort(self, signal: AbortSignal | None) -> None:

@@ -48,9 +48,11 @@ class EarlyTurn:
         recognize: Callable[[], Awaitable[str]],
         preempt: Callable[[str], Preemption | None],
         has_words: Callable[[str], bool],
+        still_idle: Callable[[], bool],
     ) -> None:
         """Transcribe (`recognize`), then start and run the early answer (`preempt`) if the
-        transcript `has_words`. Runs until the answer ends or `drop()`."""
+        transcript `has_words` and the agent is `still_idle` (nothing began meanwhile that
+        changes the history). Runs until the answer ends or `drop()`."""
         with anyio.CancelScope() as self._scope:
             if self._dropped:
                 return
@@ -63,7 +65,7 @@ class EarlyTurn:
             finally:
                 self.stt_seconds = anyio.current_time() - started
                 self._heard.set()
-            if self._dropped or not has_words(self.text):
+            if self._dropped or not has_words(self.text) or not still_idle():
                 return
             try:
                 early = preempt(self.text)

@@ -164,6 +164,7 @@ class TurnWorker:
         in_speech: Callable[[], bool],
         report: Callable[[STTEndEvent], Awaitable[None]],
         judge: Callable[[Utterance, str | None], Awaitable[bool]],
+        turn_starting: Callable[[], None] = lambda: None,
     ) -> None:
         self._handler = handler
         self._judge = judge
@@ -190,6 +191,8 @@ class TurnWorker:
         self._quiet_since: float | None = None
         self._accepting = True
         self._held: Typed | None = None  # taken from the queue, waiting for the turn before
+        self._working = False  # an item is taken from the queue and its turn not started yet
+        self._turn_starting = turn_starting  # a turn starts: the history is about to change
         self._turn_scope: anyio.CancelScope | None = None
         self.reply: Reply | None = None
         """The reply of the turn running (or still playing), if any."""
@@ -217,6 +220,7 @@ class TurnWorker:
             and self._idle.is_set()
             and not self._items
             and self._held is None
+            and not self._working
             and self._accepting
         )
 
@@ -244,7 +248,9 @@ class TurnWorker:
         self._idle = anyio.Event()
         self._idle.set()
         while True:
+            self._working = False
             item = await self._next_item()
+            self._working = True
             if isinstance(item, Utterance):
                 self._quiet_since = max(self._quiet_since or 0.0, item.ended_at)
                 text = await self._transcribe(item)
@@ -369,11 +375,14 @@ class TurnWorker:
         except Exception as exc:  # STTError or any engine failure: apologise, go on
             logger.warning("turn %s: STT failed, the agent apologises: %s", item.turn_id, exc)
             voice.publish(SpeechError("stt", str(exc), type(exc).__name__))
+            failed_early = early is not None and early.error is exc
             await self._report(
                 STTEndEvent(
                     session_id=voice.session_id,
                     turn_id=item.turn_id,
-                    duration_s=time.perf_counter() - started,
+                    duration_s=early.stt_seconds
+                    if failed_early and early is not None
+                    else time.perf_counter() - started,
                     audio_duration_s=audio_seconds,
                     model=model,
                     error_type=type(exc).__name__,
@@ -399,6 +408,9 @@ class TurnWorker:
             if early is not None:
                 early.drop("the loop takes no more turns")
             return
+        # An answer started early for an utterance still being said was on the history before
+        # this turn: it no longer fits (and would hold the model server meanwhile).
+        self._turn_starting()
         reply = Reply(self._voice, turn_id=turn_id, started_at=started_at)
         self.reply = reply
         self._idle = anyio.Event()
@@ -499,9 +511,11 @@ class TurnWorker:
             return handler.run_timeout_turn(abort_signal=signal)
         preemption = early.preemption if early is not None else None
         if preemption is not None and self._preemption_ok and preemption.user_text == user_text:
-            return handler.run_turn(  # type: ignore[call-arg]
-                user_text, abort_signal=signal, turn_id=reply.turn_id, preemption=preemption
-            )
+            if self._turn_id_ok:
+                return handler.run_turn(  # type: ignore[call-arg]
+                    user_text, abort_signal=signal, turn_id=reply.turn_id, preemption=preemption
+                )
+            return handler.run_turn(user_text, abort_signal=signal, preemption=preemption)  # type: ignore[call-arg]
         if self._turn_id_ok:
             return handler.run_turn(user_text, abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
         return handler.run_turn(user_text, abort_signal=signal)

@@ -30,8 +30,9 @@ class VoiceConfig:
     (`open_default_speech()`: Smart Turn v3.2, when its package is installed), else the fixed
     silence (logged). None: always the fixed `end_of_speech_silence`."""
     min_end_silence: float = 0.2
-    """With a turn detector: the pause after which it is asked, and after which a turn it
-    judges complete ends."""
+    """The shortest pause that may end a turn. With a turn detector: the pause after which it
+    is asked, and after which a turn it judges complete ends. With `preemptive_generation`:
+    the pause at which the answer starts."""
     max_end_silence: float = 2.0
     """With a turn detector: the longest pause inside a turn it judges incomplete."""
     barge_in_min_speech: float = 0.2
@@ -78,8 +79,9 @@ class VoiceConfig:
     the request is aborted; if the turn ends at that pause, the answer is already under way
     and no second STT pass runs. An early answer never runs a tool and is never played: only
     the turn that takes it does either, and only if its first request is exactly the one
-    started. Only while the agent is idle. Costs a discarded request (tokens, on a paid API)
-    each time the user pauses and goes on; False: answer only once the turn has ended."""
+    started. Only while the agent is idle. Each time the user pauses and goes on, it costs an
+    STT pass over the utterance so far (per audio second, on a paid STT API) and a discarded
+    model request (its tokens, on a paid API); False: answer only once the turn has ended."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
     it nor make a turn. Said over its closing question (the reply's last sentence ends with

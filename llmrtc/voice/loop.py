@@ -195,6 +195,7 @@ class VoiceLoop:
             in_speech=lambda: self._endpointer.in_speech,
             report=self._report,
             judge=self._judge,
+            turn_starting=lambda: self._drop_early("a turn started first"),
         )
         self._utterance_turn: str | None = None
         self._utterance_over_agent = False  # it started while the agent spoke or a turn ran
@@ -400,7 +401,9 @@ class VoiceLoop:
             early.run,
             lambda: self._turns.recognize(paused.pcm),
             self._handler.preempt,  # type: ignore[attr-defined]  # checked by `preempts`
-            lambda text: hearing(text, backchannels) == "words",
+            # The agent is idle: "okay" or "yeah" answers it, a turn (see `_hearing`).
+            lambda text: hearing(text, backchannels) != "noise",
+            lambda: self._turns.idle and not self._busy(),
         )
 
     def _drop_early(self, reason: str) -> None:

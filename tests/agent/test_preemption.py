@@ -604,3 +604,39 @@ def test_repr_says_the_state() -> None:
     assert repr(early) == "<Preemption open 'hi'>"
     early.discard()
     assert repr(early) == "<Preemption discarded 'hi'>"
+
+
+class LingeringLLM:
+    """Ends its answer, then takes a while to close the stream (an HTTP body after [DONE])."""
+
+    model = "lingering"
+    provider_name = "test.lingering"
+
+    def __init__(self) -> None:
+        self.signals: list[AbortSignal] = []
+
+    async def stream(
+        self, request: LLMRequest, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncIterator[LLMEvent]:
+        self.signals.append(abort_signal or AbortController().signal)
+        yield LLMTextDelta("Hello.")
+        yield LLMDone("stop")
+        await anyio.sleep(0.2)
+
+    async def complete(self, request: LLMRequest, *, abort_signal: Any = None) -> Any:
+        raise NotImplementedError
+
+
+async def test_an_answer_read_to_its_end_is_not_aborted_while_its_stream_closes() -> None:
+    # Review finding: the turn read the LLMDone and left before the producer ended, and
+    # leaving aborted the request: an adopted, whole answer reported discarded.
+    llm = LingeringLLM()
+    runner, _ = make_runner(llm)
+    async with anyio.create_task_group() as group:
+        early = runner.preempt("hi")
+        group.start_soon(early.run)
+        await anyio.sleep(0.05)  # the answer is whole; the stream is still closing
+        events = [e async for e in runner.run_turn("hi", preemption=early)]
+    assert said(events) == "Hello." and completed(events).stop_reason == "stop"
+    assert early.adopted and not early.discarded
+    assert not llm.signals[0].aborted

@@ -9,6 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
+from llmrtc.abort import AbortSignal
+from llmrtc.agent.handler import PreemptingHandler
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.runner import TurnRunner
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.llm.messages import AssistantMessage, UserMessage
@@ -171,3 +174,95 @@ async def test_typed_text_first_discards_the_early_answer() -> None:
 def test_the_option_is_a_bool() -> None:
     with pytest.raises(ValueError, match="preemptive_generation must be True or False"):
         VoiceConfig(preemptive_generation="yes")  # type: ignore[arg-type]
+
+
+async def test_a_handler_of_the_protocol_without_turn_ids_takes_the_early_answer() -> None:
+    # Review finding: the preempted turn always passed turn_id=, which the protocol lacks.
+    llm = ScriptedLLM(["It is noon."])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+
+    class Minimal:
+        """`PreemptingHandler` exactly: no turn_id anywhere."""
+
+        history = runner.history
+
+        def preempt(self, user_text: str) -> Preemption | None:
+            return runner.preempt(user_text)
+
+        def run_turn(
+            self,
+            user_text: str | None,
+            *,
+            abort_signal: AbortSignal | None = None,
+            preemption: Preemption | None = None,
+        ) -> Any:
+            return runner.run_turn(user_text, abort_signal=abort_signal, preemption=preemption)
+
+        def next_deadline(self) -> float | None:
+            return None
+
+        def run_timeout_turn(self, *, abort_signal: AbortSignal | None = None) -> Any:
+            return runner.run_timeout_turn(abort_signal=abort_signal)
+
+    handler = Minimal()
+    assert isinstance(handler, PreemptingHandler)
+    tts = FakeTTS()
+    loop = VoiceLoop(handler, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    seen: list[Any] = []
+    async with loop:
+        events = loop.events()
+        await push(loop, tts.render("What time is it") + silence(0.3))
+        await wait_for(lambda: len(llm.requests) == 1)
+        await push(loop, silence(0.4))
+        await until(events, lambda e: isinstance(e, AgentSpeechEnded), seen)
+    assert tts.spoken == ["It is noon."] and len(llm.requests) == 1
+    assert runner.history.messages == (
+        UserMessage("What time is it"),
+        AssistantMessage("It is noon."),
+    )
+
+
+class SlowFirstSTT(FakeSTT):
+    """The first transcription takes 0.5 s (Whisper on a loaded machine)."""
+
+    async def transcribe(self, pcm: bytes, *, hints: Any = ()) -> str:
+        slow = not self.utterances
+        text = await super().transcribe(pcm, hints=hints)
+        if slow:
+            await anyio.sleep(0.5)
+        return text
+
+
+async def test_no_early_answer_while_the_utterance_before_is_still_being_answered() -> None:
+    # Review finding: an utterance pausing while the one before was still being transcribed
+    # started its answer on a history without that one, holding the model meanwhile.
+    llm = ScriptedLLM(["Answer to A.", "Answer to B."])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+    tts = FakeTTS()
+    loop = VoiceLoop(runner, stt=SlowFirstSTT(tts=tts), tts=tts, vad=FakeVAD())
+    async with loop:
+        await push(loop, tts.render("What time is it") + silence(0.6))  # A ends
+        await anyio.sleep(0.05)  # A is being transcribed
+        await push(loop, tts.render("in Oslo") + silence(0.3))  # B pauses
+        await push(loop, silence(0.4))
+        await wait_for(lambda: tts.spoken[-1:] == ["Answer to B."])
+    assert [r.messages[-1] for r in llm.requests] == [
+        UserMessage("What time is it"),
+        UserMessage("in Oslo"),
+    ]
+    # B was asked on a history holding A's turn.
+    assert UserMessage("What time is it") in llm.requests[1].messages
+
+
+async def test_okay_to_an_idle_agent_is_answered_early() -> None:
+    # Review finding: "okay" is a turn when the agent is idle, but was never answered early.
+    llm = ScriptedLLM(["Great."])
+    runner = TurnRunner(llm, ToolExecutor(ToolRegistry()), system_prompt="Be brief.")
+    tts = FakeTTS()
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    async with loop:
+        await push(loop, tts.render("okay") + silence(0.3))
+        await wait_for(lambda: len(llm.requests) == 1)
+        await push(loop, silence(0.4))
+        await wait_for(lambda: tts.spoken == ["Great."])
+    assert len(llm.requests) == 1
