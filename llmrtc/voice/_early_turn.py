@@ -1,7 +1,8 @@
 """`EarlyTurn`: preemptive generation in a voice loop — a pause transcribed and answered
 before the loop has decided that the user finished.
 
-At each pause of `min_end_silence` (`UtterancePaused`) while the agent is idle, the loop
+At each pause that may last (`UtterancePaused`: `min_end_silence`, and with a turn detector
+its verdict "unfinished") while the agent is idle, the loop
 transcribes the utterance so far and, if it holds words, has the handler start the turn's first
 model request on it (`PreemptingHandler.preempt`). If the user speaks again
 (`UtteranceResumed`) or anything else comes first (typed text, a barge-in, the loop closing),

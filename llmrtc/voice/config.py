@@ -31,8 +31,8 @@ class VoiceConfig:
     silence (logged). None: always the fixed `end_of_speech_silence`."""
     min_end_silence: float = 0.2
     """The shortest pause that may end a turn. With a turn detector: the pause after which it
-    is asked, and after which a turn it judges complete ends. With `preemptive_generation`:
-    the pause at which the answer starts."""
+    is asked, and after which a turn it judges complete ends. Without a detector, with
+    `preemptive_generation`: the pause at which the answer starts."""
     max_end_silence: float = 2.0
     """With a turn detector: the longest pause inside a turn it judges incomplete."""
     barge_in_min_speech: float = 0.2
@@ -73,15 +73,17 @@ class VoiceConfig:
     (words transcribed later still cut it while it plays). None: every barge-in is real at
     once (no pause, no resume)."""
     preemptive_generation: bool = True
-    """Start answering at each pause of `min_end_silence`, before the end of the turn is
-    decided: the utterance so far is transcribed and the handler's first model request is
-    sent (a `PreemptingHandler`: `TurnRunner`, `PlaybookOrchestrator`). If the user goes on,
-    the request is aborted; if the turn ends at that pause, the answer is already under way
-    and no second STT pass runs. An early answer never runs a tool and is never played: only
-    the turn that takes it does either, and only if its first request is exactly the one
-    started. Only while the agent is idle. Each time the user pauses and goes on, it costs an
-    STT pass over the utterance so far (per audio second, on a paid STT API) and a discarded
-    model request (its tokens, on a paid API); False: answer only once the turn has ended."""
+    """Start answering at a pause that may end the turn, before its end is decided (at
+    `min_end_silence`; with a turn detector, once it judged the utterance unfinished, so the
+    turn waits up to `max_end_silence`): the utterance so far is transcribed and the handler's
+    first model request is sent (a `PreemptingHandler`: `TurnRunner`, `PlaybookOrchestrator`).
+    If the user goes on, the request is aborted; if the turn ends at that pause, the answer is
+    already under way and no second STT pass runs. An early answer never runs a tool and is
+    never played: only the turn that takes it does either, and only if its first request is
+    exactly the one started. Only while the agent is idle. Each time the user pauses and goes
+    on, it costs an STT pass over the utterance so far (per audio second, on a paid STT API) and
+    a discarded model request (its tokens, on a paid API); False: answer only once the turn has
+    ended."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
     it nor make a turn. Said over its closing question (the reply's last sentence ends with

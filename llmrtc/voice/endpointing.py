@@ -23,9 +23,12 @@ pause ends by the fixed silence, as without a detector (logged once per stream).
 drops the question. The answer arrives in wall-clock time while the rest counts audio time: live
 audio keeps coming, so an answer is applied at the window after it arrives.
 
-Every pause of `min_end_silence` inside an utterance is also reported (`UtterancePaused`, with
-or without a detector) and speech after it (`UtteranceResumed`): the moment a voice loop may
-start answering before the turn's end is decided (preemptive generation).
+A pause that may last is also reported (`UtterancePaused`), and speech after it
+(`UtteranceResumed`): the moment a voice loop may start answering before the turn's end is
+decided (preemptive generation). Without a detector that is at `min_end_silence`; with one,
+once it judged the utterance unfinished or could not judge it (never while it judges: on two
+cores a Whisper pass started then delayed its answer past `end_of_speech_silence`, and the
+pause in "the weather in ... Lisbon" ended the turn).
 """
 
 from __future__ import annotations
@@ -64,9 +67,10 @@ class UtteranceStarted:
 
 @dataclass(frozen=True, slots=True)
 class UtterancePaused:
-    """`min_end_silence` of silence inside an utterance: the shortest pause that may end the
-    turn, reported once per pause whether or not it ends it (a voice loop starts its
-    preemptive answer here). Speech resuming is an `UtteranceResumed`."""
+    """A pause inside an utterance that may last: `min_end_silence` of silence and, with a
+    turn detector, its verdict "unfinished" (or none it could give). Reported once per pause;
+    a voice loop starts its preemptive answer here. Speech resuming is an
+    `UtteranceResumed`."""
 
     pcm: bytes
     """The utterance's audio so far, as `UtteranceEnded.pcm` would hold it now."""
@@ -231,7 +235,7 @@ class Endpointer:
             return self._end(cut=True)
         if resumed:
             return UtteranceResumed()
-        if not self._paused and self._silence >= self._min_end_silence:
+        if not self._paused and self._silence >= self._min_end_silence and self._may_wait():
             self._paused = True
             return UtterancePaused(
                 b"".join(self._windows), (self._last_voiced_end - self._start) / self.sample_rate
@@ -261,6 +265,18 @@ class Endpointer:
                 self._end_silence / self.sample_rate,
             )
         return True
+
+    def _may_wait(self) -> bool:
+        """Whether this pause may last (so it is worth answering early): without a detector,
+        from `min_end_silence` on (the fixed silence is longer); with one, once it judged the
+        utterance unfinished (the turn waits up to `max_end_silence`) or could not judge it
+        (busy or failed: the fixed silence). Not while it judges: Whisper started then would
+        share the two cores with it, and its answer would come too late to count."""
+        if self._detector is None:
+            return True
+        if self._answer is not None:
+            return not self._answer.complete
+        return self._asked and self._question is None
 
     def _ask(self, detector: TurnDetector) -> None:
         self._asked = True

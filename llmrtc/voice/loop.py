@@ -20,10 +20,10 @@ is one only while the agent goes on: over a closing question (the reply's last s
 with "?") or once the reply has ended, "yeah" or "okay" answers the agent and is words.
 Typed text, `interrupt()` and `abort()` are real barge-ins at once.
 
-Preemptive generation (`VoiceConfig.preemptive_generation`): at each pause of `min_end_silence`
-while the agent is idle, the utterance so far is transcribed and a `PreemptingHandler` starts
-the turn's answer on it (`llmrtc.voice._early_turn`); speech resuming drops it, and a turn
-that ends at that pause takes it.
+Preemptive generation (`VoiceConfig.preemptive_generation`): at each pause that may last
+(`UtterancePaused`) while the agent is idle, the utterance so far is transcribed and a
+`PreemptingHandler` starts the turn's answer on it (`llmrtc.voice._early_turn`); speech
+resuming drops it, and a turn that ends at that pause takes it.
 """
 
 from __future__ import annotations
@@ -382,8 +382,8 @@ class VoiceLoop:
         )
 
     def _user_paused(self, paused: UtterancePaused) -> None:
-        """The shortest pause that may end the turn: if the agent is idle, start answering
-        what was said so far (preemptive generation; see the module docstring)."""
+        """A pause that may last: if the agent is idle, start answering what was said so far
+        (preemptive generation; see the module docstring)."""
         if (
             not self.config.preemptive_generation
             or not self._turns.preempts

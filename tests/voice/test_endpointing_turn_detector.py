@@ -282,3 +282,43 @@ def test_a_smart_turn_that_cannot_load_leaves_speech_working(
     with caplog.at_level(logging.WARNING, logger="llmrtc.voice.speech"):
         assert speech._load_turn_detector() is None
     assert "cannot be loaded" in caplog.text and "1.14.0 is needed" in caplog.text
+
+
+def kinds_of_pause(ep: Endpointer, windows: int) -> list[str]:
+    """What `windows` unvoiced windows (5 ms apart) decided, by kind."""
+    out = []
+    for _ in range(windows):
+        event = ep.push(QUIET, 0.0)
+        if event is not None:
+            out.append(type(event).__name__)
+            if isinstance(event, UtteranceEnded):
+                break
+        time.sleep(0.005)
+    return out
+
+
+def test_a_pause_judged_unfinished_is_reported_one_judged_finished_is_not() -> None:
+    # Preemptive generation starts at the report; never while the detector judges (on two
+    # cores Whisper then delayed its answer past the fixed silence and cut the sentence).
+    ep = endpointer(FakeDetector(0.1))
+    speak(ep, 20)
+    assert kinds_of_pause(ep, 20) == ["UtterancePaused"]
+    assert ep.last_judgement is not None and not ep.last_judgement.complete
+    assert type(ep.push(LOUD, 1.0)).__name__ == "UtteranceResumed"
+    ep = endpointer(FakeDetector(0.9))
+    speak(ep, 20)
+    assert kinds_of_pause(ep, 40) == ["UtteranceEnded"]
+
+
+def test_a_pause_the_detector_cannot_judge_is_reported_and_ends_by_the_fixed_silence() -> None:
+    ep = endpointer(FakeDetector(error=RuntimeError("model gone")))
+    speak(ep, 20)
+    assert kinds_of_pause(ep, 40) == ["UtterancePaused", "UtteranceEnded"]
+    # While it judges (slow), nothing is reported: the fixed silence ends the pause.
+    gate = threading.Event()
+    ep = endpointer(FakeDetector(0.1, gate=gate))
+    speak(ep, 20)
+    try:
+        assert kinds_of_pause(ep, 40) == ["UtteranceEnded"]
+    finally:
+        gate.set()
