@@ -97,8 +97,3 @@ class EarlyTurn:
         if self._scope is not None:
             self._scope.cancel()
         self._heard.set()  # unheard, `transcript()` is None
-
-    @property
-    def dropped(self) -> bool:
-        """True once `drop()` was called."""
-        return self._dropped

@@ -509,13 +509,11 @@ class TurnWorker:
             if self._timeout_turn_id_ok:
                 return handler.run_timeout_turn(abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
             return handler.run_timeout_turn(abort_signal=signal)
+        # Keywords a handler written before them lacks are left out (`_accepts`).
+        extra: dict[str, Any] = {}
+        if self._turn_id_ok:
+            extra["turn_id"] = reply.turn_id
         preemption = early.preemption if early is not None else None
         if preemption is not None and self._preemption_ok and preemption.user_text == user_text:
-            if self._turn_id_ok:
-                return handler.run_turn(  # type: ignore[call-arg]
-                    user_text, abort_signal=signal, turn_id=reply.turn_id, preemption=preemption
-                )
-            return handler.run_turn(user_text, abort_signal=signal, preemption=preemption)  # type: ignore[call-arg]
-        if self._turn_id_ok:
-            return handler.run_turn(user_text, abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
-        return handler.run_turn(user_text, abort_signal=signal)
+            extra["preemption"] = preemption
+        return handler.run_turn(user_text, abort_signal=signal, **extra)
