@@ -1,13 +1,14 @@
 """Floor 0: what a tool *is*: definitions, handlers, the registry, calls, results, validation."""
 
 from llmrtc.tools.calls import (
+    RUNNING_NOTE,
     ModelUsage,
     ToolCall,
     ToolCallResult,
     ToolCallStatus,
     to_json_content,
 )
-from llmrtc.tools.context import ToolContext
+from llmrtc.tools.context import PROGRESS_INTERVAL, PROGRESS_MAX_CHARS, ToolContext
 from llmrtc.tools.definition import (
     REASONING_FIELD,
     TOOL_NAME_PATTERN,
@@ -30,6 +31,9 @@ from llmrtc.tools.validation import ValidationResult, validate_tool_arguments
 
 __all__ = [
     "OUTPUT_FIELD",
+    "PROGRESS_INTERVAL",
+    "PROGRESS_MAX_CHARS",
+    "RUNNING_NOTE",
     "REASONING_FIELD",
     "LatentTool",
     "ModelUsage",

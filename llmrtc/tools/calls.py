@@ -9,13 +9,29 @@ from typing import Any, Literal
 
 import pydantic_core
 
-__all__ = ["ModelUsage", "ToolCall", "ToolCallResult", "ToolCallStatus", "to_json_content"]
+__all__ = [
+    "RUNNING_NOTE",
+    "ModelUsage",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolCallStatus",
+    "to_json_content",
+]
 
-ToolCallStatus = Literal["ok", "error", "invalid_arguments", "not_found", "timeout", "aborted"]
+ToolCallStatus = Literal[
+    "ok", "error", "invalid_arguments", "not_found", "timeout", "aborted", "running"
+]
 """How a call ended: `ok`; `error` (the handler raised); `invalid_arguments` (did not parse or
 did not match the schema; the handler was not called); `not_found` (no such tool, or not offered);
 `timeout` (the handler ran past its limit and was cancelled); `aborted` (the batch was aborted
-before or while the call ran)."""
+before or while the call ran). `running` is no ending: the batch's provisional answer for a
+background call (`ToolDefinition.background`), whose final result (one of the others) follows."""
+
+RUNNING_NOTE = (
+    "This tool is still running in the background; its result will follow in a later "
+    "message. Tell the user it is under way and carry on; do not call it again."
+)
+"""What the model reads as the `"running"` answer of a background call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +91,8 @@ class ToolCallResult:
     status: ToolCallStatus
     """How the call ended; see `ToolCallStatus`."""
     result: Any = None
-    """What the handler returned (only for status `ok`)."""
+    """What the handler returned (only for status `ok`); for `running`, the note the model
+    reads (`RUNNING_NOTE`)."""
     error: str | None = None
     """What went wrong, written for the model and for logs (None for status `ok`)."""
     duration_ms: float = 0.0
@@ -92,10 +109,13 @@ class ToolCallResult:
         """The JSON string to send back to the model as the tool message content.
 
         Successful results are serialized as JSON (a string result becomes a JSON string);
-        failures become `{"error": ..., "status": ...}`.
+        the `"running"` answer of a background call is `{"status": "running", "note": ...}`
+        (`result` holds the note); failures become `{"error": ..., "status": ...}`.
         """
         if self.status == "ok":
             return to_json_content(self.result)
+        if self.status == "running":
+            return json.dumps({"status": "running", "note": self.result}, ensure_ascii=False)
         return json.dumps({"error": self.error, "status": self.status}, ensure_ascii=False)
 
 

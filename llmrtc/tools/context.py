@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -10,7 +12,16 @@ from typing import Any
 from llmrtc.abort import AbortSignal
 from llmrtc.tools.calls import ModelUsage
 
-__all__ = ["ToolContext"]
+__all__ = ["PROGRESS_INTERVAL", "PROGRESS_MAX_CHARS", "ProgressSink", "ToolContext"]
+
+PROGRESS_INTERVAL = 0.25
+"""Seconds between two progress messages of one call that are passed on: at most four a
+second. A message sooner after the last one passed on is dropped (`progress` returns False)."""
+PROGRESS_MAX_CHARS = 500
+"""The longest progress message accepted (it is meant for a one-line status)."""
+
+ProgressSink = Callable[[str], Awaitable[None]]
+"""`sink(message)`: where `ToolContext.progress` passes a message on (set by the executor)."""
 
 _EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
 
@@ -36,6 +47,57 @@ class ToolContext:
     `llmrtc.catalog.ModelPool`), for LLM-backed tools; None when it has none."""
     model_usage: ModelUsage | None = None
     """What `report_model_usage` last recorded; it goes onto the call's result."""
+    progress_sink: ProgressSink | None = field(default=None, repr=False, compare=False)
+    """Where `progress` passes messages on: set by the executor when a hook listens for
+    `on_tool_progress`; None drops them (after checking them)."""
+    _progress_at: float = field(default=-math.inf, init=False, repr=False, compare=False)
+
+    async def progress(self, message: str) -> bool:
+        """Tell the hooks (`on_tool_progress`, and so OpenTelemetry and a WebRTC client) how
+        the call is getting on, e.g. `await ctx.progress("Checking availability")`.
+
+        Any tool may call it, background or not; it is cheap. At most one message every
+        `PROGRESS_INTERVAL` seconds (0.25 s) per call is passed on: one sent sooner is dropped,
+        so a tool may report from a tight loop. Async handlers await it; a sync handler (in a
+        worker thread) may call `anyio.from_thread.run(ctx.progress, message)`.
+
+        Args:
+            message: A one-line status for people: a non-empty `str` of at most
+                `PROGRESS_MAX_CHARS` (500) characters without line breaks.
+
+        Returns:
+            True when the message was passed on, False when it was dropped by the rate limit.
+
+        Raises:
+            TypeError: `message` is not a `str`.
+            ValueError: `message` is empty or blank, longer than 500 characters, or has a line
+                break or another control character.
+        """
+        if not isinstance(message, str):
+            raise TypeError(
+                f"ToolContext.progress() takes a str (a one-line status), "
+                f"got {type(message).__name__}"
+            )
+        if not message.strip():
+            raise ValueError("ToolContext.progress() needs a non-empty message, got a blank one")
+        if len(message) > PROGRESS_MAX_CHARS:
+            raise ValueError(
+                f"ToolContext.progress() takes at most {PROGRESS_MAX_CHARS} characters, got "
+                f"{len(message)}; keep it to a one-line status"
+            )
+        if not message.isprintable():
+            raise ValueError(
+                "ToolContext.progress() takes one line of printable text: no line breaks, tabs "
+                f"or other control characters (got {message[:60]!r})"
+            )
+        now = time.monotonic()
+        if now - self._progress_at < PROGRESS_INTERVAL:
+            return False
+        object.__setattr__(self, "_progress_at", now)
+        sink = self.progress_sink
+        if sink is not None:
+            await sink(message)
+        return True
 
     def report_model_usage(self, usage: ModelUsage) -> None:
         """Record the models this call used; the executor puts it on the call's
@@ -50,6 +112,8 @@ _context_slots = tuple(
     ToolContext.__dict__[name].__set__
     for name in ("call_id", "abort_signal", "session_id", "turn_id", "metadata", "models")
 )
+_set_sink = ToolContext.__dict__["progress_sink"].__set__
+_set_progress_at = ToolContext.__dict__["_progress_at"].__set__
 
 
 _set_usage = ToolContext.__dict__["model_usage"].__set__
@@ -62,9 +126,10 @@ def new_context(
     turn_id: str | None,
     metadata: Mapping[str, Any],
     models: Any = None,
+    progress_sink: ProgressSink | None = None,
 ) -> ToolContext:
-    """`ToolContext(call_id, abort_signal, session_id, turn_id, metadata, models)`, built
-    faster."""
+    """`ToolContext(call_id, abort_signal, session_id, turn_id, metadata, models,
+    progress_sink)`, built faster."""
     made = object.__new__(ToolContext)
     set_call_id, set_signal, set_session, set_turn, set_metadata, set_models = _context_slots
     set_call_id(made, call_id)
@@ -74,4 +139,6 @@ def new_context(
     set_metadata(made, metadata)
     set_models(made, models)
     _set_usage(made, None)
+    _set_sink(made, progress_sink)
+    _set_progress_at(made, -math.inf)
     return made

@@ -81,6 +81,13 @@ class ToolDefinition:
     A `"finish"` call still queued (for a concurrency slot, or behind a sequential call) is
     aborted. Its own timeout, and cancelling `execute()` from outside (session teardown),
     still stop it."""
+    background: bool = False
+    """The call outlives its batch: it is validated and started like any call, but the batch
+    does not wait for it. The batch answers it at once with a result of status `"running"`
+    (telling the model that the work goes on and that the result will follow), and the call
+    runs on under its own timeout, not stopped by an abort of the batch (a barge-in). Its one
+    final result is reported to the hooks as usual and delivered by
+    `ToolExecutor.background_results()`; `ToolExecutor.cancel_call` stops it."""
     namespace: str | None = None
     """Groups tools (`crm`, `billing`): a namespaced tool is named `namespace.name` wherever
     users and the model see it and `namespace__name` on the wire. `name="crm.lookup"` sets it
@@ -160,6 +167,10 @@ class ToolDefinition:
             raise ValueError(
                 f"tool {self.name!r}: on_interrupt must be 'cancel' or 'finish', "
                 f"got {self.on_interrupt!r}"
+            )
+        if not isinstance(self.background, bool):
+            raise ValueError(
+                f"tool {self.name!r}: background must be True or False, got {self.background!r}"
             )
         self._check_metadata()
         try:

@@ -284,6 +284,7 @@ def tool(
     timeout: float | None = None,
     sensitive_fields: Sequence[str] = (),
     on_interrupt: InterruptPolicy = "cancel",
+    background: bool = False,
     namespace: str | None = None,
     version: str = DEFAULT_TOOL_VERSION,
     tags: Sequence[str] = (),
@@ -301,6 +302,7 @@ def tool(
     timeout: float | None = None,
     sensitive_fields: Sequence[str] = (),
     on_interrupt: InterruptPolicy = "cancel",
+    background: bool = False,
     namespace: str | None = None,
     version: str = DEFAULT_TOOL_VERSION,
     tags: Sequence[str] = (),
@@ -334,6 +336,8 @@ def tool(
         sensitive_fields: Argument/result keys always masked in recorded telemetry content.
         on_interrupt: What a barge-in does to a running call: `"cancel"` (default) or
             `"finish"` (runs to completion under its own timeout; see `ToolDefinition`).
+        background: The batch does not wait for the call: it is answered at once with a
+            `"running"` result and its final result comes later (see `ToolDefinition`).
         namespace: Groups the tool; it is then named `namespace.name` (wire: `namespace__name`).
         version: Semver of the tool (`tool_id` is `namespace:name@version`).
         tags: Keywords for catalog search and filtering.
@@ -353,6 +357,7 @@ def tool(
             timeout=timeout,
             sensitive_fields=sensitive_fields,
             on_interrupt=on_interrupt,
+            background=background,
             namespace=namespace,
             version=version,
             tags=tags,
