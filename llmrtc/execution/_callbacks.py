@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolProgressEvent, ToolStartEvent
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 
@@ -16,6 +16,9 @@ ToolEndCallback = Callable[[ToolCallResult], Any]
 """`on_tool_end(result)`: once for every call, as it finishes; sync or async."""
 ToolErrorCallback = Callable[[ToolCall, BaseException], Any]
 """`on_tool_error(call, error)`: for every call whose status is not `ok`; sync or async."""
+ToolProgressCallback = Callable[[ToolProgressEvent], Any]
+"""`on_tool_progress(event)`: a running tool reported progress (`ToolContext.progress`); sync
+or async."""
 
 
 def _call_of(event: ToolStartEvent | ToolEndEvent | ToolErrorEvent) -> ToolCall:
@@ -31,6 +34,7 @@ class CallbackHooks(Hooks):
         on_tool_start: ToolStartCallback | None = None,
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
+        on_tool_progress: ToolProgressCallback | None = None,
     ) -> None:
         if on_tool_start is not None:
             self.on_tool_start = _adapt(on_tool_start, lambda e: (_call_of(e), e.context))  # type: ignore[method-assign]
@@ -38,6 +42,8 @@ class CallbackHooks(Hooks):
             self.on_tool_end = _adapt(on_tool_end, _result_of)  # type: ignore[method-assign]
         if on_tool_error is not None:
             self.on_tool_error = _adapt(on_tool_error, lambda e: (_call_of(e), e.error))  # type: ignore[method-assign]
+        if on_tool_progress is not None:
+            self.on_tool_progress = _adapt(on_tool_progress, lambda e: (e,))  # type: ignore[method-assign]
 
 
 def result_from_end_event(event: ToolEndEvent) -> ToolCallResult:

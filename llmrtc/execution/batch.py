@@ -12,7 +12,12 @@ import anyio
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
-from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.events import (
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolProgressEvent,
+    ToolStartEvent,
+)
 from llmrtc.telemetry.hooks import Hooks, listeners, tool_call_context_hooks
 from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy
@@ -30,7 +35,7 @@ _scope_classes: dict[bool, type[anyio.CancelScope]] = {}  # by "is asyncio"
 class Dispatch:
     """The hooks of one batch, sorted by what they listen to (picked once, not per call)."""
 
-    __slots__ = ("active", "context", "end", "error", "start", "wants_start_event")
+    __slots__ = ("active", "context", "end", "error", "progress", "start", "wants_start_event")
 
     def __init__(self, leaves: Iterable[Hooks | None]) -> None:
         leaves = tuple(leaves)
@@ -38,8 +43,10 @@ class Dispatch:
         self.context = tool_call_context_hooks(leaves)
         self.end = listeners(leaves, ToolEndEvent)
         self.error = listeners(leaves, ToolErrorEvent)
+        # Only listened-for progress costs a sink per call (`ToolContext.progress`).
+        self.progress = listeners(leaves, ToolProgressEvent)
         self.wants_start_event = bool(self.start or self.context)
-        self.active = bool(self.wants_start_event or self.end or self.error)
+        self.active = bool(self.wants_start_event or self.end or self.error or self.progress)
 
 
 class Expiring(Protocol):

@@ -9,7 +9,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -24,7 +24,12 @@ from llmrtc.execution.errors import (
     ToolTimeoutError,
 )
 from llmrtc.telemetry.correlation import current_call_id
-from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolStartEvent
+from llmrtc.telemetry.events import (
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolProgressEvent,
+    ToolStartEvent,
+)
 from llmrtc.telemetry.hooks import emit, error_type_name
 from llmrtc.tools._errors import speakable_reason
 from llmrtc.tools.arguments import ArgumentsError
@@ -225,8 +230,34 @@ class Call:
             batch.turn_id,
             batch.metadata,
             batch.models,
+            self._progress_sink(batch) if batch.hooks.progress else None,
         )
         return self.context
+
+    def _progress_sink(self, batch: Batch) -> Callable[[str], Awaitable[None]]:
+        """What `ctx.progress(message)` calls: the batch's progress hooks, with the ids."""
+        listening = batch.hooks.progress
+        definition = self.tool.definition  # type: ignore[union-attr]  # only calls that run
+
+        async def sink(message: str) -> None:
+            call = self.call
+            await emit(
+                listening,
+                ToolProgressEvent(
+                    execution_id=self.execution_id,
+                    call_id=call.call_id,
+                    tool_name=call.name,
+                    message=message,
+                    background=definition.background,
+                    arguments=call.arguments,
+                    sensitive_fields=definition.sensitive_fields,
+                    session_id=batch.session_id,
+                    turn_id=batch.turn_id,
+                    stage_id=batch.stage_id,
+                ),
+            )
+
+        return sink
 
     def _start_clock(
         self,

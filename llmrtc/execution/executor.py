@@ -13,6 +13,7 @@ from llmrtc.execution._callbacks import (
     CallbackHooks,
     ToolEndCallback,
     ToolErrorCallback,
+    ToolProgressCallback,
     ToolStartCallback,
 )
 from llmrtc.execution._slots import SlotPool
@@ -59,6 +60,7 @@ class ToolExecutor:
         on_tool_start: ToolStartCallback | None = None,
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
+        on_tool_progress: ToolProgressCallback | None = None,
         models: Any = None,
         reasoning_for_call: bool = False,
     ) -> None:
@@ -81,6 +83,8 @@ class ToolExecutor:
             on_tool_start: `(call, ctx)` just before a handler runs; sync or async.
             on_tool_end: `(result)` once for every call, as it finishes; sync or async.
             on_tool_error: `(call, exception)` for every call whose status is not `"ok"`.
+            on_tool_progress: `(event)`, a `ToolProgressEvent`, for each progress message a
+                running tool passes on (`ToolContext.progress`); sync or async.
             models: A `llmrtc.catalog.ModelPool` for LLM-backed tools (`define_llm_tool`):
                 each handler gets it as `ctx.models`, and the models a call used come back
                 on its result's `model_usage`.
@@ -114,8 +118,8 @@ class ToolExecutor:
             )
         self.reasoning_for_call = reasoning_for_call
         callbacks = None
-        if on_tool_start or on_tool_end or on_tool_error:
-            callbacks = CallbackHooks(on_tool_start, on_tool_end, on_tool_error)
+        if on_tool_start or on_tool_end or on_tool_error or on_tool_progress:
+            callbacks = CallbackHooks(on_tool_start, on_tool_end, on_tool_error, on_tool_progress)
         self._own_hooks = (hooks, callbacks)
         self._dispatch = Dispatch(self._own_hooks)
         self._slots = SlotPool(max_concurrency)

@@ -17,7 +17,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from llmrtc.telemetry._masking import mask_content, mask_text, sensitive_values
 from llmrtc.telemetry._otel_content import exception_attributes
 from llmrtc.telemetry._otel_instruments import UNKNOWN_TOOL, Instruments
-from llmrtc.telemetry.events import ToolEndEvent, ToolStartEvent
+from llmrtc.telemetry.events import ToolEndEvent, ToolProgressEvent, ToolStartEvent
 
 _FAILED_STATUSES = frozenset({"error", "timeout", "invalid_arguments", "not_found"})
 # What a span still open when its session ends gets: the call's end was never reported.
@@ -65,6 +65,18 @@ class ToolSpans:
         """A context making the call's open span current, or None if it has none."""
         entry = self._open.get(event.execution_id)
         return None if entry is None else CurrentSpan(entry[0])
+
+    def progress(self, event: ToolProgressEvent, capture_content: bool) -> None:
+        """An `llmrtc.tool.progress` event on the call's open span (found by execution id, so
+        also for a background call whose turn ended); the message is content."""
+        entry = self._open.get(event.execution_id)
+        if entry is None:
+            return  # no span (hooks added after it started): nothing to attach it to
+        attributes: dict[str, Any] = {"gen_ai.tool.call.id": event.call_id}
+        if capture_content:
+            secrets = sensitive_values(event.arguments, event.sensitive_fields)
+            attributes["llmrtc.tool.progress.message"] = mask_text(event.message, secrets)
+        entry[0].add_event("llmrtc.tool.progress", attributes)
 
     def end(self, event: ToolEndEvent, parent_of: ParentOf, capture_content: bool) -> None:
         """Finish the call's span with its outcome (write it whole if it never opened); count

@@ -41,6 +41,7 @@ __all__ = [
     "TTSStartEvent",
     "ToolEndEvent",
     "ToolErrorEvent",
+    "ToolProgressEvent",
     "ToolStartEvent",
     "ToolWarningEvent",
     "TransitionEvent",
@@ -90,7 +91,8 @@ class ToolEndEvent:
     call_id: str
     tool_name: str
     status: str
-    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
+    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted` (never
+    `running`: a background call's end event reports its final result)."""
     tool_description: str = ""
     arguments: Any = None
     sensitive_fields: Sequence[str] = ()
@@ -137,6 +139,30 @@ class ToolErrorEvent:
     arguments: Any = None
     session_id: str | None = None
     turn_id: str | None = None
+    stage_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgressEvent:
+    """A running tool reported how it is getting on (`await ctx.progress(message)`); at most
+    a few per second per call reach hooks (see `ToolContext.progress`)."""
+
+    hook: ClassVar[str] = "on_tool_progress"
+
+    execution_id: str
+    """The call's execution (as on its start and end events)."""
+    call_id: str
+    tool_name: str
+    message: str
+    """The tool's one-line status, written for people (content: may name what it works on)."""
+    background: bool = False
+    """Whether the call runs in the background (its batch did not wait for it)."""
+    arguments: Any = None
+    """The call's arguments (to mask `sensitive_fields` values quoted in `message`)."""
+    sensitive_fields: Sequence[str] = ()
+    session_id: str | None = None
+    turn_id: str | None = None
+    """The turn that started the call (a background call outlives it)."""
     stage_id: str | None = None
 
 
@@ -469,6 +495,7 @@ HookEvent: TypeAlias = (
     ToolStartEvent
     | ToolEndEvent
     | ToolErrorEvent
+    | ToolProgressEvent
     | TurnStartEvent
     | TurnEndEvent
     | LLMStartEvent

@@ -47,6 +47,7 @@ from llmrtc.telemetry.events import (
     STTEndEvent,
     ToolEndEvent,
     ToolErrorEvent,
+    ToolProgressEvent,
     ToolStartEvent,
     ToolWarningEvent,
     TransitionEvent,
@@ -103,6 +104,10 @@ class Hooks:
 
     def on_tool_error(self, event: ToolErrorEvent) -> Awaitable[None] | None:
         """A tool call ended with a status other than `ok`."""
+
+    def on_tool_progress(self, event: ToolProgressEvent) -> Awaitable[None] | None:
+        """A running tool reported progress (`ToolContext.progress`); called in the task of
+        the tool's handler, which waits for it: keep it quick."""
 
     def on_model_fallback(self, event: ModelFallbackEvent) -> Awaitable[None] | None:
         """An LLM-backed tool's model failed; the tool tries its next model."""

@@ -3,7 +3,7 @@
 Names follow the OpenTelemetry GenAI semantic conventions where they define something
 (`execute_tool {tool}` and `chat {model}` spans, `gen_ai.*` attributes and metrics); the rest
 are llmrtc's own, fixed here: `llmrtc.session`, `llmrtc.turn`, `llmrtc.stt`, `llmrtc.tts` spans,
-`llmrtc.stage_transition` span events, and the `llmrtc.*` metrics.
+`llmrtc.stage_transition` and `llmrtc.tool.progress` span events, and the `llmrtc.*` metrics.
 
 What is content, recorded only with `capture_content=True` (and with a tool's
 `sensitive_fields` masked even then, by key and wherever their values reappear): tool arguments
@@ -40,6 +40,7 @@ from llmrtc.telemetry.events import (
     SpeechEndEvent,
     STTEndEvent,
     ToolEndEvent,
+    ToolProgressEvent,
     ToolStartEvent,
     TransitionEvent,
     TTSEndEvent,
@@ -149,6 +150,11 @@ class OpenTelemetryHooks(Hooks):
         if the handler raised (a call that never ran gets its whole span now); count the
         call, record its run and queue time."""
         self._tools.end(event, self._scope_parent, self.capture_content)
+
+    def on_tool_progress(self, event: ToolProgressEvent) -> None:
+        """Add an `llmrtc.tool.progress` event to the call's `execute_tool` span; its
+        `llmrtc.tool.progress.message` only with content capture (masked)."""
+        self._tools.progress(event, self.capture_content)
 
     # Turns and model calls -------------------------------------------------------------------
 

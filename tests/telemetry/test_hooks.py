@@ -87,6 +87,7 @@ def test_every_hook_of_the_product_is_declared() -> None:
         "on_model_fallback",
         "on_tool_warning",
         "on_tool_error",
+        "on_tool_progress",
         "on_turn_start",
         "on_turn_end",
         "on_llm_start",
