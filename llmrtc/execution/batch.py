@@ -23,7 +23,7 @@ from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy
 from llmrtc.tools.registry import ToolRegistry
 
-__all__ = ["Batch", "Dispatch", "ResultCallback"]
+__all__ = ["BackgroundHost", "Batch", "Dispatch", "ResultCallback"]
 
 
 ResultCallback = Callable[[ToolCallResult], object]
@@ -60,11 +60,21 @@ class Expiring(Protocol):
         """The call's time limit passed."""
 
 
+class BackgroundHost(Protocol):
+    """What a batch needs of the executor's background calls (a `BackgroundCalls`; declared
+    here so that this module does not depend on it, which depends on this one)."""
+
+    def start(self, item: Any, batch: Batch) -> None:
+        """Start the prepared call `item` in the background and give it its `"running"`
+        answer in `batch`."""
+
+
 class Batch:
     """What the calls of one `execute` share. Built once per batch; the calls themselves are
     `Call`s, scheduled by `llmrtc.execution.scheduling`."""
 
     __slots__ = (
+        "background",
         "default_policy",
         "finishing",
         "formats",
@@ -109,8 +119,11 @@ class Batch:
         validate: bool,
         formats: bool,
         strip_reasoning: bool,
+        background: BackgroundHost | None = None,
     ) -> None:
         self.signal = signal
+        # The executor's background calls (None: a batch of a background call itself).
+        self.background = background
         self.hooks = hooks
         self.tools = tools
         self.on_result = on_result
@@ -139,6 +152,30 @@ class Batch:
         # Some call's tool has on_interrupt="finish": an abort then stops calls one by one
         # (see `scheduling._interrupt`) instead of cancelling the whole batch at once.
         self.finishing = False
+
+    def detached(self, signal: AbortSignal) -> Batch:
+        """A batch for one background call started by this one: the same options, hooks, tool
+        view and ids, but `signal` instead of this batch's, no `on_result`, and a timer of its
+        own (this batch's ends with it)."""
+        return Batch(
+            signal=signal,
+            hooks=self.hooks,
+            tools=self.tools,
+            on_result=None,
+            loop=self.loop,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            stage_id=self.stage_id,
+            metadata=self.metadata,
+            models=self.models,
+            slots=self.slots,
+            threads=self.threads,
+            default_policy=self.default_policy,
+            timeout=self.timeout,
+            validate=self.validate,
+            formats=self.formats,
+            strip_reasoning=self.strip_reasoning,
+        )
 
     def arm(self, item: Expiring, limit: float) -> None:
         """Make the batch timer end `item` after `limit` seconds (asyncio only)."""

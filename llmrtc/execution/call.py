@@ -90,6 +90,8 @@ class Call:
     error: BaseException | None = None  # what hooks get for a non-ok result
     reported = False
     reasoning: str | None = None  # the model's `_reasoningForCall`, taken out of the arguments
+    background = False  # its tool runs in the background: its batch does not wait for it
+    outlives_batch = False  # this is the run of a background call, outside its batch
 
     def __init__(self, call: ToolCall, execution_id: str) -> None:
         self.call = call
@@ -123,6 +125,19 @@ class Call:
         self.limit = definition.timeout or batch.timeout
         self.scope = batch.new_scope()
         return True
+
+    def detached(self, batch: Batch) -> Call:
+        """A prepared background call's run outside its batch: the same call, tool, arguments
+        and limit, a cancel scope of `batch` (the call's own), and no finishing on interrupt
+        (an abort of the starting batch never reaches it)."""
+        runner = Call(self.call, self.execution_id)
+        runner.tool = self.tool
+        runner.args = self.args
+        runner.limit = self.limit
+        runner.reasoning = self.reasoning
+        runner.background = runner.outlives_batch = True
+        runner.scope = batch.new_scope()
+        return runner
 
     # Running --------------------------------------------------------------------------------
 
@@ -248,7 +263,7 @@ class Call:
                     call_id=call.call_id,
                     tool_name=call.name,
                     message=message,
-                    background=definition.background,
+                    background=self.outlives_batch,
                     arguments=call.arguments,
                     sensitive_fields=definition.sensitive_fields,
                     session_id=batch.session_id,
@@ -372,6 +387,7 @@ class Call:
             stage_id=batch.stage_id,
             context=self.context,
             reasoning=self.reasoning,
+            background=self.outlives_batch,
         )
         return event
 
@@ -456,6 +472,7 @@ class Call:
                         turn_id=batch.turn_id,
                         stage_id=batch.stage_id,
                         reasoning=self.reasoning,
+                        background=self.outlives_batch,
                     ),
                 )
         finally:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any
+
+import anyio
 
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._callbacks import (
@@ -18,6 +20,7 @@ from llmrtc.execution._callbacks import (
 )
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
+from llmrtc.execution.background import BackgroundCalls
 from llmrtc.execution.batch import Batch, Dispatch, ResultCallback
 from llmrtc.execution.call import new_calls
 from llmrtc.execution.observers import context_hooks
@@ -124,6 +127,7 @@ class ToolExecutor:
         self._dispatch = Dispatch(self._own_hooks)
         self._slots = SlotPool(max_concurrency)
         self._threads = WorkerThreads(2 * max_concurrency)
+        self._background = BackgroundCalls()
 
     def _batch_hooks(self, hooks: Hooks | None) -> Dispatch:
         """The executor's own hooks, the batch's, and those of an enclosing `observe_tools`."""
@@ -137,6 +141,77 @@ class ToolExecutor:
         optional `_reasoningForCall` field when `reasoning_for_call` is on (built once per
         definition), else unchanged."""
         return offered_definitions(list(definitions), reasoning_for_call=self.reasoning_for_call)
+
+    # Background calls ------------------------------------------------------------------------
+
+    @property
+    def background_calls(self) -> tuple[ToolCall, ...]:
+        """The background calls running now (`ToolDefinition.background`), oldest first."""
+        return self._background.calls
+
+    def background_results(self) -> AsyncIterator[ToolCallResult]:
+        """Each final result of a background call as it lands, in the order they finished.
+
+        A queue shared by every iterator of this executor: each result is yielded once, also
+        one that landed before iteration started (`take_background_results` takes them too).
+        The iterator never ends by itself: stop iterating when you are done.
+
+        Example:
+            async for result in executor.background_results():
+                history.append(ToolMessage(result.call_id, result.to_content()))
+        """
+        return self._background.results()
+
+    def take_background_results(self) -> list[ToolCallResult]:
+        """The final results of background calls that landed and were not taken yet (by this
+        or by `background_results`), in the order they finished; empty if none."""
+        return self._background.take()
+
+    async def cancel_call(
+        self, call_id: str, *, reason: str = "cancelled"
+    ) -> ToolCallResult | None:
+        """Stop the running background call `call_id`: its handler's `ToolContext.abort_signal`
+        aborts with `reason` and the handler is cancelled. Returns its final result (status
+        `aborted`, unless it ended otherwise first) once it was reported to the hooks and
+        queued in `background_results`; None when no background call with that id runs.
+
+        Args:
+            call_id: The id the model gave the call.
+            reason: Why, as the model may be told it: a short one-line `str` (see `execute`).
+        """
+        return await self._background.cancel(call_id, reason)
+
+    async def aclose(self, *, reason: str = "session ended") -> None:
+        """Stop every running background call (each ends `aborted` with `reason`, reported and
+        queued like any final result) and wait until each has. Call it when the session ends
+        for good; the executor stays usable."""
+        await self._background.aclose(reason)
+
+    async def __aenter__(self) -> ToolExecutor:
+        """Host background calls in a task group of this block (on any anyio backend; on
+        asyncio the executor can also own them without one); leaving it stops those still
+        running, as `aclose()` does."""
+        if self._background.group is not None:
+            raise RuntimeError("this ToolExecutor's `async with` block is already open")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._background.group = group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        group = self._background.group
+        assert group is not None  # set by __aenter__
+        try:
+            await self.aclose()
+        finally:
+            self._background.group = None
+            handled = await group.__aexit__(exc_type, exc, traceback)
+        return handled
 
     @property
     def in_flight(self) -> int:
@@ -203,6 +278,16 @@ class ToolExecutor:
         aborted like any other: nothing happened yet, so there is nothing to finish.
         Cancelling the caller, and a call's own timeout, still stop a `"finish"` call.
 
+        Background calls (`ToolDefinition.background`): a call of such a tool is looked up,
+        validated and queued like any call, but once it may start, the batch does not wait
+        for it: its result here is at once one of status `"running"` (content telling the
+        model that the result will follow; `on_result` gets it, the end hooks do not), and
+        the call runs on outside the batch, under its own timeout and a signal of its own:
+        neither `abort_signal` nor cancelling the caller stops it. Its one final result is
+        reported to the hooks (`on_tool_end`, spans, metrics) when it ends and queued for
+        `background_results()`; `cancel_call` and `aclose` stop it. It holds a concurrency
+        slot while it runs.
+
         Example:
             offered = registry.scoped(["lookup_weather"], scope="stage 'weather'")
             results = await executor.execute(
@@ -267,6 +352,7 @@ class ToolExecutor:
             validate=self.validate_arguments,
             formats=self.validate_formats,
             strip_reasoning=self.reasoning_for_call,
+            background=self._background,
         )
         items = new_calls(call_list, numbered=dispatch.active)
         await run_batch(batch, items)

@@ -77,7 +77,10 @@ def _segments(batch: Batch, calls: list[Call]) -> list[list[Call]]:
         else:
             definition = tool.definition
             policy = definition.execution_policy or default
-            if definition.on_interrupt == "finish":
+            if definition.background:
+                # Not stopped by an abort of this batch once started (see `BackgroundCalls`).
+                item.background = True
+            elif definition.on_interrupt == "finish":
                 item.finishes_on_interrupt = batch.finishing = True
         if policy == "parallel":
             group.append(item)
@@ -99,10 +102,14 @@ async def _run_segments(batch: Batch, segments: list[list[Call]]) -> None:
             return  # aborted from another thread; the cancel is on its way to our loop
         ready: list[Call] = []
         for item in segment:
-            if item.prepare(batch):
+            if not item.prepare(batch):
+                if reporting:
+                    await item.report(batch)
+            elif item.background and batch.background is not None:
+                # Answered "running" at once; its run and final report happen outside.
+                batch.background.start(item, batch)
+            else:
                 ready.append(item)
-            elif reporting:
-                await item.report(batch)
         if len(ready) == 1:  # a lone call runs in the caller's task: no task to pay for
             item = ready[0]
             await item.run(batch, None)

@@ -56,6 +56,8 @@ class ToolSpans:
             attributes["gen_ai.conversation.id"] = event.session_id
         if event.stage_id is not None:
             attributes["llmrtc.stage.id"] = event.stage_id
+        if event.background:
+            attributes["llmrtc.tool.background"] = True
         span = self._tracer.start_span(
             span_name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )

@@ -78,6 +78,9 @@ class ToolStartEvent:
     reasoning: str | None = None
     """Why the model chose the tool (its `_reasoningForCall`, taken out of the arguments), when
     it is offered and the model said. Model text like `arguments`: record only with consent."""
+    background: bool = False
+    """The call runs in the background (`ToolDefinition.background`): its batch did not wait
+    for it, and it may end after its turn."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +125,9 @@ class ToolEndEvent:
     stage_id: str | None = None
     reasoning: str | None = None
     """Why the model chose the tool (its `_reasoningForCall`); content, as on the start event."""
+    background: bool = False
+    """The call ran in the background: this is its final result, which the model did not have
+    when its batch ended (it got a `"running"` answer then)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

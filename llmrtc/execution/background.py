@@ -1,0 +1,157 @@
+"""`BackgroundCalls`: the calls of one executor that outlive their batch (`ToolDefinition(
+background=True)`): started by a batch that answers them at once with a `"running"` result,
+they run on under their own abort signal and time limit, and each lands with its one final
+result, reported to the hooks like any call and queued for whoever delivers it to the model.
+
+Who owns their tasks: the executor. On asyncio each call is a task the executor keeps and
+`aclose()` cancels and awaits; inside `async with executor:` (any anyio backend, trio too)
+they run in the task group that block opens instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from llmrtc.abort import AbortController
+from llmrtc.execution.batch import Batch
+from llmrtc.execution.call import Call
+from llmrtc.tools.calls import RUNNING_NOTE, ToolCall, ToolCallResult, new_result
+from llmrtc.tools.errors import ToolError
+
+__all__ = ["BackgroundCalls"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Running:
+    """One background call: what runs it, what stops it, and when it has landed."""
+
+    __slots__ = ("controller", "item", "landed")
+
+    def __init__(self, item: Call, controller: AbortController) -> None:
+        self.item = item
+        self.controller = controller
+        self.landed = anyio.Event()
+
+
+class BackgroundCalls:
+    """The executor's running background calls and the final results that landed, in the
+    order they finished (a queue: each result is taken once)."""
+
+    def __init__(self) -> None:
+        self._running: list[_Running] = []
+        self._landed: deque[ToolCallResult] = deque()
+        self._changed: anyio.Event | None = None
+        self._tasks: set[Any] = set()  # asyncio tasks, when no task group hosts the calls
+        self.group: TaskGroup | None = None
+        """The task group of an `async with executor:` block, when one is open."""
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The background calls running now, oldest first."""
+        return tuple(running.item.call for running in self._running)
+
+    def start(self, item: Call, batch: Batch) -> None:
+        """Start `item` (prepared by `batch`) in the background and give it, in `batch`, its
+        `"running"` answer. Its run is a copy of the call under a signal of its own: an abort
+        of `batch` (a barge-in) does not reach it, its own timeout does."""
+        call = item.call
+        controller = AbortController()
+        detached = batch.detached(controller.signal)
+        runner = item.detached(detached)
+        running = _Running(runner, controller)
+        if self.group is not None:
+            self.group.start_soon(self._run, running, detached)
+        elif batch.loop is not None:
+            task = batch.loop.create_task(self._run(running, detached))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            # No asyncio loop and no task group to own the call: it cannot outlive the batch.
+            logger.error(
+                "tool %r (call %s) runs in the background, which needs asyncio or an open "
+                "`async with executor:` block on this event loop; the call was not run",
+                call.name,
+                call.call_id,
+            )
+            item.finish(
+                "error",
+                # A ToolError's words reach the model: ours, with nothing internal in them.
+                error=ToolError(f"tool {call.name!r} could not be started; it did not run"),
+            )
+            return
+        self._running.append(running)
+        # The provisional answer is no ending: the hooks hear of the call when it ends.
+        item.result = new_result(call.call_id, call.name, "running", RUNNING_NOTE, None, 0.0)
+        item.reported = True
+        if batch.on_result is not None:
+            try:
+                batch.on_result(item.result)
+            except Exception:
+                logger.exception("on_result callback raised for call %s; ignored", call.call_id)
+
+    async def _run(self, running: _Running, batch: Batch) -> None:
+        item = running.item
+        signal = running.controller.signal
+        try:
+            # Cancelled by `cancel` / `aclose` (the signal) and by its own time limit.
+            with signal.cancel_scope():
+                await item.run(batch, None)
+        finally:
+            batch.disarm()
+            # Whatever stopped it, it gets its one final result and report, and lands.
+            with anyio.CancelScope(shield=True):
+                if item.result is None:
+                    item.abort(signal)
+                try:
+                    await item.report(batch)
+                finally:
+                    self._land(running)
+
+    def _land(self, running: _Running) -> None:
+        self._running.remove(running)
+        self._landed.append(running.item.result)  # type: ignore[arg-type]  # settled above
+        running.landed.set()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    def take(self) -> list[ToolCallResult]:
+        """The final results that landed and were not taken yet, in the order they landed."""
+        taken = list(self._landed)
+        self._landed.clear()
+        return taken
+
+    async def results(self) -> AsyncIterator[ToolCallResult]:
+        """Yield each final result as it lands (also those that landed before); never ends."""
+        while True:
+            while self._landed:
+                yield self._landed.popleft()
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    async def cancel(self, call_id: str, reason: str) -> ToolCallResult | None:
+        """Stop the running background call `call_id` (its handler's signal aborts with
+        `reason`) and return its final result once it landed; None if none is running."""
+        for running in list(self._running):
+            if running.item.call.call_id == call_id:
+                running.controller.abort(reason)
+                await running.landed.wait()
+                return running.item.result
+        return None
+
+    async def aclose(self, reason: str) -> None:
+        """Stop every running background call and wait until each has landed."""
+        running = list(self._running)
+        for entry in running:
+            entry.controller.abort(reason)
+        with anyio.CancelScope(shield=True):
+            for entry in running:
+                await entry.landed.wait()
