@@ -84,3 +84,19 @@ async def test_without_progress_listeners_the_handler_gets_no_sink() -> None:
     [result] = await ToolExecutor(ToolRegistry([look])).execute([ToolCall("c1", "look", {})])
     assert result.result is True
     assert sinks == [None]
+
+
+async def test_a_sync_handler_reports_progress_through_anyio_from_thread() -> None:
+    import anyio.from_thread
+
+    @tool
+    def crunch(ctx: ToolContext) -> bool:
+        """Crunch numbers (in a worker thread)."""
+        return anyio.from_thread.run(ctx.progress, "Crunching")
+
+    hooks = Progress()
+    [result] = await ToolExecutor(ToolRegistry([crunch]), hooks=hooks).execute(
+        [ToolCall("c1", "crunch", {})]
+    )
+    assert result.result is True
+    assert [e.message for e in hooks.events] == ["Crunching"]
