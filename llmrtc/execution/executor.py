@@ -43,7 +43,9 @@ class ToolExecutor:
     protects that session's resources. It has the parts a batch runs with (the slot pool, the
     worker threads, its hooks sorted once); each `execute` makes a `Batch` of `Call`s and
     hands it to `scheduling.run_batch`. It holds no event-loop-bound state between batches (each
-    turn may run under a new loop), but serves one event loop at a time.
+    turn may run under a new loop), but serves one event loop at a time. The exception is
+    background calls (`ToolDefinition.background`): they run on the loop that started them,
+    owned by the executor, until they end or `aclose()` / `cancel_call` stops them.
 
     Example:
         executor = ToolExecutor(registry, timeout=10.0, hooks=OpenTelemetryHooks())

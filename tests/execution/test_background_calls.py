@@ -62,7 +62,13 @@ async def quick() -> str:
     return "quick"
 
 
-REGISTRY = ToolRegistry([bookTable, slowSearch, brokenBooking, quick])
+@tool
+async def hang() -> None:
+    """Never answer."""
+    await anyio.sleep(30)
+
+
+REGISTRY = ToolRegistry([bookTable, slowSearch, brokenBooking, quick, hang])
 
 
 class Recorder(Hooks):
@@ -147,10 +153,12 @@ async def test_an_abort_of_the_batch_does_not_stop_it() -> None:
 async def test_cancelling_the_caller_does_not_stop_it() -> None:
     release["event"] = anyio.Event()
     executor = ToolExecutor(REGISTRY)
-    with anyio.CancelScope() as scope:
-        await executor.execute([ToolCall("c1", "bookTable", {"restaurant": "Nopa"})])
-        scope.cancel()
-        await anyio.sleep(1)
+    with anyio.move_on_after(0.2):  # cancels execute while its foreground call hangs
+        await executor.execute(
+            [ToolCall("c1", "bookTable", {"restaurant": "Nopa"}), ToolCall("c2", "hang", {})]
+        )
+        pytest.fail("the hanging call should have kept execute waiting")
+    assert not signals["c1"].aborted
     release["event"].set()
     assert (await _next(executor)).status == "ok"
 
@@ -264,3 +272,16 @@ async def test_on_trio_without_a_block_the_call_is_refused_with_one_result(caplo
     assert result.status == "error" and "could not be started" in (result.error or "")
     assert "async with executor" in caplog.text
     assert [e.status for e in hooks.ends] == ["error"] and "c1" not in signals
+
+
+async def test_a_batch_aborted_before_it_starts_never_starts_it() -> None:
+    controller = AbortController()
+    controller.abort("barge-in")
+    hooks = Recorder()
+    executor = ToolExecutor(REGISTRY, hooks=hooks)
+    [result] = await executor.execute(
+        [ToolCall("c1", "bookTable", {"restaurant": "N"})], abort_signal=controller.signal
+    )
+    assert result.status == "aborted" and "c1" not in signals
+    assert executor.background_calls == () and executor.take_background_results() == []
+    assert [e.status for e in hooks.ends] == ["aborted"]
