@@ -34,8 +34,10 @@ class ToolContext:
     call_id: str
     """The id of the call being served."""
     abort_signal: AbortSignal
-    """Never None and private to this call: set when the batch is aborted or this call times out.
-    Long-running and thread-bound handlers should check it to stop cooperatively."""
+    """Never None and private to this call: set when the batch is aborted or this call times out
+    (a background call: when it times out or `ToolExecutor.cancel_call` / `aclose` stops it,
+    never by its batch). Long-running and thread-bound handlers should check it to stop
+    cooperatively."""
     session_id: str | None = None
     """The session the call belongs to, if the caller gave one."""
     turn_id: str | None = None
