@@ -13,6 +13,7 @@ from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.preemption import Preemption
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
+from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
 
 __all__ = [
@@ -69,6 +70,24 @@ class TurnHandler(Protocol):
     ) -> AsyncIterator[AgentEvent]:
         """The turn the deadline stands for (e.g. a stage's silence timeout: the agent speaks
         up). Yields nothing at all when no deadline is set (`next_deadline()` is None)."""
+        ...
+
+    def late_results(self) -> AsyncIterator[ToolCallResult]:
+        """Each final result of a background call as it lands (a queue: each yielded once,
+        also one that landed before iteration). The model gets it before its next request
+        whether or not anyone iterates."""
+        ...
+
+    def run_update_turn(
+        self, *, abort_signal: AbortSignal | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        """A turn with no new user message whose model request carries the late results that
+        landed (the agent tells the user); yields nothing when none is waiting."""
+        ...
+
+    async def cancel_call(self, call_id: str) -> ToolCallResult | None:
+        """Stop the running background call `call_id`; its one final result (None: no such
+        call runs)."""
         ...
 
 

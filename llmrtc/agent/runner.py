@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -13,6 +13,7 @@ from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.preemption import Preemption
+from llmrtc.agent.late_results import LateResults
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.agent.turn import AfterAnswer, AfterBatch, BatchDecision, Turn
 from llmrtc.execution.executor import ToolExecutor
@@ -21,6 +22,7 @@ from llmrtc.llm.provider import LLMProvider
 from llmrtc.llm.settings import ModelSettings
 from llmrtc.llm.types import LLMRequest, ToolChoice
 from llmrtc.telemetry.hooks import Hooks
+from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.registry import ToolRegistry
 
@@ -54,8 +56,17 @@ class TurnRunner:
             if isinstance(event, TextDelta):
                 print(event.text, end="")
 
+    Background calls (`ToolDefinition(background=True)`): a turn answers such a call
+    `"running"` and goes on; its final result lands later, as a *late result*. Before every
+    model request, the late results that landed go into the history (as a system note naming
+    the call id and tool: see `llmrtc.agent.late_results`), whether or not anyone listens;
+    `late_results()` yields each to the application as it lands, `run_update_turn()` lets the
+    agent speak about them at once, and `cancel_call()` stops a running one. The runner is the
+    one reader of its executor's background results: give each runner its own executor.
+
     The runner holds no event-loop-bound state between turns: each turn may run under a new
-    event loop (as long as the provider allows it).
+    event loop (as long as the provider allows it); its background calls run on the loop that
+    started them.
     """
 
     def __init__(
@@ -136,6 +147,7 @@ class TurnRunner:
         self.turns_started = 0
         """Turns started on this runner (`restore` is only allowed before the first)."""
         self._turn: Turn | None = None  # the turn running now
+        self._late = LateResults(executor)
         self.settings = settings
 
     # Settings ------------------------------------------------------------------------------
@@ -286,6 +298,56 @@ class TurnRunner:
         return
         yield  # an async generator that is empty
 
+    # Background calls ------------------------------------------------------------------------
+
+    def late_results(self) -> AsyncIterator[ToolCallResult]:
+        """Each final `ToolCallResult` of a background call as it lands, in the order they
+        finished: a queue, so each is yielded once (by whichever iterator of this runner takes
+        it), also one that landed before iteration started. Never ends by itself.
+
+        Listening is optional: a late result goes to the model (before its next request)
+        whether or not it was yielded here.
+
+        Example:
+            async for result in runner.late_results():
+                async for event in runner.run_update_turn():
+                    ...
+        """
+        return self._late.results()
+
+    @property
+    def late_results_waiting(self) -> bool:
+        """Whether a late result landed that no model request has seen yet (what
+        `run_update_turn` would tell the model)."""
+        return self._late.has_unheard()
+
+    async def run_update_turn(
+        self, *, abort_signal: AbortSignal | None = None, turn_id: str | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """A turn with no new user message whose model request carries the late results that
+        landed (the agent tells the user how a background call ended). Yields the usual events,
+        `TurnCompleted` last, and behaves as `run_turn` does (abort, failure, tools).
+
+        Yields nothing at all when no late result is waiting (`late_results_waiting` is False:
+        none landed, or an earlier request already carried them): there is nothing to tell.
+
+        Args:
+            abort_signal: Aborts the turn (barge-in), as for `run_turn`.
+            turn_id: The id hooks and spans carry for this turn; None makes a fresh one.
+        """
+        if not self._late.has_unheard():
+            return
+        async with aclosing(self.run_turn(None, abort_signal=abort_signal, turn_id=turn_id)) as e:
+            async for event in e:
+                yield event
+
+    async def cancel_call(self, call_id: str) -> ToolCallResult | None:
+        """Stop the running background call `call_id` (its handler's abort signal aborts and
+        it is cancelled). Returns its one final result (status `aborted`, unless it ended
+        otherwise first), which also goes to the model as a late result; None when no
+        background call with that id runs."""
+        return await self.executor.cancel_call(call_id)
+
     # Turns -----------------------------------------------------------------------------------
 
     async def run_turn(
@@ -340,6 +402,7 @@ class TurnRunner:
             after_answer=after_answer,
             turn_id=turn_id,
             preemption=preemption,
+            late_results=self._late,
         )
         self._turn = turn
         try:

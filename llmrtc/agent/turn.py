@@ -25,6 +25,7 @@ from llmrtc.agent.events import (
 )
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.preemption import Preemption
+from llmrtc.agent.late_results import LateResults, late_result_message
 from llmrtc.agent.result_cap import cut_tool_result
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
@@ -92,6 +93,7 @@ class Turn:
         after_answer: AfterAnswer | None = None,
         turn_id: str | None = None,
         preemption: Preemption | None = None,
+        late_results: LateResults | None = None,
     ) -> None:
         """Prepare a turn (nothing happens before `run()`).
 
@@ -112,6 +114,8 @@ class Turn:
             turn_id: The id hooks and spans carry; None makes a fresh one.
             preemption: An answer started before the turn (`Preemption`): the first request
                 takes it if it is exactly that request; otherwise it is discarded.
+            late_results: The background calls' late results: those that landed go into the
+                history before each model request of the turn (see `llmrtc.agent.late_results`).
         """
         self.llm = llm
         self.executor = executor
@@ -124,6 +128,7 @@ class Turn:
         self._settings = settings
         self._tools = tools
         self._stage_id = stage_id
+        self._late = late_results
         # The cap is the turn's own: every result of one turn is cut by the same rule, even
         # if a stage change mid-turn brings other settings.
         self._max_tool_result_chars = settings.max_tool_result_chars
@@ -180,6 +185,9 @@ class Turn:
         (`LLMError`) does not raise; anything else raised propagates, after the turn settled.
         Leaving the `async for` early aborts the turn.
         """
+        # Results that landed before the user spoke come before their words (in the order
+        # things happened); the model request right after sees both.
+        self._hear_late_results()
         if user_text is not None:
             self.history.append(UserMessage(user_text))
         await emit(
@@ -223,6 +231,7 @@ class Turn:
                 return
             at_limit = round_index >= self._settings.max_tool_rounds
             final = at_limit or forced_final
+            self._hear_late_results()  # every model request sees the results that landed
             request = model_request(
                 self.history,
                 self._settings,
@@ -309,6 +318,21 @@ class Turn:
                 return adopted
             logger.debug("turn %s: the preemptive answer was for another request", self.id)
         return self.llm
+
+    def _hear_late_results(self) -> None:
+        """Put the late results that landed into the history (between rounds, where no call
+        waits for its tool message), each cut to the turn's cap."""
+        if self._late is None:
+            return
+        for result in self._late.take_unheard():
+            logger.info(
+                "turn %s: the late result of tool %r (call %s, %s) goes to the model",
+                self.id,
+                result.tool_name,
+                result.call_id,
+                result.status,
+            )
+            self.history.append(late_result_message(result, self._max_tool_result_chars))
 
     def _say(self, text: str) -> list[TextDelta]:
         """Record `text` as said in this turn; returns the deltas to yield (a space first

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -75,6 +75,11 @@ class PlaybookOrchestrator:
     `conversation_ended=True` (and so does `conversation_ended` afterwards). Turns after that
     are still answered, by the terminal stage's prompt (its tools, no transitions), so a user
     who goes on talking gets a polite answer; a front end may also choose to stop there.
+
+    Background calls (`ToolDefinition(background=True)`) work as in `TurnRunner`, whose
+    `late_results()`, `run_update_turn()` and `cancel_call()` this passes through: a late result
+    is delivered in whatever stage is current when it lands (a stage's tool list applies to
+    new calls only).
     """
 
     def __init__(
@@ -323,6 +328,34 @@ class PlaybookOrchestrator:
         async with aclosing(self._run(None, abort_signal, fresh=False, turn_id=turn_id)) as events:
             async for event in events:
                 yield event
+
+    # Background calls ------------------------------------------------------------------------
+
+    def late_results(self) -> AsyncIterator[ToolCallResult]:
+        """Each final result of a background call as it lands (see `TurnRunner.late_results`)."""
+        return self.runner.late_results()
+
+    @property
+    def late_results_waiting(self) -> bool:
+        """Whether a late result landed that no model request has seen yet."""
+        return self.runner.late_results_waiting
+
+    async def run_update_turn(
+        self, *, abort_signal: AbortSignal | None = None, turn_id: str | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """A turn in the current stage with no new user message, whose model request carries
+        the late results that landed (see `TurnRunner.run_update_turn`). It is a turn of the
+        stage like any other (counted, its transitions checked, with no user text); yields
+        nothing when no late result is waiting."""
+        if not self.runner.late_results_waiting:
+            return
+        async with aclosing(self._run(None, abort_signal, turn_id=turn_id)) as events:
+            async for event in events:
+                yield event
+
+    async def cancel_call(self, call_id: str) -> ToolCallResult | None:
+        """Stop the running background call `call_id` (see `TurnRunner.cancel_call`)."""
+        return await self.runner.cancel_call(call_id)
 
     async def _run(
         self,
