@@ -317,8 +317,10 @@ class TurnRunner:
 
     @property
     def late_results_waiting(self) -> bool:
-        """Whether a late result landed that no model request has seen yet (what
-        `run_update_turn` would tell the model)."""
+        """Whether a late result landed that is not in the history yet (what
+        `run_update_turn` would tell the model). A turn puts those that landed into the
+        history before its first model request, even a turn aborted before that request: the
+        next request of any turn then carries them."""
         return self._late.has_unheard()
 
     async def run_update_turn(
@@ -329,7 +331,8 @@ class TurnRunner:
         `TurnCompleted` last, and behaves as `run_turn` does (abort, failure, tools).
 
         Yields nothing at all when no late result is waiting (`late_results_waiting` is False:
-        none landed, or an earlier request already carried them): there is nothing to tell.
+        none landed, or an earlier turn already put them into the history, where the next
+        model request sees them): there is nothing new to tell.
 
         Args:
             abort_signal: Aborts the turn (barge-in), as for `run_turn`.

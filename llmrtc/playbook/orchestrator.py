@@ -337,7 +337,8 @@ class PlaybookOrchestrator:
 
     @property
     def late_results_waiting(self) -> bool:
-        """Whether a late result landed that no model request has seen yet."""
+        """Whether a late result landed that is not in the history yet (see
+        `TurnRunner.late_results_waiting`)."""
         return self.runner.late_results_waiting
 
     async def run_update_turn(

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from llmrtc import ToolCall, ToolCallResult, ToolContext, ToolExecutor, ToolRegistry, tool
+from llmrtc.abort import AbortController
 from llmrtc.agent import (
     AgentEvent,
     TextDelta,
@@ -39,6 +40,13 @@ async def bookTable(restaurant: str, ctx: ToolContext) -> dict[str, Any]:
     return {"confirmed": True, "reference": "A12", "restaurant": restaurant}
 
 
+@tool(background=True, timeout=30.0)
+async def searchFlights(city: str) -> list[str]:
+    """Search flights."""
+    await gate["flights"].wait()
+    return [f"LH123 to {city}"]
+
+
 @tool
 async def openGate() -> str:
     """Let the booking finish, and wait until it has (an ordinary call, mid-turn)."""
@@ -49,7 +57,7 @@ async def openGate() -> str:
     return "opened"
 
 
-REGISTRY = ToolRegistry([bookTable, openGate])
+REGISTRY = ToolRegistry([bookTable, searchFlights, openGate])
 BOOK = ToolCall("b1", "bookTable", {"restaurant": "Nopa"})
 
 
@@ -57,6 +65,7 @@ BOOK = ToolCall("b1", "bookTable", {"restaurant": "Nopa"})
 def _fresh() -> None:
     gate.clear()
     gate["open"] = anyio.Event()
+    gate["flights"] = anyio.Event()
     signals.clear()
 
 
@@ -189,6 +198,36 @@ async def test_cancel_call_stops_it_and_the_model_hears_the_aborted_result() -> 
     [note] = notes(r.llm.requests[2].messages)  # type: ignore[attr-defined]
     assert "aborted" in note.content
     assert [(g.call_id, g.status) for g in [await next_late(r)]] == [("b1", "aborted")]
+
+
+async def test_two_results_that_land_meanwhile_both_reach_the_model_in_landing_order() -> None:
+    fly = ToolCall("f1", "searchFlights", {"city": "Oslo"})
+    r = runner([[BOOK, fly], "Working on both.", "Both are done."])
+    await turn(r, "Book Nopa and find flights to Oslo")
+    gate["flights"].set()  # the second call lands first
+    first = await next_late(r)
+    gate["open"].set()
+    second = await next_late(r)
+    assert [first.call_id, second.call_id] == ["f1", "b1"]
+    await update(r)
+    request = r.llm.requests[2].messages  # type: ignore[attr-defined]
+    late = [m.content for m in request if isinstance(m, SystemMessage)][1:]
+    assert len(late) == 2 and "f1" in late[0] and "b1" in late[1]
+
+
+async def test_an_aborted_turn_drops_no_late_result() -> None:
+    r = runner([[BOOK], "On it.", "Booked: A12."])
+    await turn(r, "Book Nopa")
+    gate["open"].set()
+    await next_late(r)
+    barge_in = AbortController()
+    barge_in.abort("the user spoke")
+    aborted = [e async for e in r.run_turn("wait", abort_signal=barge_in.signal)]
+    assert isinstance(aborted[-1], TurnCompleted) and aborted[-1].stop_reason == "aborted"
+    assert len(notes(r.history.messages)) == 1  # in the history, for the next request
+    assert not r.late_results_waiting
+    await turn(r, "so?")
+    assert len(notes(r.llm.requests[2].messages)) == 1  # type: ignore[attr-defined]
 
 
 PLAYBOOK = Playbook.model_validate(
