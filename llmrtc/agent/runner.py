@@ -12,8 +12,8 @@ from llmrtc.agent._round import model_request
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.late_results import LateResults
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
 from llmrtc.agent.turn import AfterAnswer, AfterBatch, BatchDecision, Turn
 from llmrtc.execution.executor import ToolExecutor

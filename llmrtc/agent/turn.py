@@ -24,8 +24,8 @@ from llmrtc.agent.events import (
     TurnStopReason,
 )
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.late_results import LateResults, late_result_message
+from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.result_cap import cut_tool_result
 from llmrtc.agent.settings import TurnSettings
 from llmrtc.execution.executor import ToolExecutor
