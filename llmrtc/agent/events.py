@@ -48,6 +48,9 @@ class ToolCallStarted:
     """The model asked for this call (it runs with the rest of its response's calls)."""
 
     call: ToolCall
+    background: bool = False
+    """The call's tool runs in the background (`ToolDefinition(background=True)`): the turn
+    answers it `"running"` and its final result lands later, as a late result."""
 
 
 @dataclass(frozen=True, slots=True)

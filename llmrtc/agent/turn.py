@@ -297,7 +297,8 @@ class Turn:
                 return
             self._pending = list(calls)
             for call in calls:
-                yield ToolCallStarted(call)
+                tool = self.executor.registry.get(call.name)
+                yield ToolCallStarted(call, tool is not None and tool.definition.background)
             for result in await self._run_batch(signal):
                 yield ToolCallFinished(result)
             if self.after_batch is not None:  # also after an abort: what ran has happened
