@@ -10,7 +10,12 @@ from llmrtc.agent.events import (
     TurnFailed,
     TurnStopReason,
 )
-from llmrtc.agent.handler import PreemptingHandler, ResumableHandler, TurnHandler
+from llmrtc.agent.handler import (
+    BackgroundHandler,
+    PreemptingHandler,
+    ResumableHandler,
+    TurnHandler,
+)
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.runner import TurnRunner
@@ -18,6 +23,7 @@ from llmrtc.agent.settings import TurnSettings
 
 __all__ = [
     "AgentEvent",
+    "BackgroundHandler",
     "ConversationHistory",
     "Preemption",
     "PreemptingHandler",

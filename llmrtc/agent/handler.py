@@ -17,6 +17,7 @@ from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ToolDefinition
 
 __all__ = [
+    "BackgroundHandler",
     "HintingHandler",
     "PreemptingHandler",
     "ResumableHandler",
@@ -71,6 +72,15 @@ class TurnHandler(Protocol):
         """The turn the deadline stands for (e.g. a stage's silence timeout: the agent speaks
         up). Yields nothing at all when no deadline is set (`next_deadline()` is None)."""
         ...
+
+
+@runtime_checkable
+class BackgroundHandler(TurnHandler, Protocol):
+    """A `TurnHandler` whose tools may run in the background (`ToolDefinition(background=
+    True)`): their final results land after their turn, as late results. A voice loop reads
+    `late_results()` and, once the line is quiet, runs `run_update_turn()` so the agent tells
+    the user; a text application calls them itself. `TurnRunner` and `PlaybookOrchestrator`
+    are. A handler without these methods simply has no late results to tell."""
 
     def late_results(self) -> AsyncIterator[ToolCallResult]:
         """Each final result of a background call as it lands (a queue: each yielded once,

@@ -11,6 +11,13 @@ for any other reason, an error included), while the reply may play on for second
 speech that made no turn (no words, or an STT failure and its apology) does not restart it.
 So the timeout the handler set (deadline minus that start) is counted again from when the line
 last went quiet: the agent stopped speaking or the user did.
+
+Update turns: the worker reads the handler's `late_results()` (the final results of background
+calls, `ToolDefinition(background=True)`). One that lands while no turn runs or plays and the
+user is silent starts an update turn (`run_update_turn`) at once: the agent tells the user. One
+that lands while the user speaks, while a turn runs or while another update turn is spoken
+waits: the next model request carries it (the user's turn, or the update turn run once the
+line is quiet again); nothing is said over the agent or the user, and nothing is dropped.
 """
 
 from __future__ import annotations
@@ -24,13 +31,13 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.abc
 
 from llmrtc.agent.events import AgentEvent
-from llmrtc.agent.handler import TurnHandler
+from llmrtc.agent.handler import BackgroundHandler, TurnHandler
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.telemetry.events import STTEndEvent
 from llmrtc.voice._early_turn import EarlyTurn
@@ -75,6 +82,18 @@ class Typed:
 class _Deadline:
     at: float
 
+
+@dataclass(frozen=True)
+class _Update:
+    """Late results of background calls landed while the line is quiet: the agent tells them."""
+
+    at: float
+
+
+_Kind = Literal["user", "timeout", "update"]
+"""What a turn answers: the user's words, the handler's proactive deadline, late results."""
+_LATE_POLL = 0.25
+"""While a late result waits for the user to go quiet, how often (s) the worker looks again."""
 
 Hearing = Literal["words", "noise", "backchannel"]
 """What a transcript of speech over the agent holds."""
@@ -178,6 +197,11 @@ class TurnWorker:
         self._preemption_ok = _accepts(handler.run_turn, "preemption") and callable(
             getattr(handler, "preempt", None)
         )
+        # A handler written before background calls existed has no late results to tell.
+        update = getattr(handler, "run_update_turn", None)
+        self._updates_ok = callable(update) and callable(getattr(handler, "late_results", None))
+        self._update_turn_id_ok = self._updates_ok and _accepts(update, "turn_id")  # type: ignore[arg-type]
+        self._late_due = False  # a late result landed since the last update turn started
         # An engine written before `hints` existed (`transcribe(self, pcm)`) is never given them.
         self._hints_ok = _accepts(stt.transcribe, "hints")
         self._items: deque[Utterance | Typed] = deque()
@@ -247,6 +271,8 @@ class TurnWorker:
         self._group = group
         self._idle = anyio.Event()
         self._idle.set()
+        if self._updates_ok:
+            group.start_soon(self._hear_late_results)
         while True:
             self._working = False
             item = await self._next_item()
@@ -280,8 +306,24 @@ class TurnWorker:
                     held, self._held = self._held, None
                 if held is not None:  # else dropped meanwhile (`drop_typed`)
                     self._start(new_turn_id(), item.at, user_text=item.text)
+            elif isinstance(item, _Update):
+                self._start(new_turn_id(), item.at, kind="update")
             else:
-                self._start(new_turn_id(), item.at, timeout=True)
+                self._start(new_turn_id(), item.at, kind="timeout")
+
+    async def _hear_late_results(self) -> None:
+        """Note each late result as it lands (its delivery to the model does not depend on
+        this: the next model request carries it) and wake the worker to tell it."""
+        async for result in cast(BackgroundHandler, self._handler).late_results():
+            logger.info(
+                "the background call %s (%s) ended %s; the agent tells the user when the line "
+                "is quiet",
+                result.call_id,
+                result.tool_name,
+                result.status,
+            )
+            self._late_due = True
+            self._wake()
 
     def abort(self) -> None:
         """Take no more work and cancel the turn running, "finish" tool calls included (each
@@ -304,12 +346,21 @@ class TurnWorker:
             await self._idle.wait()
         return not waited.cancelled_caught
 
-    async def _next_item(self) -> Utterance | Typed | _Deadline:
+    async def _next_item(self) -> Utterance | Typed | _Deadline | _Update:
         assert self._idle is not None
         while True:
             if self._items:
                 return self._items.popleft()
             timeout = math.inf
+            if self._late_due and self._idle.is_set():
+                if self._in_speech():
+                    # Speech that makes no utterance (too short) wakes nobody: look again.
+                    timeout = _LATE_POLL
+                else:
+                    self._late_due = False
+                    # A turn since (the user's) may have carried them to the model already.
+                    if getattr(self._handler, "late_results_waiting", True):
+                        return _Update(time.monotonic())
             if self._idle.is_set() and not self._in_speech():
                 deadline = self._handler.next_deadline()
                 # A deadline a timeout turn did not move is not run again.
@@ -321,7 +372,7 @@ class TurnWorker:
                     if now >= due:
                         self._fired_deadline = deadline
                         return _Deadline(now)
-                    timeout = due - now
+                    timeout = min(timeout, due - now)
             self._wakeup = anyio.Event()
             with anyio.move_on_after(timeout):
                 await self._wakeup.wait()
@@ -400,7 +451,7 @@ class TurnWorker:
         started_at: float,
         *,
         user_text: str | None = None,
-        timeout: bool = False,
+        kind: _Kind = "user",
         apology: bool = False,
         early: EarlyTurn | None = None,
     ) -> None:
@@ -415,20 +466,20 @@ class TurnWorker:
         self.reply = reply
         self._idle = anyio.Event()
         assert self._group is not None
-        self._group.start_soon(self._turn, reply, user_text, timeout, apology, early)
+        self._group.start_soon(self._turn, reply, user_text, kind, apology, early)
 
     async def _turn(
         self,
         reply: Reply,
         user_text: str | None,
-        timeout: bool,
+        kind: _Kind,
         apology: bool,
         early: EarlyTurn | None,
     ) -> None:
         with anyio.CancelScope() as scope:
             self._turn_scope = scope
             try:
-                await self._run_turn(reply, user_text, timeout, apology, early)
+                await self._run_turn(reply, user_text, kind, apology, early)
             finally:
                 if early is not None:  # not taken (the turn failed first): stop it
                     early.drop("the turn ended")
@@ -437,7 +488,7 @@ class TurnWorker:
         self,
         reply: Reply,
         user_text: str | None,
-        timeout: bool,
+        kind: _Kind,
         apology: bool,
         early: EarlyTurn | None = None,
     ) -> None:
@@ -449,7 +500,7 @@ class TurnWorker:
                 await reply.say(config.apology_text)
             else:
                 try:
-                    await reply.speak_turn(self._events(reply, user_text, timeout, early))
+                    await reply.speak_turn(self._events(reply, user_text, kind, early))
                 except Exception as exc:  # a handler bug: its history is valid; apologise
                     error = _single(exc)
                     logger.exception("turn %s failed; the agent apologises", reply.turn_id)
@@ -501,11 +552,16 @@ class TurnWorker:
             await self._voice.report_error(exc, "voice.history", reply.turn_id)
 
     def _events(
-        self, reply: Reply, user_text: str | None, timeout: bool, early: EarlyTurn | None
+        self, reply: Reply, user_text: str | None, kind: _Kind, early: EarlyTurn | None
     ) -> AsyncIterator[AgentEvent]:
         signal = reply.controller.signal
         handler = self._handler
-        if timeout:
+        if kind == "update":
+            updating = cast(BackgroundHandler, handler)  # checked by `_updates_ok`
+            if self._update_turn_id_ok:
+                return updating.run_update_turn(abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
+            return updating.run_update_turn(abort_signal=signal)
+        if kind == "timeout":
             if self._timeout_turn_id_ok:
                 return handler.run_timeout_turn(abort_signal=signal, turn_id=reply.turn_id)  # type: ignore[call-arg]
             return handler.run_timeout_turn(abort_signal=signal)
