@@ -177,7 +177,9 @@ class ScriptedOpenAIServer:
     every other path from `replies` (chat completions). `ErrorReply` and `DisconnectReply`
     fit every script. Every scripted request is recorded in `requests`, in arrival order.
 
-    A request beyond its script gets an HTTP 500 and is recorded in `unexpected`.
+    A request beyond its script gets an HTTP 500 and is recorded in `unexpected`. A chat
+    request whose history the OpenAI chat API would reject (tool calls and tool messages out
+    of step) gets that API's HTTP 400 and is recorded in `refused`.
     `disconnects` counts replies the client hung up on before the server finished sending
     (a stream, a speech download, or a transcription the client stopped waiting for).
     """
@@ -210,6 +212,11 @@ class ScriptedOpenAIServer:
         self.speech: list[_Reply] = _script("speech", speech, (SpeechReply, *common))
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[RecordedRequest] = []
+        self.refused: list[RecordedRequest] = []
+        """Chat requests refused with HTTP 400 for a history the OpenAI chat API rejects (an
+        assistant `tool_calls` message not followed by a `tool` message for each id, or a
+        `tool` message that answers no call just before it), as that API does; they are also
+        in `requests` and take no scripted reply."""
         self.transcription_requests: list[TranscriptionRequest] = []
         """What each transcription request uploaded, in order."""
         self.speech_requests: list[SpeechRequest] = []
@@ -264,6 +271,11 @@ class ScriptedOpenAIServer:
                 await _send_error(stream, ErrorReply(500, "request beyond the script"))
                 return
             self.requests.append(request)
+            refused = _history_error(request) if script is self.replies else None
+            if refused is not None:  # as the real API: 400, and the scripted reply is kept
+                self.refused.append(request)
+                await _send_error(stream, ErrorReply(400, refused))
+                return
             reply = script.pop(0)
             self._record_audio(path, request, reply)
             if isinstance(reply, ErrorReply):
@@ -353,6 +365,42 @@ async def _read_request(stream: SocketStream) -> RecordedRequest:
         return RecordedRequest(method, path, headers, dict(fields), files)
     parsed = json.loads(body) if body else {}
     return RecordedRequest(method, path, headers, parsed)
+
+
+def _history_error(request: RecordedRequest) -> str | None:
+    """What the OpenAI chat API would say about the request's `messages` (None: accepted):
+    after an assistant message with `tool_calls` come that many `tool` messages, one per id,
+    before any other message; a `tool` message answers one of those."""
+    messages = request.body.get("messages") if isinstance(request.body, dict) else None
+    if not isinstance(messages, list):
+        return None  # not a chat request (or not this check's business)
+    open_ids: list[str] = []
+    for position, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_ids:
+                return (
+                    f"Invalid parameter: messages[{position}]: messages with role 'tool' must "
+                    "be a response to a preceding message with 'tool_calls'."
+                )
+            open_ids.remove(call_id)
+            continue
+        if open_ids:
+            return (
+                f"messages[{position}]: an assistant message with 'tool_calls' must be followed "
+                "by tool messages responding to each 'tool_call_id'. The following "
+                f"tool_call_ids did not have response messages: {', '.join(open_ids)}"
+            )
+        if role == "assistant":
+            open_ids = [call.get("id") for call in message.get("tool_calls") or []]
+    if open_ids:
+        return (
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {', '.join(open_ids)}"
+        )
+    return None
 
 
 async def _send_error(stream: SocketStream, reply: ErrorReply) -> None:

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -39,7 +40,9 @@ import anyio.abc
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import BackgroundHandler, TurnHandler
 from llmrtc.agent.history import ConversationHistory
-from llmrtc.telemetry.events import STTEndEvent
+from llmrtc.execution.observers import context_hooks, observe_tools
+from llmrtc.telemetry.events import STTEndEvent, ToolProgressEvent
+from llmrtc.telemetry.hooks import CompositeHooks, Hooks
 from llmrtc.voice._early_turn import EarlyTurn
 from llmrtc.voice._heard import cut_to_heard
 from llmrtc.voice.events import SpeechError, Transcript
@@ -90,8 +93,9 @@ class _Update:
     at: float
 
 
-_Kind = Literal["user", "timeout", "update"]
-"""What a turn answers: the user's words, the handler's proactive deadline, late results."""
+_Kind = Literal["user", "timeout", "update", "progress"]
+"""What a turn answers: the user's words, the handler's proactive deadline, late results; or
+a tool's progress, spoken without the handler (`VoiceConfig.speak_progress`)."""
 _LATE_POLL = 0.25
 """While a late result waits for the user to go quiet, how often (s) the worker looks again."""
 
@@ -170,6 +174,18 @@ def _clean_hints(hints: object) -> tuple[str, ...]:
     return kept
 
 
+class _ProgressVoice(Hooks):
+    """Hears the tools' progress for `VoiceConfig.speak_progress` (added to every tool batch
+    of the loop's turns through `observe_tools`, next to what the caller observes)."""
+
+    def __init__(self, speak: Callable[[str], None]) -> None:
+        self._speak = speak
+
+    def on_tool_progress(self, event: ToolProgressEvent) -> None:
+        """Offer the message to be spoken (it is only if the line is free)."""
+        self._speak(event.message)
+
+
 class TurnWorker:
     """Runs a loop's turns one after another (see the module docstring)."""
 
@@ -202,6 +218,7 @@ class TurnWorker:
         self._updates_ok = callable(update) and callable(getattr(handler, "late_results", None))
         self._update_turn_id_ok = self._updates_ok and _accepts(update, "turn_id")  # type: ignore[arg-type]
         self._late_due = False  # a late result landed since the last update turn started
+        self._progress_said: float | None = None  # when a progress message was last spoken
         # An engine written before `hints` existed (`transcribe(self, pcm)`) is never given them.
         self._hints_ok = _accepts(stt.transcribe, "hints")
         self._items: deque[Utterance | Typed] = deque()
@@ -295,7 +312,7 @@ class TurnWorker:
                 if item.early is not None and early is None:
                     item.early.drop("no words to answer")
                 if text is None:
-                    self._start(item.turn_id, item.ended_at, apology=True)
+                    self._start(item.turn_id, item.ended_at, say=self._voice.config.apology_text)
                 elif text:
                     self._start(item.turn_id, item.ended_at, user_text=text, early=early)
             elif isinstance(item, Typed):
@@ -452,7 +469,7 @@ class TurnWorker:
         *,
         user_text: str | None = None,
         kind: _Kind = "user",
-        apology: bool = False,
+        say: str | None = None,
         early: EarlyTurn | None = None,
     ) -> None:
         if not self._accepting:
@@ -466,38 +483,72 @@ class TurnWorker:
         self.reply = reply
         self._idle = anyio.Event()
         assert self._group is not None
-        self._group.start_soon(self._turn, reply, user_text, kind, apology, early)
+        self._group.start_soon(self._turn, reply, user_text, kind, say, early)
 
     async def _turn(
         self,
         reply: Reply,
         user_text: str | None,
         kind: _Kind,
-        apology: bool,
+        say: str | None,
         early: EarlyTurn | None,
     ) -> None:
-        with anyio.CancelScope() as scope:
+        with anyio.CancelScope() as scope, self._observing():
             self._turn_scope = scope
             try:
-                await self._run_turn(reply, user_text, kind, apology, early)
+                await self._run_turn(reply, user_text, kind, say, early)
             finally:
                 if early is not None:  # not taken (the turn failed first): stop it
                     early.drop("the turn ended")
+
+    def _observing(self) -> AbstractContextManager[None]:
+        """With `speak_progress`: the turn's tool batches (background calls they start too)
+        also report progress to the loop, besides the hooks the caller observes them with."""
+        if not self._voice.config.speak_progress:
+            return nullcontext()
+        listener = _ProgressVoice(self.progress)
+        outer = context_hooks.get()
+        return observe_tools(listener if outer is None else CompositeHooks([outer, listener]))
+
+    def progress(self, message: str) -> None:
+        """A tool reported progress: with `speak_progress`, say it if nothing plays, the user
+        is silent and none was said in the last `progress_interval` — inside the reply of a
+        turn waiting on its tools, or as a reply of its own while the agent is idle."""
+        config = self._voice.config
+        now = time.monotonic()
+        if (
+            not config.speak_progress
+            or not message
+            or (
+                self._progress_said is not None
+                and now - self._progress_said < config.progress_interval
+            )
+            or self._in_speech()
+            or not self._voice.playout.idle
+        ):
+            return
+        reply = self.reply
+        if reply is not None:
+            if reply.say_aside(message):
+                self._progress_said = now
+        elif self.idle:
+            self._progress_said = now
+            self._start(new_turn_id(), now, kind="progress", say=message)
 
     async def _run_turn(
         self,
         reply: Reply,
         user_text: str | None,
         kind: _Kind,
-        apology: bool,
+        say: str | None,
         early: EarlyTurn | None = None,
     ) -> None:
         history = self._handler.history
         before = {id(m) for m in history.messages}
         config = self._voice.config
         try:
-            if apology:
-                await reply.say(config.apology_text)
+            if say is not None:  # no handler turn: an apology, or a tool's progress
+                await reply.say(say, filler=kind == "progress")
             else:
                 try:
                     await reply.speak_turn(self._events(reply, user_text, kind, early))

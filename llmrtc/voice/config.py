@@ -84,6 +84,14 @@ class VoiceConfig:
     on, it costs an STT pass over the utterance so far (per audio second, on a paid STT API) and
     a discarded model request (its tokens, on a paid API); False: answer only once the turn has
     ended."""
+    speak_progress: bool = False
+    """Speak what a running tool reports (`ToolContext.progress`) when nothing else plays and
+    the user is silent: during a slow tool batch of the turn, or while a background call runs
+    and the agent is idle. At most one every `progress_interval`; the rest are only shown
+    (hooks, the client's timeline). Off: progress is never spoken (the messages are written for
+    screens and logs first; turn it on when your tools' messages read well aloud)."""
+    progress_interval: float = 5.0
+    """With `speak_progress`: the least time (s) between two spoken progress messages."""
     backchannels: tuple[str, ...] = ("uh-huh", "mm-hmm", "yeah", "okay", "right")
     """Phrases that, said over the agent (alone or repeated: "yeah, yeah"), neither interrupt
     it nor make a turn. Said over its closing question (the reply's last sentence ends with
@@ -100,6 +108,7 @@ class VoiceConfig:
             "min_speech",
             "max_utterance",
             "filler_after",
+            "progress_interval",
         ):
             value = getattr(self, name)
             # inf would silently mean "never" (no endpoint, no cut, no filler): refuse it.
@@ -179,6 +188,10 @@ class VoiceConfig:
             raise ValueError(
                 "VoiceConfig.false_interruption_timeout must be a finite number of seconds > 0 "
                 f"(1 to 2 is usual) or None (every barge-in is real at once), got {wait!r}"
+            )
+        if not isinstance(self.speak_progress, bool):
+            raise ValueError(
+                f"VoiceConfig.speak_progress must be True or False, got {self.speak_progress!r}"
             )
         if not isinstance(self.preemptive_generation, bool):
             raise ValueError(

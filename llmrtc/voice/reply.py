@@ -176,6 +176,23 @@ class Reply:
         self._close_queue()
         await self._speaker()
 
+    def say_aside(self, text: str) -> bool:
+        """Speak `text` now, outside the model's answer (a tool's progress): like the filler,
+        it never enters the history. Only while the turn waits on a tool batch (the user
+        waits with it); False, nothing queued, otherwise: before the model's answer, or once
+        the reply is cut, paused or has nothing more to speak."""
+        if (
+            self._batch_since is None
+            or self._no_more
+            or self.barged
+            or self._hold is not None
+            or not self._speaking
+        ):
+            return False
+        self._queue.append(self.spoken.add_segment(text, filler=True))
+        self._wake()
+        return True
+
     def _queue_chunks(self, chunks: list[SpeechChunk]) -> None:
         for chunk in chunks:
             if not self._speaking:
