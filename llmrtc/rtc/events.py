@@ -126,7 +126,9 @@ def wire_event(event: object) -> ServerMessage | None:
         case TextDelta(text=text):
             return AssistantTextMessage(delta=text)
         case ToolCallStarted(call=call, background=background):
-            return ToolCallStartedMessage(call_id=call.call_id, name=call.name, background=background)
+            return ToolCallStartedMessage(
+                call_id=call.call_id, name=call.name, background=background
+            )
         case ToolCallFinished(result=result):
             return tool_call_finished(
                 result.call_id, result.tool_name, result.status, result.duration_ms

@@ -22,9 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 def wire(sent: list[Any]) -> list[tuple[Any, ...]]:
-    return [
-        (m.type, m.call_id, getattr(m, "status", getattr(m, "message", None))) for m in sent
-    ]
+    return [(m.type, m.call_id, getattr(m, "status", getattr(m, "message", None))) for m in sent]
 
 
 def start(call_id: str, *, background: bool = True) -> ToolStartEvent:
