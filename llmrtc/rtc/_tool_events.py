@@ -40,6 +40,8 @@ class _Counts:
     hook_finished: int = 0
     agent_started: int = 0
     agent_finished: int = 0
+    agent_running: int = 0
+    """`running` answers (not counted in `agent_finished`: see `ToolEventRelay.relay`)."""
 
 
 class ToolEventRelay(Hooks):
@@ -100,9 +102,14 @@ class ToolEventRelay(Hooks):
         if isinstance(event, ToolCallFinished):
             result = event.result
             counts = self._counts(result.call_id, result.tool_name)
-            counts.agent_finished += 1
-            counts.agent_started = max(counts.agent_started, counts.agent_finished)
-            if result.status != "running":  # a background call's final comes from the hook
+            if result.status == "running":
+                # A background call's provisional answer: its final result comes from the
+                # hook, whenever it lands. It takes no place in the agent's order of ends: a
+                # later plain call reusing the id (scripted models do) ends before it, and
+                # must not send this call's `tool_call_finished` early with its own status.
+                counts.agent_running += 1
+            else:
+                counts.agent_finished += 1
                 self._finished(
                     result.call_id,
                     counts,
@@ -111,6 +118,9 @@ class ToolEventRelay(Hooks):
                     result.duration_ms,
                     False,
                 )
+            counts.agent_started = max(
+                counts.agent_started, counts.agent_finished + counts.agent_running
+            )
             self._forget_if_done(result.call_id, counts)
             return True
         return False
@@ -120,7 +130,9 @@ class ToolEventRelay(Hooks):
         # later batch reusing the id starts again from zero), so a long session keeps no
         # record per call. Without hooks (a handler that runs no `ToolExecutor`), entries
         # stay: one small record per call id.
-        if counts.sent_finished == counts.hook_finished == counts.agent_finished:
+        # A call still running (a background one, or another of the same id) keeps it.
+        agent = counts.agent_finished + counts.agent_running
+        if counts.sent_started == counts.sent_finished == counts.hook_finished == agent:
             del self._calls[call_id]
 
     # Sending --------------------------------------------------------------------------------

@@ -135,6 +135,28 @@ def test_a_background_call_id_reused_by_a_later_plain_call_is_reported_again() -
     assert not relay._calls
 
 
+def test_a_plain_call_reusing_the_id_of_a_running_one_does_not_end_it_early() -> None:
+    # Scripted and small models reuse `call_1`: the next turn's plain call ends (hook, then
+    # the agent's event) while the background call of the same id still runs.
+    sent: list[Any] = []
+    relay = ToolEventRelay(sent.append)
+    relay.on_tool_start(start("call_1"))
+    relay.relay(agent_started("call_1"))
+    relay.relay(running("call_1"))
+    relay.on_tool_start(start("call_1", background=False))
+    relay.relay(ToolCallStarted(ToolCall("call_1", "bookTable", {})))
+    relay.on_tool_end(
+        ToolEndEvent(
+            execution_id="y", call_id="call_1", tool_name="bookTable", status="error", started=True
+        )
+    )
+    relay.relay(ToolCallFinished(ToolCallResult("call_1", "bookTable", "error")))
+    assert [m.type for m in sent] == ["tool_call_started"] * 2 + ["tool_call_finished"]
+    relay.on_tool_end(final("call_1", "ok"))  # the background call lands last
+    assert [getattr(m, "status", None) for m in sent] == [None, None, "error", "ok"]
+    assert not relay._calls
+
+
 # Over a real peer connection -------------------------------------------------------------
 
 
