@@ -2,7 +2,7 @@
 runs, its row shows a spinner, the word "background" and its latest progress line (the turn
 has answered meanwhile); when its final result arrives, the row shows that status like any
 finished call, without spinner or progress. The spinner stands still under
-prefers-reduced-motion."""
+prefers-reduced-motion. A hang-up shows a running background call as stopped."""
 
 from __future__ import annotations
 
@@ -122,3 +122,26 @@ def test_a_background_call_shows_a_spinner_and_its_progress_until_its_final_stat
     events = [e["type"] for e in page.state()["events"]]
     assert events.count("tool_call_finished") == 1
     assert events.index("turn_completed") < events.index("tool_call_finished"), events
+
+
+def test_hanging_up_shows_a_running_background_call_as_stopped(
+    serve_fake_speech: Callable[..., Any],
+    open_page: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    # A hang-up ends the session for good: the server stops its background calls too.
+    (tmp_path / "booking.yaml").write_text(BOOKING_PLAYBOOK)
+    (tmp_path / "booking_tools.py").write_text(BOOKING_TOOLS)
+    script = [[ToolCall("call_1", "bookTable", '{"restaurant": "Nopa"}')], "Booking it now."]
+    server = serve_fake_speech(script, playbook_path=tmp_path / "booking.yaml")
+    page = open_page(server.url)
+    page.connect()
+    page.type_text("Book a table at Nopa please.")
+    page.wait("the background call to run", lambda: page.js(ROW)[0]["spinner"])
+    page.element("hangup").click()
+    row = page.wait(
+        "the call to show as stopped",
+        lambda: next((r for r in page.js(ROW) if r["status"] == "aborted"), None),
+    )
+    assert not row["spinner"] and row["progress"] is None, row
+    assert row["duration"] == "stopped: the connection closed", row

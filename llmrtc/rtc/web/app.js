@@ -316,7 +316,9 @@ async function readStats(current) {
   });
 }
 
-function teardown(current) {
+// `ended`: the user hung up (the server stops every tool, background ones too), rather than
+// the connection being lost (background calls run on, for a resume).
+function teardown(current, ended = false) {
   for (const timer of current.timers) clearInterval(timer);
   current.ws.onclose = null;
   current.pc.onconnectionstatechange = null;
@@ -326,7 +328,7 @@ function teardown(current) {
   current.pc.close();
   if (current.ws.readyState <= WebSocket.OPEN) current.ws.close(1000);
   counters.dataChannelOpen = false;
-  view.connectionClosed();
+  view.connectionClosed(ended);
 }
 
 // The connection went away without our `end`: resume it if the server lets us.
@@ -421,7 +423,7 @@ function hangUp() {
   if (current) {
     view.replyCut("Cut when you hung up");
     sendOn(current, { type: "end" });
-    teardown(current);
+    teardown(current, true);
   }
   forgetSession();
   releaseMic();

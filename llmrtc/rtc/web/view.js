@@ -382,11 +382,11 @@ export function createView(document, onState) {
 
     // The connection closed: the server stops a vanished or ended session's tools, and their
     // results never reach this page. A background call is not stopped by a lost connection
-    // (its result goes to the agent, and a resume draws the conversation again): this page
-    // just will not hear how it ends.
-    connectionClosed() {
+    // (`ended` false: its result goes to the agent, and a resume draws the conversation
+    // again): this page just will not hear how it ends. A hang-up (`ended`) stops it too.
+    connectionClosed(ended = false) {
       for (const { item } of running.values()) {
-        if (item.dataset.background) {
+        if (item.dataset.background && !ended) {
           endTool(item, "unknown", "the connection closed before its result");
         } else {
           endTool(item, "aborted", "stopped: the connection closed");
