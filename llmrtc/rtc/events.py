@@ -40,6 +40,7 @@ __all__ = [
     "STT_ERROR_TEXT",
     "TTS_ERROR_TEXT",
     "TURN_ERROR_TEXT",
+    "tool_call_finished",
     "wire_duration_ms",
     "wire_event",
 ]
@@ -80,6 +81,34 @@ def wire_duration_ms(duration_ms: float) -> float:
     return round(max(duration_ms, 0.0), 3)
 
 
+def tool_call_finished(
+    call_id: str, name: str, status: str, duration_ms: float
+) -> ToolCallFinishedMessage | None:
+    """The `tool_call_finished` message for a call's result, or None for a background call's
+    provisional `running` answer (its `tool_call_finished` goes out when its final result
+    arrives).
+
+    Args:
+        call_id: The call's id.
+        name: The tool's name as the model wrote it.
+        status: The result's status (`ToolCallStatus`, or a hook's status word).
+        duration_ms: How long the tool ran, in milliseconds (see `wire_duration_ms`).
+
+    Returns:
+        The message, or None for `running`.
+    """
+    if status == "running":
+        return None
+    return ToolCallFinishedMessage.model_validate(
+        {
+            "call_id": call_id,
+            "name": name,
+            "status": status,
+            "duration_ms": wire_duration_ms(duration_ms),
+        }
+    )
+
+
 def wire_event(event: object) -> ServerMessage | None:
     """The message to send the client for one loop event, or None for events it never sees.
 
@@ -96,14 +125,13 @@ def wire_event(event: object) -> ServerMessage | None:
     match event:
         case TextDelta(text=text):
             return AssistantTextMessage(delta=text)
-        case ToolCallStarted(call=call):
-            return ToolCallStartedMessage(call_id=call.call_id, name=call.name)
+        case ToolCallStarted(call=call, background=background):
+            return ToolCallStartedMessage(
+                call_id=call.call_id, name=call.name, background=background
+            )
         case ToolCallFinished(result=result):
-            return ToolCallFinishedMessage(
-                call_id=result.call_id,
-                name=result.tool_name,
-                status=result.status,
-                duration_ms=wire_duration_ms(result.duration_ms),
+            return tool_call_finished(
+                result.call_id, result.tool_name, result.status, result.duration_ms
             )
         case StageChanged():
             return StageChangedMessage(from_stage=event.from_stage, to_stage=event.to_stage)

@@ -27,6 +27,7 @@ __all__ = [
     "EndMessage",
     "ErrorCode",
     "ErrorMessage",
+    "FinalToolCallStatus",
     "IceCandidate",
     "IceMessage",
     "InterruptionMessage",
@@ -42,6 +43,7 @@ __all__ = [
     "StageChangedMessage",
     "TextMessage",
     "ToolCallFinishedMessage",
+    "ToolCallProgressMessage",
     "ToolCallStartedMessage",
     "TranscriptEntry",
     "TranscriptLine",
@@ -285,15 +287,39 @@ class ToolCallStartedMessage(_Message):
     call_id: str
     name: str
     """The tool's name as the model wrote it."""
+    background: bool = False
+    """True for a call of a background tool: its turn does not wait for it, and its
+    `tool_call_finished` comes when it really ends, perhaps after the turn's `turn_completed`
+    (the model was told at once that it is still running; no message says so)."""
+
+
+class ToolCallProgressMessage(_Message):
+    """Server: a running call reported how it is getting on (`ToolContext.progress`); between
+    its `tool_call_started` and its `tool_call_finished`, at most a few per second."""
+
+    type: Literal["tool_call_progress"] = "tool_call_progress"
+    call_id: str
+    name: str
+    """The tool's name as the model wrote it."""
+    message: str
+    """One line for people, written by the tool (e.g. "Checking availability")."""
+
+
+FinalToolCallStatus: TypeAlias = Literal[
+    "ok", "error", "invalid_arguments", "not_found", "timeout", "aborted"
+]
+"""How a call ended, as `tool_call_finished` says it: every `ToolCallStatus` but `running` (a
+background call's provisional answer, which is not its end)."""
 
 
 class ToolCallFinishedMessage(_Message):
-    """Server: one call got its result (sent when that call ends, not its whole batch)."""
+    """Server: one call got its final result (sent when that call ends, not its whole batch;
+    for a background call, when its final result arrives)."""
 
     type: Literal["tool_call_finished"] = "tool_call_finished"
     call_id: str
     name: str
-    status: ToolCallStatus
+    status: FinalToolCallStatus
     """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
     duration_ms: float = Field(ge=0)
     """How long the tool ran (0 for a call that never ran)."""
@@ -380,6 +406,7 @@ ServerMessage: TypeAlias = Annotated[
     | TranscriptMessage
     | AssistantTextMessage
     | ToolCallStartedMessage
+    | ToolCallProgressMessage
     | ToolCallFinishedMessage
     | StageChangedMessage
     | AgentSpeechStartedMessage

@@ -58,6 +58,7 @@ from llmrtc.rtc.protocol import (
     StageChangedMessage,
     TextMessage,
     ToolCallFinishedMessage,
+    ToolCallProgressMessage,
     ToolCallStartedMessage,
     TranscriptMessage,
     TurnCompletedMessage,
@@ -107,6 +108,8 @@ SERVER_EXAMPLES: list[BaseModel] = [
     TranscriptMessage(text="what is the weather", final=False),
     AssistantTextMessage(delta="It is sunny "),
     ToolCallStartedMessage(call_id="c1", name="get_weather"),
+    ToolCallStartedMessage(call_id="c2", name="bookTable", background=True),
+    ToolCallProgressMessage(call_id="c2", name="bookTable", message="Checking availability"),
     ToolCallFinishedMessage(call_id="c1", name="get_weather", status="timeout", duration_ms=12.5),
     StageChangedMessage(from_stage="greet", to_stage="weather"),
     AgentSpeechStartedMessage(text="It is sunny."),
@@ -466,3 +469,44 @@ def test_the_docs_give_each_closing_code_its_close_code() -> None:
             assert f"closed ({CLOSE_CODES[code]})" in rows[code]
         else:
             assert "closed" not in rows[code]
+
+
+# Background calls ----------------------------------------------------------------------------
+
+
+def test_a_started_message_says_whether_the_call_runs_in_the_background() -> None:
+    # Sent always, like every field with a default: a client reads `background` as false.
+    assert json.loads(to_wire(ToolCallStartedMessage(call_id="c1", name="lookup"))) == {
+        "type": "tool_call_started",
+        "call_id": "c1",
+        "name": "lookup",
+        "background": False,
+    }
+    # A client of the first form (no `background`) still parses: it defaults to false.
+    old = '{"type":"tool_call_started","call_id":"c1","name":"lookup"}'
+    assert parse_server_message(old) == ToolCallStartedMessage(call_id="c1", name="lookup")
+    started = ToolCall("c2", "bookTable", {"restaurant": "Nopa"})
+    assert wire_event(ToolCallStarted(started, background=True)) == ToolCallStartedMessage(
+        call_id="c2", name="bookTable", background=True
+    )
+
+
+def test_a_progress_message_carries_the_call_its_tool_and_the_line() -> None:
+    message = ToolCallProgressMessage(call_id="c2", name="bookTable", message="Checking")
+    assert json.loads(to_wire(message)) == {
+        "type": "tool_call_progress",
+        "call_id": "c2",
+        "name": "bookTable",
+        "message": "Checking",
+    }
+    with pytest.raises(ProtocolError, match="message"):
+        parse_server_message('{"type":"tool_call_progress","call_id":"c2","name":"bookTable"}')
+
+
+def test_the_running_answer_is_no_finished_message() -> None:
+    running = ToolCallResult("c2", "bookTable", "running", None, None, 0.0)
+    assert wire_event(ToolCallFinished(running)) is None
+    with pytest.raises(ValueError, match="status"):  # `running` is not an end
+        ToolCallFinishedMessage.model_validate(
+            {"call_id": "c2", "name": "bookTable", "status": "running", "duration_ms": 0.0}
+        )

@@ -136,7 +136,8 @@ const HANDLERS = {
   speech_ended: () => view.userSpeaking(false),
   transcript: (m) => view.transcript(m.text, m.final),
   assistant_text: (m) => view.assistantDelta(m.delta),
-  tool_call_started: (m) => view.toolStarted(m.call_id, m.name),
+  tool_call_started: (m) => view.toolStarted(m.call_id, m.name, m.background === true),
+  tool_call_progress: (m) => view.toolProgress(m.call_id, m.message),
   tool_call_finished: (m) => view.toolFinished(m.call_id, m.name, m.status, m.duration_ms),
   stage_changed: (m) => view.stage(m.to_stage, m.from_stage),
   agent_speech_started: () => view.agentSpeaking(true),
@@ -315,7 +316,9 @@ async function readStats(current) {
   });
 }
 
-function teardown(current) {
+// `ended`: the user hung up (the server stops every tool, background ones too), rather than
+// the connection being lost (background calls run on, for a resume).
+function teardown(current, ended = false) {
   for (const timer of current.timers) clearInterval(timer);
   current.ws.onclose = null;
   current.pc.onconnectionstatechange = null;
@@ -325,7 +328,7 @@ function teardown(current) {
   current.pc.close();
   if (current.ws.readyState <= WebSocket.OPEN) current.ws.close(1000);
   counters.dataChannelOpen = false;
-  view.connectionClosed();
+  view.connectionClosed(ended);
 }
 
 // The connection went away without our `end`: resume it if the server lets us.
@@ -420,7 +423,7 @@ function hangUp() {
   if (current) {
     view.replyCut("Cut when you hung up");
     sendOn(current, { type: "end" });
-    teardown(current);
+    teardown(current, true);
   }
   forgetSession();
   releaseMic();

@@ -149,19 +149,42 @@ export function createView(document, onState) {
     }
   }
 
-  function startTool(callId, name) {
+  // A background call (its turn does not wait for it) says so in words beside a spinner (the
+  // spinner is decoration: the status and the progress line carry the meaning).
+  function startTool(callId, name, background = false) {
     const item = toolItem(name, "running");
     item.dataset.callId = callId;
+    if (background) {
+      item.dataset.background = "true";
+      const spinner = part("tool-spinner");
+      spinner.setAttribute("aria-hidden", "true");
+      const head = part("tool-head");
+      item.querySelector(".tool-name").replaceWith(head);
+      head.append(spinner, part("tool-name", name), part("badge tool-background", "background"));
+    }
     const entry = { item, started: performance.now() };
     running.set(callId, entry);
     if (running.size === 1) toolClock = setInterval(tickTools, TOOL_CLOCK_MS);
     return entry;
   }
 
+  // A running call's latest progress line, under its name (one line: the newest replaces it).
+  function showProgress(item, message) {
+    let line = item.querySelector(".tool-progress");
+    if (!line) {
+      line = part("tool-progress");
+      item.querySelector(".tool-duration").before(line);
+    }
+    line.textContent = message;
+  }
+
+  // The call ended: the row shows its final status as any finished call's does.
   function endTool(item, status, duration) {
     item.dataset.status = status;
     item.querySelector(".tool-status").textContent = status;
     item.querySelector(".tool-duration").textContent = duration;
+    item.querySelector(".tool-spinner")?.remove();
+    item.querySelector(".tool-progress")?.remove();
   }
 
   return {
@@ -340,8 +363,14 @@ export function createView(document, onState) {
       addLine(ui.assistant, `Stage: ${from} → ${stage}`, "note");
     },
 
-    toolStarted(callId, name) {
-      startTool(callId, name);
+    toolStarted(callId, name, background = false) {
+      startTool(callId, name, background);
+    },
+
+    // Progress of a call that is no longer running (or never showed) is not drawn.
+    toolProgress(callId, message) {
+      const entry = running.get(callId);
+      if (entry && message) showProgress(entry.item, message);
     },
 
     toolFinished(callId, name, status, durationMs) {
@@ -352,10 +381,16 @@ export function createView(document, onState) {
     },
 
     // The connection closed: the server stops a vanished or ended session's tools, and their
-    // results never reach this page.
-    connectionClosed() {
+    // results never reach this page. A background call is not stopped by a lost connection
+    // (`ended` false: its result goes to the agent, and a resume draws the conversation
+    // again): this page just will not hear how it ends. A hang-up (`ended`) stops it too.
+    connectionClosed(ended = false) {
       for (const { item } of running.values()) {
-        endTool(item, "aborted", "stopped: the connection closed");
+        if (item.dataset.background && !ended) {
+          endTool(item, "unknown", "the connection closed before its result");
+        } else {
+          endTool(item, "aborted", "stopped: the connection closed");
+        }
       }
       running.clear();
       clearInterval(toolClock);
