@@ -11,6 +11,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.late_results import SavedLateResults, read_saved_late_results
 from llmrtc.agent.preemption import Preemption
 from llmrtc.llm.messages import AssistantMessage, ToolMessage
 from llmrtc.tools.calls import ToolCallResult
@@ -107,9 +108,11 @@ class ResumableHandler(TurnHandler, Protocol):
     connection, another worker process). `TurnRunner` and `PlaybookOrchestrator` are.
 
     The state is a JSON-safe dict: `{"history": ConversationHistory.to_dict(), "playbook":
-    PlaybookEngine.snapshot() or None}`. A WebRTC server saves it when a client vanishes and
-    gives it to a new handler from the same factory when the client resumes. A handler without
-    these methods resumes with a fresh state.
+    PlaybookEngine.snapshot() or None, "background": LateResults.snapshot() or None}` (the
+    background calls running and the late results not in the history yet: see
+    `llmrtc.agent.late_results`). A WebRTC server saves it when a client vanishes and gives it
+    to a new handler from the same factory when the client resumes. A handler without these
+    methods resumes with a fresh state.
 
     Example:
         state = json.loads(json.dumps(handler.snapshot()))
@@ -273,10 +276,11 @@ def _schema_strings(schema: object) -> Iterable[str]:
 
 def read_handler_state(
     state: Mapping[str, Any],
-) -> tuple[ConversationHistory | None, Mapping[str, Any] | None]:
+) -> tuple[ConversationHistory | None, Mapping[str, Any] | None, SavedLateResults | None]:
     """Check a handler state (`ResumableHandler.snapshot()` output) and read its parts: the
-    history (None when the state has none) and the playbook snapshot (None without one; its
-    contents are the engine's to check).
+    history (None when the state has none), the playbook snapshot (None without one; its
+    contents are the engine's to check) and the background calls (`"background"`: the running
+    ones and the late results not in the history yet; None without any).
 
     The history must be one a chat API accepts: every assistant tool call answered by its tool
     message right after it, no tool message without its call.
@@ -286,21 +290,24 @@ def read_handler_state(
     """
     if not isinstance(state, Mapping):
         raise ValueError(
-            f"handler state must be a mapping with 'history' and 'playbook', "
+            f"handler state must be a mapping with 'history', 'playbook' and 'background', "
             f"got {type(state).__name__}"
         )
-    unknown = sorted(str(key) for key in state if key not in ("history", "playbook"))
+    unknown = sorted(str(key) for key in state if key not in _STATE_KEYS)
     if unknown:
-        raise ValueError(f"handler state has unknown keys {unknown}; allowed: history, playbook")
+        raise ValueError(
+            f"handler state has unknown keys {unknown}; allowed: {', '.join(_STATE_KEYS)}"
+        )
     playbook = state.get("playbook")
     if playbook is not None and not isinstance(playbook, Mapping):
         raise ValueError(
             f"handler state 'playbook' must be a PlaybookEngine snapshot (a mapping) or null, "
             f"got {type(playbook).__name__}"
         )
+    background = read_saved_late_results(state.get("background"))
     saved = state.get("history")
     if saved is None:
-        return None, playbook
+        return None, playbook, background
     if not isinstance(saved, Mapping) or not isinstance(saved.get("messages"), list):
         raise ValueError(
             "handler state 'history' must be ConversationHistory.to_dict() output: a mapping "
@@ -311,7 +318,10 @@ def read_handler_state(
     except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"handler state 'history' has a malformed message: {exc}") from exc
     _check_tool_pairs(history)
-    return history, playbook
+    return history, playbook, background
+
+
+_STATE_KEYS: Final = ("history", "playbook", "background")
 
 
 def replace_messages(history: ConversationHistory, saved: ConversationHistory) -> None:

@@ -255,14 +255,25 @@ class TurnRunner:
     # Resuming (the ResumableHandler protocol) ---------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """`{"history": ..., "playbook": None}`: the conversation as a JSON-safe dict, for
-        `restore` on a new runner (take it between turns)."""
-        return {"history": self.history.to_dict(), "playbook": None}
+        """`{"history": ..., "playbook": None, "background": ...}`: the conversation, and the
+        background calls running with the late results not in the history yet (None when
+        there are none), as a JSON-safe dict, for `restore` on a new runner (take it between
+        turns). Nothing changes here: the calls run on."""
+        return {
+            "history": self.history.to_dict(),
+            "playbook": None,
+            "background": self._late.snapshot(),
+        }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Bring back a `snapshot()` before this runner's first turn: its history's messages
         replace this one's (this runner's `max_messages` is kept: the factory's configuration,
         not the saved one, decides it). A state without a history leaves the history as is.
+
+        Background calls: the saved late results are delivered (before the next model request,
+        and by `late_results()`); a saved running call is adopted when it still runs in this
+        process (its final result lands here, once; the old runner no longer delivers, cancels
+        or closes it), and is an `aborted` late result (`MOVED_NOTE`) otherwise.
 
         Raises:
             ValueError: the state is malformed, or carries a playbook snapshot (this runner has
@@ -271,7 +282,7 @@ class TurnRunner:
         """
         if self.turns_started:
             raise RuntimeError("TurnRunner.restore() must come before the first turn")
-        history, playbook = read_handler_state(state)
+        history, playbook, background = read_handler_state(state)
         if playbook is not None:
             raise ValueError(
                 f"handler state has a playbook snapshot (playbook "
@@ -279,6 +290,8 @@ class TurnRunner:
             )
         if history is not None:
             replace_messages(self.history, history)
+        if background is not None:
+            self._late.restore(background)
 
     # The TurnHandler protocol ----------------------------------------------------------------
 

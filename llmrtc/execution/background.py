@@ -6,11 +6,20 @@ result, reported to the hooks like any call and queued for whoever delivers it t
 Who owns their tasks: the executor. On asyncio each call is a task the executor keeps and
 `aclose()` cancels and awaits; inside `async with executor:` (any anyio backend, trio too)
 they run in the task group that block opens instead.
+
+Moving to another executor (a session resumed in the same process): every `BackgroundCalls`
+has a `token` (this process's id and a random part) that a saved state names, and
+`find_background_calls(token)` finds it again while it lives (a weak registry: nothing is kept
+alive by it). `adopt()` moves a running call, or its final result not taken yet, from one to
+another: from then on it lands, is cancelled and is closed there, and only there.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,20 +33,39 @@ from llmrtc.execution.call import Call
 from llmrtc.tools.calls import RUNNING_NOTE, ToolCall, ToolCallResult, new_result
 from llmrtc.tools.errors import ToolError
 
-__all__ = ["BackgroundCalls"]
+__all__ = ["BackgroundCalls", "find_background_calls"]
 
 logger = logging.getLogger(__name__)
 
+_LIVE: weakref.WeakValueDictionary[str, BackgroundCalls] = weakref.WeakValueDictionary()
+"""Every `BackgroundCalls` of this process by its token (and by the tokens of those it adopted
+from), while it lives."""
+
+
+def find_background_calls(token: str) -> BackgroundCalls | None:
+    """The live `BackgroundCalls` of this process that `token` names (its own token, or that of
+    one whose calls it adopted); None when it is gone or the token is of another process (a
+    forked child inherits the registry, not the calls' tasks)."""
+    pid, _, _ = token.partition("-")
+    if pid != str(os.getpid()):
+        return None
+    return _LIVE.get(token)
+
 
 class _Running:
-    """One background call: what runs it, what stops it, and when it has landed."""
+    """One background call: what runs it, what stops it, when it has landed, and where."""
 
-    __slots__ = ("controller", "item", "landed")
+    __slots__ = ("controller", "item", "landed", "owner", "task")
 
-    def __init__(self, item: Call, controller: AbortController) -> None:
+    def __init__(self, item: Call, controller: AbortController, owner: BackgroundCalls) -> None:
         self.item = item
         self.controller = controller
         self.landed = anyio.Event()
+        self.owner = owner
+        """The `BackgroundCalls` it lands in (changed by `adopt`)."""
+        self.task: Any = None
+        """Its asyncio task, when no task group hosts it (kept by the owner: asyncio holds
+        only weak references to tasks)."""
 
 
 class BackgroundCalls:
@@ -51,6 +79,9 @@ class BackgroundCalls:
         self._tasks: set[Any] = set()  # asyncio tasks, when no task group hosts the calls
         self.group: TaskGroup | None = None
         """The task group of an `async with executor:` block, when one is open."""
+        self.token = f"{os.getpid()}-{secrets.token_hex(16)}"
+        """Names these calls in a saved state (`find_background_calls`)."""
+        _LIVE[self.token] = self
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:
@@ -65,13 +96,14 @@ class BackgroundCalls:
         controller = AbortController()
         detached = batch.detached(controller.signal)
         runner = item.detached(detached)
-        running = _Running(runner, controller)
+        running = _Running(runner, controller, self)
         if self.group is not None:
             self.group.start_soon(self._run, running, detached)
         elif batch.loop is not None:
-            task = batch.loop.create_task(self._run(running, detached))
+            task = running.task = batch.loop.create_task(self._run(running, detached))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # Whoever owns it when it is done lets it go (`adopt` may have moved it).
+            task.add_done_callback(lambda done: running.owner._tasks.discard(done))
         else:
             # No asyncio loop and no task group to own the call: it cannot outlive the batch.
             logger.error(
@@ -112,12 +144,16 @@ class BackgroundCalls:
                 try:
                     await item.report(batch)
                 finally:
-                    self._land(running)
+                    # The owner now: an adopted call lands where it was adopted.
+                    running.owner._land(running)
 
     def _land(self, running: _Running) -> None:
         self._running.remove(running)
         self._landed.append(running.item.result)  # type: ignore[arg-type]  # settled above
         running.landed.set()
+        self._notify()
+
+    def _notify(self) -> None:
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()
@@ -146,6 +182,37 @@ class BackgroundCalls:
                 await running.landed.wait()
                 return running.item.result
         return None
+
+    def adopt(self, other: BackgroundCalls, call_id: str) -> bool:
+        """Take over `other`'s background call `call_id` (same process, same event loop): if it
+        still runs, it lands here from now on (and `other`'s `cancel` and `aclose` no longer
+        reach it); if it landed and its final result was not taken yet, the result moves to
+        this queue. False when `other` has neither (it never had the call, or its result was
+        taken already).
+
+        A call hosted by the task group of `other`'s `async with executor:` block keeps running
+        in that group: leaving that block waits for it (it is not stopped by it).
+        """
+        if other is self:
+            return any(r.item.call.call_id == call_id for r in self._running)
+        for running in other._running:
+            if running.item.call.call_id == call_id:
+                other._running.remove(running)
+                running.owner = self
+                if running.task is not None:
+                    other._tasks.discard(running.task)
+                    self._tasks.add(running.task)
+                self._running.append(running)
+                # A state saved from this one names `other`: a second resume finds them here.
+                _LIVE[other.token] = self
+                return True
+        for result in other._landed:
+            if result.call_id == call_id:
+                other._landed.remove(result)
+                self._landed.append(result)
+                self._notify()
+                return True
+        return False
 
     async def aclose(self, reason: str) -> None:
         """Stop every running background call and wait until each has landed."""

@@ -20,7 +20,7 @@ from llmrtc.execution._callbacks import (
 )
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
-from llmrtc.execution.background import BackgroundCalls
+from llmrtc.execution.background import BackgroundCalls, find_background_calls
 from llmrtc.execution.batch import Batch, Dispatch, ResultCallback
 from llmrtc.execution.call import new_calls
 from llmrtc.execution.observers import context_hooks
@@ -182,6 +182,29 @@ class ToolExecutor:
             reason: Why, as the model may be told it: a short one-line `str` (see `execute`).
         """
         return await self._background.cancel(call_id, reason)
+
+    @property
+    def background_token(self) -> str:
+        """Names this executor's background calls in a saved state: `adopt_background_call`
+        with it finds them again, in this process, while they live."""
+        return self._background.token
+
+    def adopt_background_call(self, token: str, call_id: str) -> bool:
+        """Take over the background call `call_id` of the executor `token` names (its
+        `background_token`, in this process and on this event loop): if it still runs, its
+        final result lands here from then on (that executor's `cancel_call` and `aclose` no
+        longer reach it, this one's do); if it landed there untaken, its result moves to this
+        executor's queue. False when no live executor of this process has either (another
+        process's token, an executor gone, an unknown call).
+
+        Args:
+            token: The `background_token` of the executor the call was started on.
+            call_id: The id the model gave the call.
+        """
+        other = find_background_calls(token)
+        if other is None:
+            return False
+        return self._background.adopt(other, call_id)
 
     async def aclose(self, *, reason: str = "session ended") -> None:
         """Stop every running background call (each ends `aborted` with `reason`, reported and

@@ -230,15 +230,19 @@ class PlaybookOrchestrator:
     def snapshot(self) -> dict[str, Any]:
         """`{"history": ..., "playbook": PlaybookEngine.snapshot()}`: the conversation and
         where it is in the playbook, JSON-safe, for `restore` on a new orchestrator of the
-        same playbook (take it between turns)."""
-        return {"history": self.history.to_dict(), "playbook": self.engine.snapshot()}
+        same playbook (take it between turns); `"background"` as for `TurnRunner.snapshot`."""
+        state = self.runner.snapshot()
+        state["playbook"] = self.engine.snapshot()
+        return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Bring back a `snapshot()` before this orchestrator's first turn: the history, the
         engine's stage, context, intent and transitions; the stage's prompt and tools are
         configured and its stage timer starts now. The initial stage is not announced to the
         hooks (the session entered it long ago) and no stage callback runs. This orchestrator's
-        `max_messages` is kept.
+        `max_messages` is kept. Background calls are taken up as `TurnRunner.restore` does
+        (adopted in the same process, else `aborted` late results), delivered in the restored
+        stage.
 
         Raises:
             ValueError: the state is malformed, has no playbook snapshot, or is of another
@@ -247,7 +251,7 @@ class PlaybookOrchestrator:
         """
         if self.runner.turns_started:
             raise RuntimeError("PlaybookOrchestrator.restore() must come before the first turn")
-        history, saved = read_handler_state(state)
+        history, saved, background = read_handler_state(state)
         if saved is None:
             raise ValueError(
                 f"handler state has no playbook snapshot; this orchestrator runs playbook "
@@ -260,6 +264,8 @@ class PlaybookOrchestrator:
             raise ValueError(f"handler state 'playbook' cannot be restored: {detail}") from exc
         if history is not None:
             replace_messages(self.history, history)
+        if background is not None:
+            self.runner.restore({"background": state["background"]})
         self.engine = engine
         # Tools reach the playbook through the runner's metadata: point it at the new engine.
         self.runner.tool_metadata = {

@@ -54,7 +54,13 @@ async def make_handler(factory: Callable[[], Any], claimed: SessionState | None)
         restore = getattr(handler, "restore", None)
         if callable(restore):
             try:
-                restore({"history": claimed.history, "playbook": claimed.playbook})
+                restore(
+                    {
+                        "history": claimed.history,
+                        "playbook": claimed.playbook,
+                        "background": claimed.background,
+                    }
+                )
             except ValueError as exc:
                 raise RestoreError(claimed.session_id, str(exc)) from exc
     return handler  # type: ignore[no-any-return]  # the factory's contract
@@ -64,7 +70,7 @@ def handler_state(handler: object) -> dict[str, Any]:
     """`handler.snapshot()` for a resumable handler, else an empty state (it resumes fresh)."""
     snapshot = getattr(handler, "snapshot", None)
     if not callable(snapshot):
-        return {"history": None, "playbook": None}
+        return {"history": None, "playbook": None, "background": None}
     state = snapshot()
     if not isinstance(state, dict):
         raise TypeError(f"{type(handler).__name__}.snapshot() must return a dict")
@@ -87,6 +93,7 @@ async def save_state(
             token_hash=hash_token(token),
             history=state.get("history"),
             playbook=state.get("playbook"),
+            background=state.get("background"),
         ),
         ttl=ttl,
     )

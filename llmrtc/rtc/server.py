@@ -19,6 +19,14 @@ connection's task until it ends; it frees its slot as soon as it starts ending, 
 `2 * max_sessions` sessions are admitted and not yet done (ending ones finish their "finish"
 tools and save) new ones get `server_full`. A claimed state
 whose session never delivered its answer is put back with the token it was claimed with.
+
+Background tool calls outlive the connection, not the session: when a session ends for good
+(`end`: the client hung up) its handler is closed at once (`handler.aclose()`, when it has
+one: its background calls stop, each with its one `aborted` result). When it ends resumably
+(its state saved, or put back) the handler waits, calls running, for `resume_ttl`: a resume in
+this process adopts them meanwhile (`TurnRunner.restore`); when the time is up the handler is
+closed (what was adopted is no longer its own to stop), and leaving the server closes every
+waiting handler.
 Refusals send `error {code, message}` and close with `CLOSE_CODES[code]`.
 
 Asyncio only (aiortc and websockets' server are). One event loop keeps about 10 full-duplex
@@ -72,6 +80,8 @@ _FINAL_CLOSE_TIMEOUT: Final = 10.0
 _OPENING_PER_SESSION: Final = 4
 """Connections still opening (no offer yet) allowed per `max_sessions`; one more evicts the
 oldest of the address that has the most."""
+_HANDLER_CLOSE_TIMEOUT: Final = 10.0
+"""How long closing a session's handler (stopping its background calls) may take."""
 _ADMITTED_PER_SESSION: Final = 2
 """Sessions admitted and not yet done (live, or ending: closing, finishing tools, saving)
 allowed per `max_sessions`; at that count a new one gets `server_full`."""
@@ -154,6 +164,9 @@ class RTCServer:
         self._idle.set()
         self._admitting = False
         self._server: Server | None = None
+        # Handlers waiting for a resume, until the TTL: asyncio tasks, not a task group, as a
+        # group opened in `__aenter__` would span the caller's `async with` body.
+        self._waits: set[asyncio.Task[None]] = set()
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -225,6 +238,9 @@ class RTCServer:
 
                 self._speech = await stack.enter_async_context(open_default_speech())
                 stack.callback(setattr, self, "_speech", None)
+            # Leaving ends the waits for a resume (each closes its handler), before the speech
+            # stack closes.
+            stack.push_async_callback(self._end_waits)
             self._server = await serve(
                 self._connection,
                 self.config.host,
@@ -461,6 +477,46 @@ class RTCServer:
         self._sessions.add(session)
         started = time.monotonic()
         try:
+            await self._serve_session(session, offer, started)
+        finally:
+            # Saved (or to be put back): resumable, its calls run on until the TTL; else (or
+            # when the server is leaving) they stop now.
+            resumable = session.end_reason != "end" if session.started else claimed is not None
+            if not (resumable and self._wait_for_resume(handler, session_id)):
+                with anyio.CancelScope(shield=True):
+                    await _close_handler(handler, session_id)
+        return session.started
+
+    def _wait_for_resume(self, handler: object, session_id: str) -> bool:
+        """Keep `handler` (its background calls running) until `resume_ttl` passes, then close
+        it; False when the server is leaving (close it now)."""
+        if self._stack is None or not callable(getattr(handler, "aclose", None)):
+            return False  # leaving, or nothing to close
+        task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id))
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
+        return True
+
+    async def _close_later(self, handler: object, session_id: str) -> None:
+        try:
+            await anyio.sleep(self.config.resume_ttl)
+        finally:  # the TTL passed, or the server is leaving
+            with anyio.CancelScope(shield=True):
+                await _close_handler(handler, session_id)
+
+    async def _end_waits(self) -> None:
+        """Stop every wait for a resume now: each closes its handler (the server is leaving)."""
+        waits = list(self._waits)
+        for task in waits:
+            task.cancel()
+        if waits:
+            await asyncio.wait(waits)
+
+    async def _serve_session(
+        self, session: Session, offer: RTCSessionDescription, started: float
+    ) -> None:
+        session_id = session.session_id
+        try:
             await emit(
                 self._session_hooks[SessionStartEvent],
                 SessionStartEvent(session_id=session_id, transport="webrtc"),
@@ -477,7 +533,21 @@ class RTCServer:
                         reason=session.end_reason,
                     ),
                 )
-        return session.started
+
+
+async def _close_handler(handler: object, session_id: str) -> None:
+    """`await handler.aclose()` when it has one (it stops the handler's background calls), in
+    bounded time; a failure is logged."""
+    close = getattr(handler, "aclose", None)
+    if not callable(close):
+        return
+    try:
+        with anyio.move_on_after(_HANDLER_CLOSE_TIMEOUT) as scope:
+            await close()
+        if scope.cancelled_caught:
+            logger.warning("session %s: its handler did not close in time", session_id)
+    except Exception:
+        logger.exception("session %s: its handler did not close", session_id)
 
 
 class _Opening:

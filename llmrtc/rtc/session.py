@@ -24,6 +24,13 @@ How a session ends decides what the client gets and whether it can come back:
 | `shutting_down` (server left, grace over) | `error shutting_down`, close 1001 | yes |
 | a closing protocol error | `error <code>`, close per `CLOSE_CODES` | yes |
 | `internal` (the session itself failed) | `error internal`, close 1011 | yes |
+
+Background tool calls (`ToolDefinition(background=True)`) are the handler's, not the
+connection's: closing the voice loop leaves them running, and the saved state records them.
+`RTCServer` closes the handler (`handler.aclose()`, which stops them) when the session ended
+for good (`end`), and otherwise once `resume_ttl` passes (or the server leaves); a resume in
+this process adopts them first (`TurnRunner.restore`), so a `replaced` session hands them
+over.
 """
 
 from __future__ import annotations

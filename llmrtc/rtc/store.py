@@ -80,6 +80,10 @@ class SessionState(BaseModel):
     """`ConversationHistory.to_dict()`; None for a session without one."""
     playbook: dict[str, Any] | None = None
     """`PlaybookEngine.snapshot()` when the agent runs a playbook, else None."""
+    background: dict[str, Any] | None = None
+    """The background tool calls that were running and the late results not in the history
+    yet (`LateResults.snapshot()`); None without any. A resume in the same process keeps the
+    calls; elsewhere each is an `aborted` late result."""
     created_at: float = Field(default_factory=time.time)
     """When the session started (Unix time)."""
     updated_at: float = Field(default_factory=time.time)
