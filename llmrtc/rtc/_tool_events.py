@@ -56,6 +56,12 @@ class ToolEventRelay(Hooks):
         self._send = send
         self._calls: dict[str, _Counts] = {}
 
+    def send_to(self, send: Callable[[ServerMessage], None]) -> None:
+        """Send from now on through `send`: a resumed session takes over its predecessor's
+        relay, to which the background calls it adopted still report (their batch captured
+        it), so their progress and final results reach the new connection."""
+        self._send = send
+
     # Executor hooks (as each call starts and ends) ------------------------------------------
 
     def on_tool_start(self, event: ToolStartEvent) -> None:

@@ -51,6 +51,7 @@ from llmrtc.rtc import _resume
 from llmrtc.rtc._handlers import RestoreError, make_handler
 from llmrtc.rtc._http import StaticFiles
 from llmrtc.rtc._signalling import read_opening, refuse
+from llmrtc.rtc._tool_events import ToolEventRelay
 from llmrtc.rtc.config import ServerConfig
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
@@ -167,6 +168,8 @@ class RTCServer:
         # Handlers waiting for a resume, until the TTL: asyncio tasks, not a task group, as a
         # group opened in `__aenter__` would span the caller's `async with` body.
         self._waits: set[asyncio.Task[None]] = set()
+        self._relays: dict[str, ToolEventRelay] = {}
+        """The tool relays of sessions waiting for a resume (see `Session(relay=...)`)."""
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -472,6 +475,9 @@ class RTCServer:
             token=token,
             resumed=claimed is not None,
             on_end=release,
+            # The background calls this resume adopted report to the relay of the
+            # connection they were started on: it now sends to this one.
+            relay=self._relays.pop(session_id, None) if claimed is not None else None,
         )
 
         self._sessions.add(session)
@@ -482,25 +488,29 @@ class RTCServer:
             # Saved (or to be put back): resumable, its calls run on until the TTL; else (or
             # when the server is leaving) they stop now.
             resumable = session.end_reason != "end" if session.started else claimed is not None
-            if not (resumable and self._wait_for_resume(handler, session_id)):
+            if not (resumable and self._wait_for_resume(handler, session_id, session.relay)):
                 with anyio.CancelScope(shield=True):
                     await _close_handler(handler, session_id)
         return session.started
 
-    def _wait_for_resume(self, handler: object, session_id: str) -> bool:
+    def _wait_for_resume(self, handler: object, session_id: str, relay: ToolEventRelay) -> bool:
         """Keep `handler` (its background calls running) until `resume_ttl` passes, then close
         it; False when the server is leaving (close it now)."""
         if self._stack is None or not callable(getattr(handler, "aclose", None)):
             return False  # leaving, or nothing to close
-        task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id))
+        # A resume in this process takes the relay its adopted calls report to.
+        self._relays[session_id] = relay
+        task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, relay))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
         return True
 
-    async def _close_later(self, handler: object, session_id: str) -> None:
+    async def _close_later(self, handler: object, session_id: str, relay: ToolEventRelay) -> None:
         try:
             await anyio.sleep(self.config.resume_ttl)
         finally:  # the TTL passed, or the server is leaving
+            if self._relays.get(session_id) is relay:  # not taken by a resume
+                del self._relays[session_id]
             with anyio.CancelScope(shield=True):
                 await _close_handler(handler, session_id)
 

@@ -118,6 +118,8 @@ class Session:
         resumed: Whether the handler's state came from the store.
         on_end: Called once when the session starts ending (`end`), before its connection
             closes: the server frees the session's live slot there.
+        relay: The tool relay of the connection this one resumes, in this process (the
+            background calls it still runs report to it); None: a new one.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class Session:
         token: str,
         resumed: bool,
         on_end: Callable[[], None] | None = None,
+        relay: ToolEventRelay | None = None,
     ) -> None:
         """Prepare the session (`run` starts it)."""
         self.websocket = websocket
@@ -146,7 +149,9 @@ class Session:
         self._store = store
         self._on_end = on_end
         self.outbox = Outbox(websocket, on_overflow=lambda: self.end("overflow"))
-        self._relay = ToolEventRelay(self.outbox.put)
+        self.relay = relay if relay is not None else ToolEventRelay(self.outbox.put)
+        """Sends the tool messages; a resume in this process takes the last connection's."""
+        self.relay.send_to(self.outbox.put)
         self._ended = anyio.Event()
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
@@ -241,7 +246,7 @@ class Session:
             )
             # The loop's tasks are started inside this block, so every tool batch of every
             # turn reports each call's start and end to the relay as it happens.
-            with observe_tools(self._relay):
+            with observe_tools(self.relay):
                 await self._run(offer, loop, pc, client)
         except ConnectionClosed:  # gone while the answer was being sent
             self.end("vanished")
@@ -415,7 +420,7 @@ class Session:
         async for event in events:
             if isinstance(event, UserSpeechStarted | UserSpeechEnded | Transcript):
                 self._touch()  # the user spoke: not idle
-            if self._relay.relay(event):
+            if self.relay.relay(event):
                 continue
             message = wire_event(event)
             if message is not None:

@@ -113,11 +113,14 @@ async def test_a_resume_on_the_same_server_gets_the_running_calls_result_once() 
             old, new = made
             assert [c.call_id for c in new.executor.background_calls] == ["b1"]
             BOOKING.release.set()
-            await until(lambda: new.late_results_waiting)
-            assert not old.late_results_waiting
-            await again.send({"type": "text", "text": "Is it booked?"})
+            # The call reports to the relay of the connection that started it: that relay
+            # now sends to this one.
+            finished = await again.wait_for("tool_call_finished")
+            assert (finished["call_id"], finished["status"]) == ("b1", "ok")
+            # The agent tells it at once, in an update turn of the resumed session.
             done = await again.wait_for("turn_completed")
             assert done["text"] == "Yes: booked, reference A12."
+            assert not old.late_results_waiting and not new.late_results_waiting
             await again.send({"type": "end"})
             assert await again.wait_closed() == 1000
         await settled(server)
