@@ -38,6 +38,11 @@ SCRIPTS: dict[str, Callable[[], list[StreamReply]]] = {
         text_reply("It is 21 degrees and sunny in Tokyo."),
     ],
     "support": lambda: [text_reply("Sorry to hear that! Could you give me your email?")],
+    "booking": lambda: [
+        tool_call_reply([("call_1", "bookTable", '{"restaurant": "Nopa", "time": "7 pm"}')]),
+        text_reply("I'm booking Nopa for 7 pm now."),
+        text_reply("Your table at Nopa is booked, reference A12."),
+    ],
     "summary": lambda: [text_reply("The meeting is now on Friday at 10.")],
     "voice": lambda: [
         tool_call_reply([("call_1", "lookupWeather", '{"city": "Tokyo"}')]),
@@ -53,6 +58,7 @@ also loads the real Silero VAD, so it needs the voice extra (`voice_model`)."""
 EXPECTED_OUTPUT = {
     "weather": "It is 21 degrees and sunny in Tokyo.",
     "support": "Could you give me your email?",
+    "booking": "Your table at Nopa is booked, reference A12.",
     "summary": "The meeting is now on Friday at 10.",
     "voice": "heard: It is 21 degrees and sunny in Tokyo.",
 }
