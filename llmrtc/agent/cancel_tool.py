@@ -27,7 +27,7 @@ from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import ToolRegistry
 from llmrtc.tools.tool import Tool, define_tool
 
-__all__ = ["CANCEL_TOOL", "CANCEL_REASON", "cancel_tool", "offer_cancel_tool"]
+__all__ = ["CANCEL_REASON", "CANCEL_TOOL", "CancelToolOffer"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +43,53 @@ def _listed(calls: tuple[ToolCall, ...]) -> str:
     return ", ".join(f"{call.call_id} ({call.name})" for call in calls)
 
 
-def cancel_tool(executor: ToolExecutor) -> Tool | None:
-    """`cancel_tool_call` for the background calls of `executor` running now (their ids and
-    tools in its description), or None when none is running."""
-    running = executor.background_calls
-    if not running:
-        return None
+class CancelToolOffer:
+    """`cancel_tool_call` for one executor's background calls, as a runner offers it: `offer`
+    adds it to a request's view while calls run. The tool is rebuilt only when the running
+    calls change: two requests are equal (a preemptive answer is adopted) only when they carry
+    the very same definition objects."""
+
+    def __init__(self, executor: ToolExecutor) -> None:
+        """Offer the cancelling of `executor`'s background calls."""
+        self._executor = executor
+        self._running: tuple[ToolCall, ...] = ()
+        self._tool: Tool | None = None
+
+    def tool(self) -> Tool | None:
+        """The tool for the background calls running now (their ids and tools in its
+        description), or None when none is running."""
+        running = self._executor.background_calls
+        if running != self._running:
+            self._running = running
+            self._tool = _cancel_tool(self._executor, running) if running else None
+        return self._tool
+
+    def offer(self, view: ToolRegistry, stage_id: str | None) -> ToolRegistry:
+        """`view` with `cancel_tool_call` added while background calls run; `view` itself (the
+        same object) when none runs, or when `view` already offers a tool of that name (the
+        application's own: it wins, and ours is left out).
+
+        Args:
+            view: What a model request offers (the runner's `registry.scoped(...)` view).
+            stage_id: The playbook stage, named (as the runner's view names it) in the refusal
+                of a tool the view does not offer.
+        """
+        tool = self.tool()
+        if tool is None:
+            return view
+        if view.has(CANCEL_TOOL):
+            logger.warning(
+                "the offered tools already have a tool named %r: the built-in cancel tool is "
+                "not offered",
+                CANCEL_TOOL,
+            )
+            return view
+        scope = f"stage {stage_id!r}" if stage_id is not None else None
+        return view.scoped(view.names(), extra_tools=[tool], scope=scope)
+
+
+def _cancel_tool(executor: ToolExecutor, running: tuple[ToolCall, ...]) -> Tool:
+    """`cancel_tool_call` naming the `running` calls of `executor` in its description."""
     lines = [
         "Cancel a tool call that is still running in the background, when the user no longer "
         "wants it or it is no longer needed. Running now:"
@@ -95,30 +136,3 @@ def cancel_tool(executor: ToolExecutor) -> Tool | None:
         )
 
     return define_tool(definition, cancel)
-
-
-def offer_cancel_tool(
-    view: ToolRegistry, executor: ToolExecutor, stage_id: str | None
-) -> ToolRegistry:
-    """`view` with `cancel_tool_call` added while background calls of `executor` run; `view`
-    itself (the same object) when none runs, or when `view` already offers a tool of that name
-    (the application's own: it wins, and ours is left out).
-
-    Args:
-        view: What a model request offers (the runner's `registry.scoped(...)` view).
-        executor: Whose background calls may be cancelled.
-        stage_id: The playbook stage, named (as the runner's view names it) in the refusal of
-            a tool the view does not offer.
-    """
-    tool = cancel_tool(executor)
-    if tool is None:
-        return view
-    if view.has(CANCEL_TOOL):
-        logger.warning(
-            "the offered tools already have a tool named %r: the built-in cancel tool is not "
-            "offered",
-            CANCEL_TOOL,
-        )
-        return view
-    scope = f"stage {stage_id!r}" if stage_id is not None else None
-    return view.scoped(view.names(), extra_tools=[tool], scope=scope)

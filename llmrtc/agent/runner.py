@@ -9,7 +9,7 @@ from typing import Any
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent._round import model_request
-from llmrtc.agent.cancel_tool import CANCEL_TOOL, offer_cancel_tool
+from llmrtc.agent.cancel_tool import CANCEL_TOOL, CancelToolOffer
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
@@ -154,6 +154,7 @@ class TurnRunner:
         """Turns started on this runner (`restore` is only allowed before the first)."""
         self._turn: Turn | None = None  # the turn running now
         self._late = LateResults(executor)
+        self._cancel = CancelToolOffer(executor)
         self.settings = settings
 
     # Settings ------------------------------------------------------------------------------
@@ -253,9 +254,7 @@ class TurnRunner:
         history = ConversationHistory(self.history.max_messages, self.history.messages)
         history.append(UserMessage(user_text))
         # Exactly what the turn's first request would offer (its cancel tool too).
-        view = offer_cancel_tool(
-            self._view_for(self._settings, strict=False), self.executor, self._stage_id
-        )
+        view = self._cancel.offer(self._view_for(self._settings, strict=False), self._stage_id)
         request = model_request(
             history, self._settings, view, 0, offer=self.executor.offered_definitions
         )
@@ -429,6 +428,7 @@ class TurnRunner:
             turn_id=turn_id,
             preemption=preemption,
             late_results=self._late,
+            cancel_tool=self._cancel,
         )
         self._turn = turn
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.agent._round import ModelRound, model_request
-from llmrtc.agent.cancel_tool import offer_cancel_tool
+from llmrtc.agent.cancel_tool import CancelToolOffer
 from llmrtc.agent.events import (
     AgentEvent,
     TextDelta,
@@ -95,6 +95,7 @@ class Turn:
         turn_id: str | None = None,
         preemption: Preemption | None = None,
         late_results: LateResults | None = None,
+        cancel_tool: CancelToolOffer | None = None,
     ) -> None:
         """Prepare a turn (nothing happens before `run()`).
 
@@ -119,6 +120,8 @@ class Turn:
                 takes it if it is exactly that request; otherwise it is discarded.
             late_results: The background calls' late results: those that landed go into the
                 history before each model request of the turn (see `llmrtc.agent.late_results`).
+            cancel_tool: How `cancel_tool_call` is offered (the runner's, so that its
+                preemptive requests offer the very same tool); None makes one for `executor`.
         """
         self.llm = llm
         self.executor = executor
@@ -133,6 +136,7 @@ class Turn:
         self._round_tools = tools  # what the current round's request offered (and may run)
         self._stage_id = stage_id
         self._late = late_results
+        self._cancel = cancel_tool if cancel_tool is not None else CancelToolOffer(executor)
         # The cap is the turn's own: every result of one turn is cut by the same rule, even
         # if a stage change mid-turn brings other settings.
         self._max_tool_result_chars = settings.max_tool_result_chars
@@ -237,7 +241,7 @@ class Turn:
             final = at_limit or forced_final
             self._hear_late_results()  # every model request sees the results that landed
             # The calls the model makes in answer to this request may run what it offered.
-            self._round_tools = offer_cancel_tool(self._tools, self.executor, self._stage_id)
+            self._round_tools = self._cancel.offer(self._tools, self._stage_id)
             request = model_request(
                 self.history,
                 self._settings,

@@ -307,3 +307,20 @@ async def test_in_a_playbook_the_model_cancels_a_call_and_aclose_ends_the_rest()
         ("b2", "aborted"),
     ]
     llm.assert_consumed()
+
+
+async def test_a_preemptive_answer_offers_the_cancel_tool_as_the_turn_would() -> None:
+    r = make_runner([[BOOK], "Booking.", [cancel("b1")], "Cancelled.", "Sure."])
+    await turn(r, "Book Nopa")
+    early = r.preempt("cancel it")
+    assert CANCEL_TOOL in tool_names(early.request)
+    await early.run()
+    events = [e async for e in r.run_turn("cancel it", preemption=early)]
+    assert early.adopted  # the turn's first request was exactly the preempted one
+    assert finished(events)["x1"].result == "cancelled call b1 (bookTable)"
+    # Nothing runs any more: the next preemption offers what a plain runner does.
+    late = r.preempt("thanks")
+    assert CANCEL_TOOL not in tool_names(late.request)
+    await late.run()
+    [e async for e in r.run_turn("thanks", preemption=late)]
+    assert late.adopted
