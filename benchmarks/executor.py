@@ -48,6 +48,15 @@ What it prints, and how to read it:
    the bare floor of the same work: `asyncio.gather` of the same 5 handler coroutines, each
    handed `json.loads` of its argument string (no validation, no timeout, no results built).
    Interleaved round by round. Target (issue 18): execute <= 2x the gather floor.
+8. Batches without background tools (issue 20): per-call cost of `execute` for a batch of 5
+   validated async calls (dict arguments, default options, no hooks), as a ratio against the
+   section-1 floors in the same run, on (a) an executor whose registry has only ordinary tools
+   and (b) one whose registry also has a background tool, one call of which runs (holding a
+   slot) the whole time. Interleaved round by round. "Same path": while the rounds run, the
+   background machinery (`BackgroundCalls.start`) is counted and must never be entered. Run
+   against another checkout (`PYTHONPATH=<checkout> python benchmarks/executor.py --only 8`),
+   it prints (a) alone when that llmrtc has no background tools, so the ratio of (a) compares
+   the two checkouts.
 
 With ~50 samples a p99 is close to the max. The machine this runs on may be shared and noisy:
 treat single MISSes near the line with suspicion and re-run; ratios within one run are more
@@ -609,6 +618,93 @@ async def bench_gather_floor(cycles: int, warmup_cycles: int) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------- 8. no background
+
+
+async def bench_no_background(cycles: int, warmup_cycles: int) -> list[str]:
+    size = 5
+    calls = [ToolCall(f"call_{i}", "echo", {"x": i}) for i in range(size)]
+    validator = Draft202012Validator(SCHEMA)
+    plain = ToolExecutor(ToolRegistry([make_tool("echo", echo)]))
+    check(await plain.execute(calls), "ok")
+    sides: dict[str, RoundFn] = {
+        "execute, ordinary tools": executor_side(plain, calls),
+        "floor": floor_side(size, None),
+        "floor+val": floor_side(size, validator),
+    }
+    try:  # issue 20's background calls; an older llmrtc has none
+        from llmrtc.execution.background import BackgroundCalls
+    except ImportError:
+        BackgroundCalls = None  # the class, or None
+    mixed: ToolExecutor | None = None
+    if BackgroundCalls is not None:
+
+        async def forever(args: Any, ctx: Any) -> None:
+            await anyio.sleep_forever()
+
+        later = define_tool(
+            ToolDefinition(
+                name="later",
+                description="benchmark background tool",
+                parameters=SCHEMA,
+                background=True,  # type: ignore[call-arg]  # absent before issue 20
+            ),
+            forever,
+        )
+        mixed = ToolExecutor(ToolRegistry([make_tool("echo", echo), later]))
+        check(await mixed.execute([ToolCall("bg", "later", {"x": 0})]), "running")
+        check(await mixed.execute(calls), "ok")
+        sides["execute, a background call running"] = executor_side(mixed, calls)
+        original_start = BackgroundCalls.start
+        entered = [0]
+
+        def counted_start(self: Any, *args: Any) -> None:
+            entered[0] += 1
+            original_start(self, *args)
+
+        BackgroundCalls.start = counted_start  # type: ignore[method-assign]
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    gc.collect()
+    gc.disable()
+    try:
+        for cycle in range(warmup_cycles + cycles):
+            for name, run in sides.items():
+                started = now_ns()
+                await run(BATCHES_PER_ROUND)
+                if cycle >= warmup_cycles:
+                    elapsed = now_ns() - started
+                    samples[name].append(elapsed / 1000 / (BATCHES_PER_ROUND * size))
+            gc.collect()
+    finally:
+        gc.enable()
+        if BackgroundCalls is not None:
+            BackgroundCalls.start = original_start  # type: ignore[method-assign]
+    if mixed is not None:
+        if [c.call_id for c in mixed.background_calls] != ["bg"]:
+            raise RuntimeError("the background call stopped during the rounds")
+        await mixed.aclose()
+    p50 = {name: percentile(values, 50) for name, values in samples.items()}
+    lines = [
+        f"8) batches without background tools: batch of {size}, validation on, dict arguments,"
+        " per call",
+        "   floor = bare anyio task group (section 1); floor+val = floor + jsonschema per call",
+    ]
+    for name, values in samples.items():
+        row = f"   {name:<36}p50 {p50[name]:7.2f} us   p99 {percentile(values, 99):7.2f} us"
+        if name.startswith("execute"):
+            row += f"   {p50[name] / p50['floor']:.2f}x floor"
+            row += f"   {p50[name] / p50['floor+val']:.2f}x floor+val"
+        lines.append(row)
+    if BackgroundCalls is None:
+        lines.append("   (this llmrtc has no background tools: (a) only)")
+    else:
+        lines.append(
+            f"   background machinery entered during the rounds: {entered[0]} times"
+            f"  {verdict(entered[0] == 0)}"
+        )
+    return lines
+
+
 async def main(quick: bool, only: list[int] | None = None) -> None:
     cycles, warmup = (40, 4) if quick else (300, 10)
     samples = 20 if quick else 50
@@ -629,6 +725,7 @@ async def main(quick: bool, only: list[int] | None = None) -> None:
         lambda: bench_otel(cycles // 3, warmup),
         lambda: bench_agents_sdk(cycles // 3, warmup),
         lambda: bench_gather_floor(cycles // 3, warmup),
+        lambda: bench_no_background(cycles // 3, warmup),
     ]
     for index, section in enumerate(sections):
         if only and index + 1 not in only:

@@ -1,5 +1,6 @@
 """Floor 3: one conversational turn — the model ⇄ tools loop, streamed events, history."""
 
+from llmrtc.agent.cancel_tool import CANCEL_TOOL
 from llmrtc.agent.events import (
     AgentEvent,
     StageChanged,
@@ -22,6 +23,7 @@ from llmrtc.agent.runner import TurnRunner
 from llmrtc.agent.settings import TurnSettings
 
 __all__ = [
+    "CANCEL_TOOL",
     "AgentEvent",
     "BackgroundHandler",
     "ConversationHistory",

@@ -101,6 +101,12 @@ class BackgroundHandler(TurnHandler, Protocol):
         call runs)."""
         ...
 
+    async def aclose(self) -> None:
+        """The session ended for good (not one waiting for a resume): stop every running
+        background call, each with its one final result (`aborted`), and return once all have
+        landed. Idempotent."""
+        ...
+
 
 @runtime_checkable
 class ResumableHandler(TurnHandler, Protocol):

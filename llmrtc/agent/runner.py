@@ -9,6 +9,7 @@ from typing import Any
 
 from llmrtc.abort import AbortSignal
 from llmrtc.agent._round import model_request
+from llmrtc.agent.cancel_tool import CANCEL_TOOL, CancelToolOffer
 from llmrtc.agent.events import AgentEvent
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
@@ -61,8 +62,11 @@ class TurnRunner:
     model request, the late results that landed go into the history (as a system note naming
     the call id and tool: see `llmrtc.agent.late_results`), whether or not anyone listens;
     `late_results()` yields each to the application as it lands, `run_update_turn()` lets the
-    agent speak about them at once, and `cancel_call()` stops a running one. The runner is the
-    one reader of its executor's background results: give each runner its own executor.
+    agent speak about them at once, and `cancel_call()` stops a running one. While one runs,
+    each model request also offers the built-in `cancel_tool_call` (naming the running calls),
+    so the model can stop one itself (see `llmrtc.agent.cancel_tool`); `aclose()` stops them all
+    when the session ends for good. The runner is the one reader of its executor's background
+    results: give each runner its own executor.
 
     The runner holds no event-loop-bound state between turns: each turn may run under a new
     event loop (as long as the provider allows it); its background calls run on the loop that
@@ -111,9 +115,11 @@ class TurnRunner:
 
         Raises:
             ValueError: for unknown tool names, a tool_choice that names a tool not offered,
-                `max_tool_rounds` below 0, or `settings` given together with the arguments
-                it replaces.
+                `max_tool_rounds` below 0, `settings` given together with the arguments
+                it replaces, or a registry with a tool named `cancel_tool_call` (built in).
         """
+        if executor.registry.has(CANCEL_TOOL):
+            raise ValueError(f"{CANCEL_TOOL!r} is built in; the registry must not define it")
         if settings is None:
             if system_prompt is None:
                 raise ValueError("TurnRunner needs system_prompt=... (or settings=TurnSettings)")
@@ -148,6 +154,7 @@ class TurnRunner:
         """Turns started on this runner (`restore` is only allowed before the first)."""
         self._turn: Turn | None = None  # the turn running now
         self._late = LateResults(executor)
+        self._cancel = CancelToolOffer(executor)
         self.settings = settings
 
     # Settings ------------------------------------------------------------------------------
@@ -246,7 +253,8 @@ class TurnRunner:
         turn takes it."""
         history = ConversationHistory(self.history.max_messages, self.history.messages)
         history.append(UserMessage(user_text))
-        view = self._view_for(self._settings, strict=False)
+        # Exactly what the turn's first request would offer (its cancel tool too).
+        view = self._cancel.offer(self._view_for(self._settings, strict=False), self._stage_id)
         request = model_request(
             history, self._settings, view, 0, offer=self.executor.offered_definitions
         )
@@ -364,6 +372,20 @@ class TurnRunner:
         background call with that id runs."""
         return await self.executor.cancel_call(call_id)
 
+    async def aclose(self) -> None:
+        """End the session for good: stop every running background call (each gets its one
+        final result, `aborted`, reported to the hooks like any) and return once all have
+        landed. Idempotent: with none running it returns at once. Not for a session that
+        waits for a resume (its calls go on); a turn running now is the caller's to abort."""
+        running = self.executor.background_calls
+        if running:
+            logger.info(
+                "session %s ends: stopping background calls %s",
+                self.session_id,
+                [call.call_id for call in running],
+            )
+        await self.executor.aclose(reason="session ended")
+
     # Turns -----------------------------------------------------------------------------------
 
     async def run_turn(
@@ -419,6 +441,7 @@ class TurnRunner:
             turn_id=turn_id,
             preemption=preemption,
             late_results=self._late,
+            cancel_tool=self._cancel,
         )
         self._turn = turn
         try:

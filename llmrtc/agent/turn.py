@@ -14,6 +14,7 @@ from typing import Any
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.agent._round import ModelRound, model_request
+from llmrtc.agent.cancel_tool import CancelToolOffer
 from llmrtc.agent.events import (
     AgentEvent,
     TextDelta,
@@ -94,6 +95,7 @@ class Turn:
         turn_id: str | None = None,
         preemption: Preemption | None = None,
         late_results: LateResults | None = None,
+        cancel_tool: CancelToolOffer | None = None,
     ) -> None:
         """Prepare a turn (nothing happens before `run()`).
 
@@ -103,7 +105,9 @@ class Turn:
             history: The conversation the turn reads and writes.
             settings: How the turn runs (prompt, round limit, fallback lines, result cap).
             tools: The offered tools: the request's definitions, and the only tools a batch may
-                run (any other call gets a refusal result).
+                run (any other call gets a refusal result). While background calls of
+                `executor` run, a request also offers the built-in `cancel_tool_call` (see
+                `llmrtc.agent.cancel_tool`), and that request's batch may run it.
             stage_id: The playbook stage, named in hook events.
             hooks: Observers of the turn, its model requests and its tools.
             session_id: Passed to tools and hooks.
@@ -116,6 +120,8 @@ class Turn:
                 takes it if it is exactly that request; otherwise it is discarded.
             late_results: The background calls' late results: those that landed go into the
                 history before each model request of the turn (see `llmrtc.agent.late_results`).
+            cancel_tool: How `cancel_tool_call` is offered (the runner's, so that its
+                preemptive requests offer the very same tool); None makes one for `executor`.
         """
         self.llm = llm
         self.executor = executor
@@ -127,8 +133,10 @@ class Turn:
         self.after_answer = after_answer
         self._settings = settings
         self._tools = tools
+        self._round_tools = tools  # what the current round's request offered (and may run)
         self._stage_id = stage_id
         self._late = late_results
+        self._cancel = cancel_tool if cancel_tool is not None else CancelToolOffer(executor)
         # The cap is the turn's own: every result of one turn is cut by the same rule, even
         # if a stage change mid-turn brings other settings.
         self._max_tool_result_chars = settings.max_tool_result_chars
@@ -232,10 +240,12 @@ class Turn:
             at_limit = round_index >= self._settings.max_tool_rounds
             final = at_limit or forced_final
             self._hear_late_results()  # every model request sees the results that landed
+            # The calls the model makes in answer to this request may run what it offered.
+            self._round_tools = self._cancel.offer(self._tools, self._stage_id)
             request = model_request(
                 self.history,
                 self._settings,
-                self._tools,
+                self._round_tools,
                 round_index,
                 final=final,
                 without_tools=retried_empty,
@@ -371,7 +381,7 @@ class Turn:
                 abort_signal=signal,
                 hooks=self.hooks,
                 metadata=self.tool_metadata,
-                tools=self._tools,
+                tools=self._round_tools,
                 on_result=finished.append,
             )
         finally:
@@ -475,7 +485,7 @@ class Turn:
             stage_id=self._stage_id,
             abort_signal=aborted.signal,
             hooks=self.hooks,
-            tools=self._tools,
+            tools=self._round_tools,
         )
         self._record_results(results)
 

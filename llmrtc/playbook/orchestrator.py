@@ -77,9 +77,10 @@ class PlaybookOrchestrator:
     who goes on talking gets a polite answer; a front end may also choose to stop there.
 
     Background calls (`ToolDefinition(background=True)`) work as in `TurnRunner`, whose
-    `late_results()`, `run_update_turn()` and `cancel_call()` this passes through: a late result
-    is delivered in whatever stage is current when it lands (a stage's tool list applies to
-    new calls only).
+    `late_results()`, `run_update_turn()`, `cancel_call()` and `aclose()` this passes through: a
+    late result is delivered in whatever stage is current when it lands (a stage's tool list
+    applies to new calls only), and the built-in `cancel_tool_call` is offered in every stage
+    while a background call runs.
     """
 
     def __init__(
@@ -117,8 +118,8 @@ class PlaybookOrchestrator:
 
         Raises:
             PlaybookError: for error findings of `validate_playbook` against `registry`.
-            ValueError: if `registry` has a tool named `playbook_transition`, or the engine
-                runs another playbook.
+            ValueError: if `registry` has a tool named `playbook_transition` or
+                `cancel_tool_call` (both built in), or the engine runs another playbook.
         """
         findings = [
             f
@@ -363,6 +364,12 @@ class PlaybookOrchestrator:
     async def cancel_call(self, call_id: str) -> ToolCallResult | None:
         """Stop the running background call `call_id` (see `TurnRunner.cancel_call`)."""
         return await self.runner.cancel_call(call_id)
+
+    async def aclose(self) -> None:
+        """End the session for good: stop every running background call, each with its one
+        final result (`aborted`), and return once all have landed (see `TurnRunner.aclose`).
+        Idempotent."""
+        await self.runner.aclose()
 
     async def _run(
         self,
