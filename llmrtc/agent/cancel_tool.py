@@ -101,9 +101,14 @@ def _cancel_tool(executor: ToolExecutor, running: tuple[ToolCall, ...]) -> Tool:
         {
             "type": "object",
             "properties": {
-                # No enum of the ids: a wrong id gets the handler's answer, which lists the
-                # calls running then (they may have changed since the request was sent).
-                "call_id": {"type": "string", "description": "The id of the call to cancel."},
+                # An enum of the ids running when the request was sent: an id the user cannot
+                # say is no free text a tool router would force (and ground in their words);
+                # one that stopped since gets the handler's answer, listing those running.
+                "call_id": {
+                    "type": "string",
+                    "enum": [call.call_id for call in running],
+                    "description": "The id of the call to cancel.",
+                },
             },
             "required": ["call_id"],
             "additionalProperties": False,

@@ -30,7 +30,6 @@ import math
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -43,49 +42,86 @@ from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, to_json
 __all__ = [
     "LATE_RESULT_NOTE",
     "MOVED_NOTE",
+    "TELL_OUTCOME",
+    "TELL_OUTCOME_AFTER",
     "LateResults",
     "SavedLateResults",
+    "is_late_result_message",
     "late_result_message",
     "read_saved_late_results",
 ]
 
 logger = logging.getLogger(__name__)
 
-MOVED_NOTE = "The call was interrupted when the session moved, and did not finish."
+MOVED_NOTE = (
+    "The session moved to another server while this call was running, and its outcome is "
+    "unknown here: it may have completed. Tell the user so, and check before trying it again."
+)
 """The error the model reads for a background call that was running when the session was
-saved and could not be taken over where it resumed (status `aborted`)."""
+saved and could not be taken over where it resumed (status `aborted`). Not "it did not
+finish": the process that ran it may still finish it (it keeps the calls of a session waiting
+for a resume until `resume_ttl`), and a retry would then book twice."""
 
 _READERS: weakref.WeakValueDictionary[str, LateResults] = weakref.WeakValueDictionary()
 """The live `LateResults` of this process by their executor's `background_token` (and by the
 tokens of those whose calls they adopted)."""
+
+_KEPT_FOR_READERS = 256
+"""Late results `LateResults.results()` keeps for its readers at most (the oldest go first)."""
 
 _FINAL: frozenset[str] = frozenset(get_args(ToolCallStatus)) - {"running"}
 
 LATE_RESULT_NOTE = (
     "The background tool call {call_id} ({tool}), answered earlier as still running, has "
     "finished (status: {status}). Its result: {content}\n"
-    "Tell the user the outcome; do not call the tool again for it."
+    "{ask}; do not call the tool again for it."
 )
 """The text of a late result's message: `call_id`, `tool`, `status` and `content` (the
-result as a tool message would carry it) are filled in."""
+result as a tool message would carry it) and `ask` (`TELL_OUTCOME` or `TELL_OUTCOME_AFTER`)
+are filled in."""
+TELL_OUTCOME = "Tell the user the outcome"
+"""What a late result asks in a turn of its own (an update turn)."""
+TELL_OUTCOME_AFTER = (
+    "Answer the user's last message first, then tell them this outcome in one sentence"
+)
+"""What a late result asks in a turn that answers the user's words: it comes after them (the
+model answers what was said last), and a small model told only to tell the outcome answered
+the outcome and dropped the user's question, or, the note before the words, ignored it
+(Qwen2.5 1.5B: "Thanks, that's all" got "You're welcome!" and no booking)."""
 
 
-def late_result_message(result: ToolCallResult, max_chars: int | None) -> SystemMessage:
+def late_result_message(
+    result: ToolCallResult, max_chars: int | None, *, after_user: bool = False
+) -> SystemMessage:
     """The history message that tells the model the final result of a background call.
 
     Args:
         result: The call's final result (not `"running"`).
         max_chars: The most characters of the result shown (`TurnSettings.
             max_tool_result_chars`); None shows it whole.
+        after_user: It goes into a turn that answers the user's words (see
+            `TELL_OUTCOME_AFTER`); False: a turn of its own.
     """
     content = result.to_content()
     if max_chars is not None and len(content) > max_chars:
         content = cut_tool_result(result, max_chars).content
     return SystemMessage(
         LATE_RESULT_NOTE.format(
-            call_id=result.call_id, tool=result.tool_name, status=result.status, content=content
+            call_id=result.call_id,
+            tool=result.tool_name,
+            status=result.status,
+            content=content,
+            ask=TELL_OUTCOME_AFTER if after_user else TELL_OUTCOME,
         )
     )
+
+
+def is_late_result_message(message: object) -> bool:
+    """Whether `message` is a late result's note (`late_result_message`)."""
+    return isinstance(message, SystemMessage) and message.content.startswith(_NOTE_START)
+
+
+_NOTE_START = LATE_RESULT_NOTE.split("{", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +230,8 @@ class LateResults:
         """Read the background results of `executor` (the only reader of its queue)."""
         self._executor = executor
         self._unheard: list[ToolCallResult] = []
-        self._unyielded: deque[ToolCallResult] = deque()
+        self._unyielded: deque[ToolCallResult] = deque(maxlen=_KEPT_FOR_READERS)
+        self._warned = False
         _READERS[executor.background_token] = self
 
     def snapshot(self) -> dict[str, Any] | None:
@@ -250,6 +287,15 @@ class LateResults:
 
     def _add(self, result: ToolCallResult) -> None:
         self._unheard.append(result)
+        # Nobody iterates `results()` (a text app): the model still gets every result; only
+        # this queue forgets the oldest, not to grow for the runner's whole life.
+        if len(self._unyielded) == _KEPT_FOR_READERS and not self._warned:
+            self._warned = True
+            logger.warning(
+                "%d late results were never read from late_results(); the oldest are "
+                "dropped from that queue (the model got them all)",
+                _KEPT_FOR_READERS,
+            )
         self._unyielded.append(result)
 
     def _pull(self) -> None:
@@ -274,9 +320,7 @@ class LateResults:
             self._pull()
             while self._unyielded:
                 yield self._unyielded.popleft()
-            # Wait for the next one to land; nothing is taken from the executor but the one
-            # result this iteration adds (the wait can be cancelled without losing any).
-            async with aclosing(self._executor.background_results()) as landed:  # type: ignore[type-var]
-                async for result in landed:
-                    self._add(result)
-                    break
+            # Wait for the next landing, whoever takes it (a turn starting takes it into the
+            # history first: `_pull` then finds it in this queue); no await between the check
+            # above and this wait, so none is missed.
+            await self._executor.background_landing()

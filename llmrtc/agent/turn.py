@@ -136,6 +136,7 @@ class Turn:
         self._round_tools = tools  # what the current round's request offered (and may run)
         self._stage_id = stage_id
         self._late = late_results
+        self._answers_user = False  # the turn answers the user's words (set by `run`)
         self._cancel = cancel_tool if cancel_tool is not None else CancelToolOffer(executor)
         # The cap is the turn's own: every result of one turn is cut by the same rule, even
         # if a stage change mid-turn brings other settings.
@@ -193,11 +194,12 @@ class Turn:
         (`LLMError`) does not raise; anything else raised propagates, after the turn settled.
         Leaving the `async for` early aborts the turn.
         """
-        # Results that landed before the user spoke come before their words (in the order
-        # things happened); the model request right after sees both.
-        self._hear_late_results()
         if user_text is not None:
             self.history.append(UserMessage(user_text))
+        # Late results go after the user's words (before each request: see the loop), so
+        # what the model answers is still the user's message (tool routing, its grounding,
+        # a playbook's clear_history keep reading those words).
+        self._answers_user = user_text is not None
         await emit(
             self.hooks,
             TurnStartEvent(
@@ -343,7 +345,11 @@ class Turn:
                 result.call_id,
                 result.status,
             )
-            self.history.append(late_result_message(result, self._max_tool_result_chars))
+            self.history.append(
+                late_result_message(
+                    result, self._max_tool_result_chars, after_user=self._answers_user
+                )
+            )
 
     def _say(self, text: str) -> list[TextDelta]:
         """Record `text` as said in this turn; returns the deltas to yield (a space first

@@ -164,6 +164,13 @@ class BackgroundCalls:
         self._landed.clear()
         return taken
 
+    async def landing(self) -> None:
+        """Return once a background call lands (or a result is adopted) after this call began
+        waiting, whoever takes its result; nothing is taken."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
     async def results(self) -> AsyncIterator[ToolCallResult]:
         """Yield each final result as it lands (also those that landed before); never ends."""
         while True:
@@ -215,10 +222,10 @@ class BackgroundCalls:
         return False
 
     async def aclose(self, reason: str) -> None:
-        """Stop every running background call and wait until each has landed."""
+        """Stop every running background call and wait until each has landed. The wait can
+        be cut (a caller's time limit): each call still lands, reported, in its own task."""
         running = list(self._running)
         for entry in running:
             entry.controller.abort(reason)
-        with anyio.CancelScope(shield=True):
-            for entry in running:
-                await entry.landed.wait()
+        for entry in running:
+            await entry.landed.wait()

@@ -155,8 +155,11 @@ class Batch:
 
     def detached(self, signal: AbortSignal) -> Batch:
         """A batch for one background call started by this one: the same options, hooks, tool
-        view and ids, but `signal` instead of this batch's, no `on_result`, and a timer of its
-        own (this batch's ends with it)."""
+        view and ids, but `signal` instead of this batch's, no `on_result`, a timer of its
+        own (this batch's ends with it) and a slot of its own: a call that runs for minutes
+        must not hold one of the executor's `max_concurrency` slots meanwhile (with as many
+        running, every ordinary tool, and `cancel_tool_call`, would wait for them: the agent
+        would freeze)."""
         return Batch(
             signal=signal,
             hooks=self.hooks,
@@ -168,7 +171,7 @@ class Batch:
             stage_id=self.stage_id,
             metadata=self.metadata,
             models=self.models,
-            slots=self.slots,
+            slots=SlotPool(1),
             threads=self.threads,
             default_policy=self.default_policy,
             timeout=self.timeout,

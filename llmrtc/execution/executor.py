@@ -74,7 +74,8 @@ class ToolExecutor:
         Args:
             registry: Where tools are looked up by name (unless a batch gets its own `tools`).
             default_policy: Policy for tools whose definition leaves `execution_policy` as None.
-            max_concurrency: Handlers running at once, across all batches of this executor.
+            max_concurrency: Handlers running at once, across all batches of this executor
+                (background calls, once started, run outside this limit: see `Batch.detached`).
                 Sync handlers also get at most twice this many worker threads alive, counting
                 threads abandoned after a timeout.
             timeout: Default seconds a handler may run (None or `math.inf`: no limit); a tool's
@@ -164,6 +165,13 @@ class ToolExecutor:
         """
         return self._background.results()
 
+    async def background_landing(self) -> None:
+        """Return once a background call of this executor lands, after this call began
+        waiting (whoever then takes its result: nothing is taken here). For a reader that
+        keeps its own queue (`llmrtc.agent.late_results`) and must not miss a landing another
+        reader took first."""
+        await self._background.landing()
+
     def take_background_results(self) -> list[ToolCallResult]:
         """The final results of background calls that landed and were not taken yet (by this
         or by `background_results`), in the order they finished; empty if none."""
@@ -209,7 +217,8 @@ class ToolExecutor:
     async def aclose(self, *, reason: str = "session ended") -> None:
         """Stop every running background call (each ends `aborted` with `reason`, reported and
         queued like any final result) and wait until each has. Call it when the session ends
-        for good; the executor stays usable."""
+        for good; the executor stays usable. A time limit around it cuts only the wait: the
+        calls stop and report in their own tasks."""
         await self._background.aclose(reason)
 
     async def __aenter__(self) -> ToolExecutor:

@@ -18,6 +18,7 @@ from llmrtc.abort import AbortSignal
 from llmrtc.agent.events import AgentEvent, StageChanged
 from llmrtc.agent.handler import read_handler_state, replace_messages, tool_speech_hints
 from llmrtc.agent.history import ConversationHistory
+from llmrtc.agent.late_results import is_late_result_message
 from llmrtc.agent.preemption import Preemption
 from llmrtc.agent.runner import BatchDecision, TurnRunner
 from llmrtc.agent.settings import DEFAULT_MAX_TOOL_RESULT_CHARS, TurnSettings
@@ -466,9 +467,16 @@ class PlaybookOrchestrator:
         answer it again). A timer-driven turn has no user message to keep."""
         messages = list(self.history.messages)
         users = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+        # Late results the turn took and has not answered yet go on to the new stage (a
+        # background call's outcome is told once, never lost to a stage change).
+        unanswered = (
+            []
+            if answered
+            else [m for m in messages[users[-1] if users else 0 :] if is_late_result_message(m)]
+        )
         if user_text is None or not users:
-            return []
-        return messages[users[-1] :] if answered else [messages[users[-1]]]
+            return unanswered
+        return messages[users[-1] :] if answered else [messages[users[-1]], *unanswered]
 
     async def _report(self, change: StageChange) -> None:
         # Stage changes are applied inside the runner's turn (after a batch or after the

@@ -168,8 +168,9 @@ class RTCServer:
         # Handlers waiting for a resume, until the TTL: asyncio tasks, not a task group, as a
         # group opened in `__aenter__` would span the caller's `async with` body.
         self._waits: set[asyncio.Task[None]] = set()
-        self._relays: dict[str, ToolEventRelay] = {}
-        """The tool relays of sessions waiting for a resume (see `Session(relay=...)`)."""
+        self._relays: dict[str, tuple[ToolEventRelay, object]] = {}
+        """The tool relays of sessions waiting for a resume (see `Session(relay=...)`), each
+        with the token of the wait that left it there."""
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -477,7 +478,7 @@ class RTCServer:
             on_end=release,
             # The background calls this resume adopted report to the relay of the
             # connection they were started on: it now sends to this one.
-            relay=self._relays.pop(session_id, None) if claimed is not None else None,
+            relay=self._relays.pop(session_id, (None, None))[0] if claimed is not None else None,
         )
 
         self._sessions.add(session)
@@ -499,17 +500,19 @@ class RTCServer:
         if self._stack is None or not callable(getattr(handler, "aclose", None)):
             return False  # leaving, or nothing to close
         # A resume in this process takes the relay its adopted calls report to.
-        self._relays[session_id] = relay
-        task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, relay))
+        # The relay goes from connection to connection: only this wait's entry is its to drop.
+        wait = object()
+        self._relays[session_id] = (relay, wait)
+        task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, wait))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
         return True
 
-    async def _close_later(self, handler: object, session_id: str, relay: ToolEventRelay) -> None:
+    async def _close_later(self, handler: object, session_id: str, wait: object) -> None:
         try:
             await anyio.sleep(self.config.resume_ttl)
         finally:  # the TTL passed, or the server is leaving
-            if self._relays.get(session_id) is relay:  # not taken by a resume
+            if self._relays.get(session_id, (None, None))[1] is wait:  # not taken by a resume
                 del self._relays[session_id]
             with anyio.CancelScope(shield=True):
                 await _close_handler(handler, session_id)

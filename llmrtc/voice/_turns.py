@@ -98,6 +98,9 @@ _Kind = Literal["user", "timeout", "update", "progress"]
 a tool's progress, spoken without the handler (`VoiceConfig.speak_progress`)."""
 _LATE_POLL = 0.25
 """While a late result waits for the user to go quiet, how often (s) the worker looks again."""
+_LATE_CHECK = 1.0
+"""While idle, how often (s) the worker asks the handler whether late results wait that its
+`late_results()` iterator did not see (an application took them from that queue)."""
 
 Hearing = Literal["words", "noise", "backchannel"]
 """What a transcript of speech over the agent holds."""
@@ -369,15 +372,21 @@ class TurnWorker:
             if self._items:
                 return self._items.popleft()
             timeout = math.inf
-            if self._late_due and self._idle.is_set():
-                if self._in_speech():
-                    # Speech that makes no utterance (too short) wakes nobody: look again.
-                    timeout = _LATE_POLL
-                else:
-                    self._late_due = False
-                    # A turn since (the user's) may have carried them to the model already.
-                    if getattr(self._handler, "late_results_waiting", True):
-                        return _Update(time.monotonic())
+            if self._updates_ok and self._idle.is_set():
+                # Woken by `late_results()`; or, as that queue yields each result once (an
+                # application reading it too takes some), found by asking the handler.
+                waiting = getattr(self._handler, "late_results_waiting", None)
+                if self._late_due or waiting:
+                    if self._in_speech():
+                        # Speech that makes no utterance (too short) wakes nobody: look again.
+                        timeout = _LATE_POLL
+                    else:
+                        self._late_due = False
+                        # A turn since (the user's) may have carried them to the model already.
+                        if waiting is None or waiting:
+                            return _Update(time.monotonic())
+                elif waiting is not None:
+                    timeout = _LATE_CHECK
             if self._idle.is_set() and not self._in_speech():
                 deadline = self._handler.next_deadline()
                 # A deadline a timeout turn did not move is not run again.

@@ -180,17 +180,16 @@ async def test_a_call_to_it_when_it_was_not_offered_is_refused_like_any_unknown_
     assert isinstance(events[-1], TurnCompleted)
 
 
-async def test_a_wrong_id_gets_a_precise_error_listing_the_running_calls() -> None:
+async def test_a_wrong_id_is_refused_naming_the_running_ids() -> None:
     r = make_runner(
         [[BOOK, BOOK2], "Booking both.", [cancel("b9")], "Sorry.", [cancel("b2")], "Done."]
     )
     await turn(r, "Book Nopa and Zuni")
     events = await turn(r, "cancel one")
     result = finished(events)["x1"]
-    assert result.status == "error"
-    assert result.error == (
-        "no running background call has id 'b9'; running: b1 (bookTable), b2 (bookTable)"
-    )
+    # The ids are an enum of the calls running: an unknown one is refused before it runs.
+    assert result.status == "invalid_arguments"
+    assert "'b9' is not one of ['b1', 'b2']" in (result.error or ""), result.error
     [offered] = [t for t in requests(r)[2].tools if t.name == CANCEL_TOOL]
     assert "b1: bookTable" in offered.description and "b2: bookTable" in offered.description
     assert len(r.executor.background_calls) == 2  # nothing was stopped
@@ -324,3 +323,17 @@ async def test_a_preemptive_answer_offers_the_cancel_tool_as_the_turn_would() ->
     await late.run()
     [e async for e in r.run_turn("thanks", preemption=late)]
     assert late.adopted
+
+
+async def test_a_tool_router_never_forces_the_cancel_tool() -> None:
+    # The offline profile routes tools with a required free-text argument and keeps the call
+    # only if its words were said: no user says a call id, so the id is no free text.
+    from llmrtc.llm.tool_routing import routable_tools
+
+    r = make_runner([[BOOK], "Booking.", "Ok."])
+    await turn(r, "Book Nopa")
+    await turn(r, "how long")
+    [offered] = [t for t in requests(r)[2].tools if t.name == CANCEL_TOOL]
+    assert offered.parameters["properties"]["call_id"]["enum"] == ["b1"]
+    assert routable_tools([offered]) == []
+    await r.aclose()

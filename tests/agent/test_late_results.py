@@ -112,9 +112,11 @@ async def test_running_answer_then_the_late_result_in_the_next_request_exactly_o
     request = r.llm.requests[2].messages  # type: ignore[attr-defined]
     [note] = notes(request)
     assert "bookTable" in note.content and '"reference":"A12"' in note.content
-    # In the order things happened: it landed before the user spoke.
-    assert request.index(note) == len(request) - 2
-    assert request[-1] == UserMessage("What time is it?")
+    # After the user's words: the model still answers them (routing, grounding, a stage's
+    # clear_history read them), and the note asks it to answer them first.
+    assert request.index(note) == len(request) - 1
+    assert request[-2] == UserMessage("What time is it?")
+    assert "Answer the user's last message first" in note.content
     await turn(r, "Thanks")
     assert len(notes(r.llm.requests[3].messages)) == 1  # type: ignore[attr-defined]
     # The history holds the one "running" answer and the one final result.
@@ -224,9 +226,12 @@ async def test_an_aborted_turn_drops_no_late_result() -> None:
     barge_in.abort("the user spoke")
     aborted = [e async for e in r.run_turn("wait", abort_signal=barge_in.signal)]
     assert isinstance(aborted[-1], TurnCompleted) and aborted[-1].stop_reason == "aborted"
-    assert len(notes(r.history.messages)) == 1  # in the history, for the next request
-    assert not r.late_results_waiting
+    # Aborted before its request: the result is not in the history yet, still waiting for
+    # the next request (it is never dropped).
+    assert len(notes(r.history.messages)) == 0
+    assert r.late_results_waiting
     await turn(r, "so?")
+    assert not r.late_results_waiting
     assert len(notes(r.llm.requests[2].messages)) == 1  # type: ignore[attr-defined]
 
 

@@ -80,9 +80,9 @@ class BookingLLM:
             return
         if isinstance(last, ToolMessage):
             text = LONG
-        elif isinstance(last, UserMessage):
+        elif isinstance(last, UserMessage) or isinstance(request.messages[-2], UserMessage):
             text = "It is noon." + (" And your table is booked." if _late_note(request) else "")
-        else:  # an update turn: the late result is the last message
+        else:  # an update turn: the late result follows the agent's last words
             text = "Your table at Nopa is booked."
         for word in text.split(" "):
             if not await signal.sleep(0.02):
@@ -174,9 +174,11 @@ async def test_a_spoken_barge_in_leaves_the_booking_running_and_its_result_waits
     ends = [e for e in hooks.of(ToolEndEvent) if e.call_id == "b1"]
     assert [e.status for e in ends] == ["ok"]  # one final result
     carried = [r for r in llm.requests if _late_note(r)]
-    # The first request that saw the result answered the user's words (the note before them).
-    assert isinstance(carried[0].messages[-1], UserMessage), carried[0].messages[-2:]
-    assert not any(isinstance(r.messages[-1], SystemMessage) for r in llm.requests)
+    # The first request that saw the result answered the user's words (the note after them).
+    assert isinstance(carried[0].messages[-2], UserMessage), carried[0].messages[-2:]
+    assert _late_note(carried[0]) and "b1" in carried[0].messages[-1].content
+    # No update turn followed (its request would end with the note after the agent's words).
+    assert all(isinstance(r.messages[-2], UserMessage) for r in carried), carried
     # Nothing was said over the user: the answer started after their speech ended.
     user_started = [t for t, e in seen if isinstance(e, UserSpeechStarted)][-1]
     user_ended = [t for t, e in seen if isinstance(e, UserSpeechEnded)][-1]

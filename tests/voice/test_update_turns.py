@@ -139,10 +139,10 @@ async def test_a_result_landing_while_the_user_speaks_goes_with_the_users_turn()
         await anyio.sleep(0.5)
     assert len(llm.requests) == 3  # the user's turn carried it: no update turn after
     request = llm.requests[2].messages
-    # The late result landed before the user finished: it comes before their words, and the
+    # The late result landed while the user spoke: it comes after their words, and the
     # request that answers them sees both.
-    assert request[-1] == UserMessage("What time is it")
-    assert "c1" in request[-2].content
+    assert request[-2] == UserMessage("What time is it")
+    assert "c1" in request[-1].content
     llm.assert_consumed()
 
 
@@ -282,3 +282,29 @@ async def test_a_loop_without_background_calls_runs_no_update_turn() -> None:
         await wait_for(lambda: tts.spoken == ["Hello."])
         await anyio.sleep(0.3)
     assert len(llm.requests) == 1
+
+
+async def test_an_application_reading_late_results_too_does_not_silence_the_agent() -> None:
+    # late_results() yields each result once: a UI reading it takes results from the loop's
+    # own reader; the loop still finds them waiting and tells them.
+    booking = Booking()
+    llm = ScriptedLLM([book("c1", "Nopa"), "Booking it.", "Nopa is booked."])
+    tts = FakeTTS()
+    runner = runner_for(llm, booking)
+    loop = VoiceLoop(runner, stt=FakeSTT(tts=tts), tts=tts, vad=FakeVAD())
+    shown: list[str] = []
+    async with loop, anyio.create_task_group() as group:
+
+        async def ui() -> None:
+            async for result in runner.late_results():
+                shown.append(result.call_id)
+
+        group.start_soon(ui)
+        await loop.send_text("Book Nopa")
+        await wait_for(lambda: tts.spoken == ["Booking it."])
+        booking.release("Nopa")
+        await wait_for(lambda: tts.spoken[-1:] == ["Nopa is booked."])
+        await quiet(loop)
+        group.cancel_scope.cancel()
+    assert len(llm.requests) == 3
+    llm.assert_consumed()
