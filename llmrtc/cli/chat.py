@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,8 @@ import anyio
 
 from llmrtc.abort import AbortController
 from llmrtc.agent import (
+    AgentEvent,
+    BackgroundHandler,
     StageChanged,
     TextDelta,
     ToolCallStarted,
@@ -121,6 +123,10 @@ class _Chat:
         self.prompted = False
         """Whether the chat got as far as its first prompt (Ctrl-C before that: status 130)."""
         self.scope = anyio.CancelScope()
+        self.turns = anyio.Lock()
+        """Held by the turn running: a user's and an update turn never run at once."""
+        self.waiting = False
+        """Waiting for the user's next line."""
 
     def interrupt(self) -> None:
         """Ctrl-C: stop the answer being written, or end the chat when none is."""
@@ -168,22 +174,42 @@ class _Chat:
             count = f"{tools} tool" + ("" if tools == 1 else "s")
             say(f"llmrtc chat with {llm.model} ({count}). Ctrl-C stops an answer; ")
             say("Ctrl-D or /quit ends.\n")
-        async with aclosing(read_lines()) as lines:
+        async with aclosing(read_lines()) as lines, anyio.create_task_group() as group:
+            if isinstance(runner, BackgroundHandler):
+                group.start_soon(self._tell_late_results, runner)
             while True:
                 if self.interactive:
                     say("you> ")
                 self.prompted = True
+                self.waiting = True
                 line = await anext(lines, None)
+                self.waiting = False
                 if line is None:
                     if self.interactive:
                         say("\n")  # Ctrl-D leaves the cursor after the prompt
-                    return
+                    break
                 text = line.strip()
                 if text in ("/quit", "/exit"):
-                    return
-                if text and await self._turn(runner, text):
+                    break
+                async with self.turns:
+                    ended = bool(text) and await self._turn(runner, runner.run_turn, text)
+                if ended:
                     self.screen.line("[the conversation has ended]")
-                    return
+                    break
+            group.cancel_scope.cancel()
+
+    async def _tell_late_results(self, runner: BackgroundHandler) -> None:
+        """A background call's result landed: the agent tells it in an update turn at once
+        (while the chat waits for a line; after the turn running otherwise)."""
+        async for _ in runner.late_results():
+            async with self.turns:
+                if not getattr(runner, "late_results_waiting", True):
+                    continue  # the turn that just ran carried it to the model
+                if self.waiting and self.interactive:
+                    self.screen.write("\n")  # off the prompt
+                await self._turn(runner, lambda _, **kw: runner.run_update_turn(**kw), None)
+                if self.waiting and self.interactive:
+                    self.screen.write("you> ")
 
     def _runner(self, llm: OpenAIProvider) -> TurnHandler:
         from llmrtc import PlaybookOrchestrator
@@ -202,14 +228,17 @@ class _Chat:
             )
         return handler
 
-    async def _turn(self, runner: TurnHandler, text: str) -> bool:
-        """Run one turn and show it; True when the conversation has ended."""
+    async def _turn(
+        self, runner: TurnHandler, run: Callable[..., AsyncIterator[AgentEvent]], text: str | None
+    ) -> bool:
+        """Run one turn (`run(text, abort_signal=...)`) and show it; True when the
+        conversation has ended."""
         screen = self.screen
         ended = False
         self.turn = controller = AbortController()
         screen.thinking()
         try:
-            async for event in runner.run_turn(text, abort_signal=controller.signal):
+            async for event in run(text, abort_signal=controller.signal):
                 if isinstance(event, TextDelta):
                     screen.text(event.text)
                 elif (line := event_line(event)) is not None:

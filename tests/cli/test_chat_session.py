@@ -211,3 +211,52 @@ async def test_library_warnings_go_to_the_log_file_not_the_conversation(tmp_path
         verbose = await _chat(server, tmp_path, "ping\n", "--tools", str(tools), "--verbose")
     assert "a library warning" in verbose.stderr.decode()
     assert "a library warning" not in verbose.stdout.decode()
+
+
+BOOKING_TOOLS = '''
+import anyio
+from llmrtc import ToolContext, tool
+
+
+@tool(background=True, timeout=30.0)
+async def bookTable(restaurant: str, ctx: ToolContext) -> dict:
+    """Book a table (takes a while).
+
+    Args:
+        restaurant: Where.
+    """
+    await anyio.sleep(1.0)
+    return {"confirmed": True, "reference": "A12"}
+'''
+
+
+@pytest.mark.anyio
+async def test_a_background_result_is_told_while_the_chat_waits_for_a_line(
+    tmp_path: Path,
+) -> None:
+    tools = tmp_path / "booking.py"
+    tools.write_text(BOOKING_TOOLS)
+    replies = [
+        tool_call_reply([("call_1", "bookTable", '{"restaurant": "Nopa"}')]),
+        text_reply("I'm booking Nopa now."),
+        text_reply("Your table at Nopa is booked, reference A12."),
+    ]
+    async with ScriptedOpenAIServer(replies) as server:
+        env = _env(server, tmp_path)
+        async with await anyio.open_process(
+            [*CHAT, "--tools", str(tools)], env=env, stderr=subprocess.PIPE
+        ) as process:
+            assert process.stdout is not None and process.stderr is not None
+            out = _Reader(process.stdout)
+            await _send(process, "Book me a table at Nopa\n")
+            await out.until("I'm booking Nopa now.")
+            # No line typed: the booking lands and the agent says so by itself.
+            await out.until("reference A12")
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            err = await _Reader(process.stderr).rest()
+            await out.rest()
+            assert await process.wait() == 0, err
+    assert server.refused == [] and len(server.requests) == 3
+    last = server.requests[2].body["messages"]
+    assert last[-1]["role"] == "system" and "A12" in last[-1]["content"]
