@@ -165,13 +165,41 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(_normal(text))
 
 
+_NUMBER_WORDS = {
+    word: str(number)
+    for number, word in enumerate(
+        (
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+        )
+    )
+}
+"""Numbers as people say them (and STT writes them): "at eight" grounds a time "8 pm"."""
+_CLOCK = re.compile(r"(?<=\d)(?::00)?\s*(?:[ap]\.?\s?m\b\.?|o'?\s?clock\b|h\b)|:00\b")
+"""What the model adds to a time the user said as a bare number ("8" → "8 pm", "8:00",
+"8 o'clock"): a qualifier, as "Norway" is in "Oslo, Norway"."""
+
+
 def _said(value: str, heard: list[str]) -> bool:
     """Whether `value` is something the user said: every word of it close to a word they
     said, or (scripts written without spaces: "東京" in "東京の天気は") contained in what
-    they said. What follows a comma is the model's qualifier ("Oslo, Norway"): only the
-    part before it must have been said."""
-    head = _normal(value).split(",")[0]
-    words = _words(head)
+    they said. What follows a comma is the model's qualifier ("Oslo, Norway"), as is a
+    clock's "pm", ":00" or "o'clock" after a number: only the rest must have been said; a
+    number said in words ("eight") is its digits."""
+    head = _CLOCK.sub(" ", _normal(value).split(",")[0])
+    words = [_NUMBER_WORDS.get(word, word) for word in _words(head)]
+    heard = heard + [_NUMBER_WORDS[word] for word in heard if word in _NUMBER_WORDS]
     if not words:
         return False
     if all(

@@ -297,3 +297,36 @@ async def test_the_shipped_profile_routes_but_leaves_free_answers_unconstrained(
         router, answer = (r.body for r in server.requests)
     assert router["grammar"] == router_grammar([WEATHER])
     assert "grammar" not in answer
+
+
+@pytest.mark.parametrize(
+    ("said", "time", "expected"),
+    [
+        # By hand in Chromium: "a table for two at Nopa at eight" (Whisper: "at 8") was routed
+        # to the booking with time "8 pm", which grounding refused: the model then often did
+        # not book at all.
+        ("book Nopa at 8", "8 pm", True),
+        ("book Nopa at eight", "8 pm", True),
+        ("book Nopa at eight", "8:00 PM", True),
+        ("book Nopa at 8 o'clock", "8 o'clock", True),
+        ("book Nopa at eight", "8 p.m.", True),
+        ("book Nopa at 7", "8 pm", False),
+        ("book Nopa tonight", "8 pm", False),
+        ("book Nopa at eight", "9", False),
+    ],
+)
+def test_a_time_said_as_a_number_grounds_the_models_clock_time(
+    said: str, time: str, expected: bool
+) -> None:
+    booking = ToolDefinition(
+        "bookTable",
+        "Book a table.",
+        {
+            "type": "object",
+            "properties": {"restaurant": {"type": "string"}, "time": {"type": "string"}},
+            "required": ["restaurant", "time"],
+        },
+    )
+    request = LLMRequest(asked(said), tools=[booking])
+    call = ToolCall("c", "bookTable", {"restaurant": "Nopa", "time": time})
+    assert grounded(call, booking, request) is expected
