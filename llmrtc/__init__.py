@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llmrtc.abort import AbortController, AbortedError, AbortSignal
 from llmrtc.agent import (
     AgentEvent,
+    BackgroundHandler,
     ConversationHistory,
     ResumableHandler,
     StageChanged,
@@ -183,6 +184,7 @@ __all__ = [
     "TurnCompleted",
     "TurnEndEvent",
     "TurnFailed",
+    "BackgroundHandler",
     "ResumableHandler",
     "TurnHandler",
     "TurnRunner",
