@@ -319,8 +319,8 @@ class ToolExecutor:
         the call runs on outside the batch, under its own timeout and a signal of its own:
         neither `abort_signal` nor cancelling the caller stops it. Its one final result is
         reported to the hooks (`on_tool_end`, spans, metrics) when it ends and queued for
-        `background_results()`; `cancel_call` and `aclose` stop it. It holds a concurrency
-        slot while it runs.
+        `background_results()`; `cancel_call` and `aclose` stop it. It holds none of the
+        `max_concurrency` slots while it runs (see `Batch.detached`).
 
         Example:
             offered = registry.scoped(["lookup_weather"], scope="stage 'weather'")
