@@ -10,8 +10,8 @@ through `ToolExecutor.cancel_call` (the call's handler sees its abort signal; th
 its one final result, `aborted`, which reaches the model as a late result) and tells the model
 plainly what happened.
 
-It takes a concurrency slot like any call: with `max_concurrency=1`, a running background call
-holds the only one, and a cancel waits for it to end by itself.
+It takes a concurrency slot like any call; running background calls hold none, so a cancel
+never waits for the call it stops.
 """
 
 from __future__ import annotations
