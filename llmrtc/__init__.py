@@ -29,12 +29,19 @@ from llmrtc.agent import (
 )
 from llmrtc.errors import LLMRTCError
 from llmrtc.execution import (
+    Approval,
+    Approver,
     InvalidToolArgumentsError,
     ToolAbortedError,
+    ToolDeniedError,
+    ToolDuplicateError,
     ToolExecutionError,
     ToolExecutor,
     ToolNotFoundError,
     ToolTimeoutError,
+    ToolUnavailableError,
+    approvals,
+    approve_in_context,
 )
 from llmrtc.llm import (
     CompatProfile,
@@ -42,7 +49,6 @@ from llmrtc.llm import (
     LLMProvider,
     ModelSettings,
     OpenAIProvider,
-    RetryPolicy,
 )
 from llmrtc.llm.default import open_default_provider
 from llmrtc.playbook import (
@@ -58,6 +64,7 @@ from llmrtc.playbook import (
 from llmrtc.telemetry.correlation import CorrelationFilter, install_log_correlation
 from llmrtc.telemetry.events import (
     BargeInEvent,
+    BreakerChangeEvent,
     ErrorEvent,
     LLMEndEvent,
     LLMFirstTokenEvent,
@@ -73,6 +80,7 @@ from llmrtc.telemetry.events import (
     ToolEndEvent,
     ToolErrorEvent,
     ToolProgressEvent,
+    ToolRetryEvent,
     ToolStartEvent,
     ToolWarningEvent,
     TransitionEvent,
@@ -83,8 +91,12 @@ from llmrtc.telemetry.events import (
 )
 from llmrtc.telemetry.hooks import CompositeHooks, Hooks
 from llmrtc.tools import (
+    BreakerState,
+    CircuitBreaker,
+    DuplicatePolicy,
     ExecutionPolicy,
     FunctionTool,
+    RetryPolicy,
     Tool,
     ToolCall,
     ToolCallResult,
@@ -122,10 +134,16 @@ __all__ = [
     "AbortSignal",
     "AbortedError",
     "AgentEvent",
+    "Approval",
+    "Approver",
     "BargeInEvent",
+    "BreakerChangeEvent",
+    "BreakerState",
+    "CircuitBreaker",
     "CompositeHooks",
     "ConversationHistory",
     "CorrelationFilter",
+    "DuplicatePolicy",
     "ErrorEvent",
     "ExecutionPolicy",
     "FunctionTool",
@@ -172,6 +190,10 @@ __all__ = [
     "ToolError",
     "ToolErrorEvent",
     "ToolProgressEvent",
+    "ToolRetryEvent",
+    "ToolDeniedError",
+    "ToolDuplicateError",
+    "ToolUnavailableError",
     "ToolExecutionError",
     "ToolExecutor",
     "ToolNotFoundError",
@@ -192,6 +214,8 @@ __all__ = [
     "TurnStartEvent",
     "ValidationResult",
     "__version__",
+    "approvals",
+    "approve_in_context",
     "install_log_correlation",
     "define_tool",
     "load_playbook",

@@ -6,7 +6,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from llmrtc.telemetry.events import ToolEndEvent, ToolErrorEvent, ToolProgressEvent, ToolStartEvent
+from llmrtc.telemetry.events import (
+    BreakerChangeEvent,
+    ToolEndEvent,
+    ToolErrorEvent,
+    ToolProgressEvent,
+    ToolRetryEvent,
+    ToolStartEvent,
+)
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.calls import ToolCall, ToolCallResult
 
@@ -19,6 +26,10 @@ ToolErrorCallback = Callable[[ToolCall, BaseException], Any]
 ToolProgressCallback = Callable[[ToolProgressEvent], Any]
 """`on_tool_progress(event)`: a running tool reported progress (`ToolContext.progress`); sync
 or async."""
+ToolRetryCallback = Callable[[ToolRetryEvent], Any]
+"""`on_tool_retry(event)`: a call's attempt failed and it is tried again; sync or async."""
+BreakerChangeCallback = Callable[[BreakerChangeEvent], Any]
+"""`on_breaker_change(event)`: a tool's circuit breaker changed state; sync or async."""
 
 
 def _call_of(event: ToolStartEvent | ToolEndEvent | ToolErrorEvent) -> ToolCall:
@@ -35,6 +46,8 @@ class CallbackHooks(Hooks):
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
         on_tool_progress: ToolProgressCallback | None = None,
+        on_tool_retry: ToolRetryCallback | None = None,
+        on_breaker_change: BreakerChangeCallback | None = None,
     ) -> None:
         if on_tool_start is not None:
             self.on_tool_start = _adapt(on_tool_start, lambda e: (_call_of(e), e.context))  # type: ignore[method-assign]
@@ -44,6 +57,10 @@ class CallbackHooks(Hooks):
             self.on_tool_error = _adapt(on_tool_error, lambda e: (_call_of(e), e.error))  # type: ignore[method-assign]
         if on_tool_progress is not None:
             self.on_tool_progress = _adapt(on_tool_progress, lambda e: (e,))  # type: ignore[method-assign]
+        if on_tool_retry is not None:
+            self.on_tool_retry = _adapt(on_tool_retry, lambda e: (e,))  # type: ignore[method-assign]
+        if on_breaker_change is not None:
+            self.on_breaker_change = _adapt(on_breaker_change, lambda e: (e,))  # type: ignore[method-assign]
 
 
 def result_from_end_event(event: ToolEndEvent) -> ToolCallResult:
@@ -55,6 +72,9 @@ def result_from_end_event(event: ToolEndEvent) -> ToolCallResult:
         event.result,
         event.error,
         event.duration_s * 1000,
+        event.model_usage,
+        event.reused_from,
+        event.attempts,
     )
 
 

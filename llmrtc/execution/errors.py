@@ -8,9 +8,12 @@ from llmrtc.errors import LLMRTCError
 __all__ = [
     "InvalidToolArgumentsError",
     "ToolAbortedError",
+    "ToolDeniedError",
+    "ToolDuplicateError",
     "ToolExecutionError",
     "ToolNotFoundError",
     "ToolTimeoutError",
+    "ToolUnavailableError",
 ]
 
 
@@ -59,4 +62,42 @@ class ToolAbortedError(ToolExecutionError):
 
     def __init__(self, tool_name: str, message: str, reason: object = None) -> None:
         super().__init__(tool_name, message)
+        self.reason = reason
+
+
+class ToolDuplicateError(ToolExecutionError):
+    """The call repeats an earlier one (same tool, same arguments, same session) and its tool
+    has `on_duplicate="reject"`; `first_call_id` names the earlier call."""
+
+    status = "duplicate"
+
+    def __init__(self, tool_name: str, message: str, first_call_id: str) -> None:
+        super().__init__(tool_name, message)
+        self.first_call_id = first_call_id
+
+
+class ToolUnavailableError(ToolExecutionError):
+    """The tool's circuit breaker is open after repeated failures: the call did not run."""
+
+    status = "unavailable"
+
+    def __init__(self, tool_name: str) -> None:
+        super().__init__(
+            tool_name,
+            f"tool {tool_name!r} is temporarily unavailable after repeated failures; it did "
+            "not run. Tell the user, and try again later",
+        )
+
+
+class ToolDeniedError(ToolExecutionError):
+    """The call needed approval and did not get it (denied, no answer in time, or no approver
+    configured): it did not run. `reason` is what the model was told why."""
+
+    status = "denied"
+
+    def __init__(self, tool_name: str, reason: str | None) -> None:
+        text = f"the call of {tool_name!r} was not approved, so it did not run"
+        if reason:
+            text += f": {reason}"
+        super().__init__(tool_name, text)
         self.reason = reason

@@ -1,5 +1,6 @@
-"""How `OpenAIProvider` adapts to a server: `RetryPolicy` (when to try again) and
-`CompatProfile` (the quirks of a server or model family, e.g. llama.cpp with a small Qwen)."""
+"""How `OpenAIProvider` adapts to a server: `RetryPolicy` (when to try again; defined in
+`llmrtc.tools.retry`, which tool calls share) and `CompatProfile` (the quirks of a server or
+model family, e.g. llama.cpp with a small Qwen)."""
 
 from __future__ import annotations
 
@@ -7,37 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmrtc.tools.definition import ToolDefinition
+from llmrtc.tools.retry import RetryPolicy
 
 __all__ = ["CompatProfile", "RetryPolicy"]
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """When a failed request is tried again. Retries happen only before anything streamed
-    (a stream that fails later is continued by a `CompatProfile` that knows how, or fails),
-    and an abort interrupts the backoff.
-
-    Example:
-        OpenAIProvider("gpt-4o-mini", retry=RetryPolicy(max_retries=4, max_delay=20.0))
-    """
-
-    max_retries: int = 2
-    """Retries after the first attempt (0: never retry)."""
-    base_delay: float = 0.5
-    """First backoff delay in seconds; it doubles per retry, with +/-20 % jitter."""
-    max_delay: float = 8.0
-    """Cap for one delay, also for a server's `Retry-After`."""
-    retry_status_errors: bool = True
-    """Retry HTTP 429 and 5xx. False for a server whose errors are deterministic (a local
-    llama.cpp at temperature 0): connection failures are still retried."""
-
-    def __post_init__(self) -> None:
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.base_delay < 0 or self.max_delay < 0:
-            raise ValueError(
-                f"base_delay and max_delay must be >= 0, got {self.base_delay}, {self.max_delay}"
-            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -135,6 +134,12 @@ class OpenAIProvider:
         self.tool_call_format: ToolCallFormat = tool_call_format
         self.call_format: CallFormat = call_format
         """The strategy of `tool_call_format`: what goes into a request, how content is read."""
+        if retry is not None and retry.for_tools_only:
+            raise ValueError(
+                "RetryPolicy.retry_on, attempt_timeout and retry_side_effects apply to tool "
+                "calls only (@tool(retry=...)); a model request retries connection failures "
+                "and, with retry_status_errors, HTTP 429 and 5xx"
+            )
         self.retry = retry or RetryPolicy()
         self.compat = compat or CompatProfile()
         self.request_timeout = request_timeout
@@ -371,8 +376,7 @@ class OpenAIProvider:
                 return min(float(retry_after), self.retry.max_delay)
             except ValueError:
                 pass  # an HTTP date: fall back to our own backoff
-        delay = self.retry.base_delay * (2**attempt)
-        return float(min(delay * random.uniform(0.8, 1.2), self.retry.max_delay))
+        return self.retry.delay(attempt)
 
     # The request -------------------------------------------------------------------------
 

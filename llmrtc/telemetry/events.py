@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "BargeInEvent",
+    "BreakerChangeEvent",
     "ErrorEvent",
     "HookEvent",
     "LLMEndEvent",
@@ -42,6 +43,7 @@ __all__ = [
     "ToolEndEvent",
     "ToolErrorEvent",
     "ToolProgressEvent",
+    "ToolRetryEvent",
     "ToolStartEvent",
     "ToolWarningEvent",
     "TransitionEvent",
@@ -94,8 +96,9 @@ class ToolEndEvent:
     call_id: str
     tool_name: str
     status: str
-    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted` (never
-    `running`: a background call's end event reports its final result)."""
+    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout`, `aborted`, `duplicate`,
+    `unavailable` or `denied` (never `running`: a background call's end event reports its
+    final result)."""
     tool_description: str = ""
     arguments: Any = None
     sensitive_fields: Sequence[str] = ()
@@ -128,6 +131,13 @@ class ToolEndEvent:
     background: bool = False
     """The call ran in the background: this is its final result, which the model did not have
     when its batch ended (it got a `"running"` answer then)."""
+    reused_from: str | None = None
+    """`on_duplicate="reuse"`: the earlier call whose result answered this one (its handler
+    did not run for this call)."""
+    attempts: int = 1
+    """Handler runs for this call (more than 1 after retries; 0 when it never ran)."""
+    approval: Literal["approved", "denied"] | None = None
+    """The approver's answer, for a tool that needed approval; None when none was asked."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +180,50 @@ class ToolProgressEvent:
     turn_id: str | None = None
     """The turn that started the call (a background call outlives it)."""
     stage_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolRetryEvent:
+    """A tool call's attempt failed and the call is tried again after `delay_s`
+    (`ToolDefinition.retry`)."""
+
+    hook: ClassVar[str] = "on_tool_retry"
+
+    execution_id: str
+    call_id: str
+    tool_name: str
+    attempt: int
+    """The attempt that failed (1 for the first)."""
+    delay_s: float
+    """Seconds until the next attempt."""
+    error: str
+    """What failed, for logs: the exception's class and text, or "attempt timed out after N s"
+    (may quote values: content)."""
+    error_type: str
+    """The exception's fully qualified class name, or `timeout`."""
+    session_id: str | None = None
+    turn_id: str | None = None
+    stage_id: str | None = None
+    background: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerChangeEvent:
+    """A tool's circuit breaker changed state (`ToolDefinition.breaker`): `closed` (calls
+    run), `open` (calls end `unavailable` at once), `half_open` (one trial call runs)."""
+
+    hook: ClassVar[str] = "on_breaker_change"
+
+    tool_name: str
+    old_state: Literal["closed", "open", "half_open"]
+    new_state: Literal["closed", "open", "half_open"]
+    failures: int
+    """Consecutive failed calls counted when it changed."""
+    reset_after: float
+    """Seconds an open breaker waits before its trial call."""
+    call_id: str | None = None
+    """The call whose outcome (or admission, for `half_open`) changed it."""
+    session_id: str | None = None
 
 
 # LLM-backed tools (`llmrtc.catalog.define_llm_tool`) ----------------------------------------
@@ -502,6 +556,8 @@ HookEvent: TypeAlias = (
     | ToolEndEvent
     | ToolErrorEvent
     | ToolProgressEvent
+    | ToolRetryEvent
+    | BreakerChangeEvent
     | TurnStartEvent
     | TurnEndEvent
     | LLMStartEvent

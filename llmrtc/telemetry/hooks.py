@@ -32,6 +32,7 @@ import anyio
 
 from llmrtc.telemetry.events import (
     BargeInEvent,
+    BreakerChangeEvent,
     ErrorEvent,
     HookEvent,
     LLMEndEvent,
@@ -48,6 +49,7 @@ from llmrtc.telemetry.events import (
     ToolEndEvent,
     ToolErrorEvent,
     ToolProgressEvent,
+    ToolRetryEvent,
     ToolStartEvent,
     ToolWarningEvent,
     TransitionEvent,
@@ -108,6 +110,13 @@ class Hooks:
     def on_tool_progress(self, event: ToolProgressEvent) -> Awaitable[None] | None:
         """A running tool reported progress (`ToolContext.progress`); called in the task of
         the tool's handler, which waits for it: keep it quick."""
+
+    def on_tool_retry(self, event: ToolRetryEvent) -> Awaitable[None] | None:
+        """A tool call's attempt failed and it is tried again (`ToolDefinition.retry`); called
+        before the backoff, in the task running the call."""
+
+    def on_breaker_change(self, event: BreakerChangeEvent) -> Awaitable[None] | None:
+        """A tool's circuit breaker changed state (`ToolDefinition.breaker`)."""
 
     def on_model_fallback(self, event: ModelFallbackEvent) -> Awaitable[None] | None:
         """An LLM-backed tool's model failed; the tool tries its next model."""

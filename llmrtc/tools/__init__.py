@@ -1,5 +1,6 @@
 """Floor 0: what a tool *is*: definitions, handlers, the registry, calls, results, validation."""
 
+from llmrtc.tools.breaker import BreakerState, CircuitBreaker
 from llmrtc.tools.calls import (
     RUNNING_NOTE,
     ModelUsage,
@@ -12,11 +13,13 @@ from llmrtc.tools.context import PROGRESS_INTERVAL, PROGRESS_MAX_CHARS, ToolCont
 from llmrtc.tools.definition import (
     REASONING_FIELD,
     TOOL_NAME_PATTERN,
+    DuplicatePolicy,
     ExecutionPolicy,
     ToolDefinition,
 )
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.registry import CallRouter, ToolRegistry
+from llmrtc.tools.retry import RetryPolicy
 from llmrtc.tools.schema_form import OUTPUT_FIELD
 from llmrtc.tools.tool import (
     FunctionTool,
@@ -35,12 +38,16 @@ __all__ = [
     "PROGRESS_MAX_CHARS",
     "RUNNING_NOTE",
     "REASONING_FIELD",
+    "BreakerState",
+    "CircuitBreaker",
+    "DuplicatePolicy",
     "LatentTool",
     "ModelUsage",
     "CallRouter",
     "TOOL_NAME_PATTERN",
     "ExecutionPolicy",
     "FunctionTool",
+    "RetryPolicy",
     "Tool",
     "ToolCall",
     "ToolCallResult",

@@ -19,12 +19,24 @@ __all__ = [
 ]
 
 ToolCallStatus = Literal[
-    "ok", "error", "invalid_arguments", "not_found", "timeout", "aborted", "running"
+    "ok",
+    "error",
+    "invalid_arguments",
+    "not_found",
+    "timeout",
+    "aborted",
+    "duplicate",
+    "unavailable",
+    "denied",
+    "running",
 ]
 """How a call ended: `ok`; `error` (the handler raised); `invalid_arguments` (did not parse or
 did not match the schema; the handler was not called); `not_found` (no such tool, or not offered);
-`timeout` (the handler ran past its limit and was cancelled); `aborted` (the batch was aborted
-before or while the call ran). `running` is no ending: the batch's provisional answer for a
+`timeout` (the handler ran past its limit and was cancelled, or waited for a resource past it);
+`aborted` (the batch was aborted before or while the call ran); `duplicate` (a repeat of an
+earlier call, refused by `on_duplicate="reject"`); `unavailable` (the tool's circuit breaker is
+open after repeated failures); `denied` (its approval was refused or did not come in time).
+None of the last three ran the handler. `running` is no ending: the batch's provisional answer for a
 background call (`ToolDefinition.background`), whose final result (one of the others) follows."""
 
 RUNNING_NOTE = (
@@ -99,6 +111,12 @@ class ToolCallResult:
     """How long the handler ran; 0 for calls that never ran."""
     model_usage: ModelUsage | None = None
     """For an LLM-backed tool: the models it used (see `ToolContext.report_model_usage`)."""
+    reused_from: str | None = None
+    """The call id whose result this is (`on_duplicate="reuse"`: the handler did not run for
+    this call); None otherwise."""
+    attempts: int = 1
+    """How many times the handler ran for this call (more than 1 after retries; 0 when it
+    never ran: refused, reused, aborted while waiting)."""
 
     @property
     def success(self) -> bool:
@@ -124,7 +142,17 @@ class ToolCallResult:
 # time. Same object, same fields, no validation skipped (the dataclass has none).
 _result_slots = tuple(
     ToolCallResult.__dict__[name].__set__
-    for name in ("call_id", "tool_name", "status", "result", "error", "duration_ms", "model_usage")
+    for name in (
+        "call_id",
+        "tool_name",
+        "status",
+        "result",
+        "error",
+        "duration_ms",
+        "model_usage",
+        "reused_from",
+        "attempts",
+    )
 )
 
 
@@ -136,13 +164,23 @@ def new_result(
     error: str | None,
     duration_ms: float,
     model_usage: ModelUsage | None = None,
+    reused_from: str | None = None,
+    attempts: int = 1,
 ) -> ToolCallResult:
-    """`ToolCallResult(call_id, tool_name, status, result, error, duration_ms, model_usage)`,
-    built faster."""
+    """`ToolCallResult(call_id, tool_name, status, result, error, duration_ms, model_usage,
+    reused_from, attempts)`, built faster."""
     made = object.__new__(ToolCallResult)
-    (set_call_id, set_tool_name, set_status, set_result, set_error, set_duration, set_usage) = (
-        _result_slots
-    )
+    (
+        set_call_id,
+        set_tool_name,
+        set_status,
+        set_result,
+        set_error,
+        set_duration,
+        set_usage,
+        set_reused,
+        set_attempts,
+    ) = _result_slots
     set_call_id(made, call_id)
     set_tool_name(made, tool_name)
     set_status(made, status)
@@ -150,4 +188,6 @@ def new_result(
     set_error(made, error)
     set_duration(made, duration_ms)
     set_usage(made, model_usage)
+    set_reused(made, reused_from)
+    set_attempts(made, attempts)
     return made

@@ -49,6 +49,9 @@ class ToolContext:
     `llmrtc.catalog.ModelPool`), for LLM-backed tools; None when it has none."""
     model_usage: ModelUsage | None = None
     """What `report_model_usage` last recorded; it goes onto the call's result."""
+    sensitive_fields: tuple[str, ...] = ()
+    """The tool's `sensitive_fields`: argument and result keys to mask wherever this call's
+    values are shown or recorded (an approval prompt, a log line)."""
     progress_sink: ProgressSink | None = field(default=None, repr=False, compare=False)
     """Where `progress` passes messages on: set by the executor when a hook listens for
     `on_tool_progress`; None drops them (after checking them)."""
@@ -115,6 +118,7 @@ _context_slots = tuple(
     for name in ("call_id", "abort_signal", "session_id", "turn_id", "metadata", "models")
 )
 _set_sink = ToolContext.__dict__["progress_sink"].__set__
+_set_sensitive = ToolContext.__dict__["sensitive_fields"].__set__
 _set_progress_at = ToolContext.__dict__["_progress_at"].__set__
 
 
@@ -129,9 +133,10 @@ def new_context(
     metadata: Mapping[str, Any],
     models: Any = None,
     progress_sink: ProgressSink | None = None,
+    sensitive_fields: tuple[str, ...] = (),
 ) -> ToolContext:
     """`ToolContext(call_id, abort_signal, session_id, turn_id, metadata, models,
-    progress_sink)`, built faster."""
+    sensitive_fields=..., progress_sink=...)`, built faster."""
     made = object.__new__(ToolContext)
     set_call_id, set_signal, set_session, set_turn, set_metadata, set_models = _context_slots
     set_call_id(made, call_id)
@@ -142,5 +147,6 @@ def new_context(
     set_models(made, models)
     _set_usage(made, None)
     _set_sink(made, progress_sink)
+    _set_sensitive(made, sensitive_fields)
     _set_progress_at(made, -math.inf)
     return made

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from llmrtc.tools._schema import compact_model_schema
 from llmrtc.tools.arguments import ArgumentSchema, ArgumentsError, compile_validator
+from llmrtc.tools.breaker import CircuitBreaker
 from llmrtc.tools.ids import DEFAULT_TOOL_VERSION, format_tool_id, parse_tool_id, to_wire_name
+from llmrtc.tools.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from llmrtc.tools.calls import ToolCall
 
 __all__ = [
+    "DuplicatePolicy",
     "ExecutionPolicy",
     "InterruptPolicy",
     "REASONING_FIELD",
@@ -30,6 +36,15 @@ InterruptPolicy = Literal["cancel", "finish"]
 """What a barge-in (an abort of the turn) does to a running call: `"cancel"` cancels its handler
 (result `aborted`); `"finish"` lets it run to completion under its own timeout (a payment, a
 booking), and its real result answers the call."""
+
+DuplicatePolicy = Literal["allow", "reuse", "reject"]
+"""What the executor does with a duplicate call — the same tool with the same arguments in the
+same session while the first call runs or soon after it succeeded (a voice model repeating a
+booking after a barge-in): `"allow"` runs it again; `"reuse"` answers it with the first call's
+result without running the handler; `"reject"` answers it with status `"duplicate"`."""
+
+RESOURCE_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+"""Names of the resources a tool holds while it runs (`ToolDefinition.resources`)."""
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Tool names OpenAI-style chat APIs accept."""
@@ -88,6 +103,28 @@ class ToolDefinition:
     runs on under its own timeout, not stopped by an abort of the batch (a barge-in). Its one
     final result is reported to the hooks as usual and delivered by
     `ToolExecutor.background_results()`; `ToolExecutor.cancel_call` stops it."""
+    on_duplicate: DuplicatePolicy = "allow"
+    """What a duplicate call does (see `DuplicatePolicy`): a call to this tool with the same
+    arguments (compared after parsing and default filling) in the same `session_id`, while the
+    first runs or within the executor's `duplicate_window` after it ended `ok`. A first call
+    that failed, timed out or was aborted is never reused; calls without a `session_id` are
+    never duplicates."""
+    retry: RetryPolicy | None = None
+    """Try a failed call again (see `RetryPolicy`): by default any exception but `ToolError`,
+    and a timed-out attempt when `attempt_timeout` is set; all attempts inside `timeout`. A
+    tool with `side_effects` and `on_duplicate="allow"` must opt in
+    (`RetryPolicy(retry_side_effects=True)`)."""
+    breaker: CircuitBreaker | None = None
+    """Stop calling a failing backend for a while (see `CircuitBreaker`): after that many
+    consecutive failed calls, calls end at once with status `"unavailable"`."""
+    resources: Sequence[str] = ()
+    """Named resources a call holds while it runs (`("crm",)`): the executor's
+    `resource_limits` caps how many calls hold each at once, across all batches, FIFO.
+    Stored sorted, without repeats (the order they are taken in)."""
+    needs_approval: bool | Callable[[ToolCall], bool] = False
+    """Ask the executor's `approver` before each call runs (or a predicate deciding per call,
+    given the call with its parsed arguments). Denied, or no answer within `approval_timeout`:
+    status `"denied"`."""
     namespace: str | None = None
     """Groups tools (`crm`, `billing`): a namespaced tool is named `namespace.name` wherever
     users and the model see it and `namespace__name` on the wire. `name="crm.lookup"` sets it
@@ -109,6 +146,8 @@ class ToolDefinition:
     `_output` argument that must match this schema (see `llmrtc.tools.offer`)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
+    has_policies: bool = field(default=False, init=False)
+    """Any of `on_duplicate`, `retry`, `breaker`, `resources` or `needs_approval` is set."""
     reasoning_for_call: bool = field(default=False, init=False)
     """The parameters declare the optional `_reasoningForCall` string (the model says why it
     chose the tool): the executor strips it from the arguments before validation and the
@@ -173,6 +212,7 @@ class ToolDefinition:
                 f"tool {self.name!r}: background must be True or False, got {self.background!r}"
             )
         self._check_metadata()
+        self._check_policies()
         try:
             validator = compile_validator(
                 self.parameters,  # type: ignore[arg-type]
@@ -220,6 +260,61 @@ class ToolDefinition:
             )
         object.__setattr__(self, "namespace", namespace)
         object.__setattr__(self, "name", f"{namespace}.{name}" if namespace else name)
+
+    def _check_policies(self) -> None:
+        name = self.name
+        if self.on_duplicate not in ("allow", "reuse", "reject"):
+            raise ValueError(
+                f"tool {name!r}: on_duplicate must be 'allow', 'reuse' or 'reject', "
+                f"got {self.on_duplicate!r}"
+            )
+        retry = self.retry
+        if retry is not None:
+            if not isinstance(retry, RetryPolicy):
+                raise ValueError(
+                    f"tool {name!r}: retry must be a RetryPolicy or None, got {retry!r}"
+                )
+            if not retry.retry_status_errors:
+                raise ValueError(
+                    f"tool {name!r}: RetryPolicy.retry_status_errors applies to model requests "
+                    "only; choose what a tool retries with retry_on"
+                )
+            if self.side_effects and self.on_duplicate == "allow" and not retry.retry_side_effects:
+                raise ValueError(
+                    f"tool {name!r} has side effects ({', '.join(self.side_effects)}) and "
+                    "on_duplicate='allow': a retry could do them twice. Set "
+                    "on_duplicate='reuse' or 'reject', or opt in with "
+                    "RetryPolicy(retry_side_effects=True)"
+                )
+        if self.breaker is not None and not isinstance(self.breaker, CircuitBreaker):
+            raise ValueError(
+                f"tool {name!r}: breaker must be a CircuitBreaker or None, got {self.breaker!r}"
+            )
+        resources = self.resources
+        if isinstance(resources, str) or not all(
+            isinstance(r, str) and RESOURCE_NAME_PATTERN.match(r) for r in resources
+        ):
+            raise ValueError(
+                f"tool {name!r}: resources must be a list of names of 1-64 letters, digits, "
+                f"'_', '.' or '-', got {resources!r}"
+            )
+        object.__setattr__(self, "resources", tuple(sorted(set(resources))))
+        approval = self.needs_approval
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ValueError(
+                f"tool {name!r}: needs_approval must be True, False or a callable "
+                f"(call) -> bool, got {approval!r}"
+            )
+        # Read once per call by the executor: a tool with none of these pays one test.
+        object.__setattr__(
+            self,
+            "has_policies",
+            self.on_duplicate != "allow"
+            or retry is not None
+            or self.breaker is not None
+            or bool(self.resources)
+            or approval is not False,
+        )
 
     def _check_metadata(self) -> None:
         try:

@@ -25,9 +25,17 @@ from pydantic import BaseModel
 
 from llmrtc.tools._signature import signature_model
 from llmrtc.tools.arguments import ArgumentSchema, compile_validator
+from llmrtc.tools.breaker import CircuitBreaker
+from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.context import ToolContext
-from llmrtc.tools.definition import ExecutionPolicy, InterruptPolicy, ToolDefinition
+from llmrtc.tools.definition import (
+    DuplicatePolicy,
+    ExecutionPolicy,
+    InterruptPolicy,
+    ToolDefinition,
+)
 from llmrtc.tools.ids import DEFAULT_TOOL_VERSION
+from llmrtc.tools.retry import RetryPolicy
 from llmrtc.tools.schema_form import OUTPUT_FIELD, definition_from_schema
 
 logger = logging.getLogger(__name__)
@@ -207,6 +215,12 @@ def latent_tool(definition: ToolDefinition) -> LatentTool:
     Raises:
         ValueError: when the definition gives no output schema at all.
     """
+    if definition.retry is not None or definition.breaker is not None:
+        # Nothing runs: the model writes the result, so nothing can fail or be retried.
+        raise ValueError(
+            f"tool {definition.name!r} has no handler (it is latent): retry and breaker "
+            "apply only to tools that run a handler"
+        )
     parameters = definition.json_schema
     properties = dict(parameters.get("properties") or {})
     output = properties.get(OUTPUT_FIELD)
@@ -285,6 +299,11 @@ def tool(
     sensitive_fields: Sequence[str] = (),
     on_interrupt: InterruptPolicy = "cancel",
     background: bool = False,
+    on_duplicate: DuplicatePolicy = "allow",
+    retry: RetryPolicy | None = None,
+    breaker: CircuitBreaker | None = None,
+    resources: Sequence[str] = (),
+    needs_approval: bool | Callable[[ToolCall], bool] = False,
     namespace: str | None = None,
     version: str = DEFAULT_TOOL_VERSION,
     tags: Sequence[str] = (),
@@ -303,6 +322,11 @@ def tool(
     sensitive_fields: Sequence[str] = (),
     on_interrupt: InterruptPolicy = "cancel",
     background: bool = False,
+    on_duplicate: DuplicatePolicy = "allow",
+    retry: RetryPolicy | None = None,
+    breaker: CircuitBreaker | None = None,
+    resources: Sequence[str] = (),
+    needs_approval: bool | Callable[[ToolCall], bool] = False,
     namespace: str | None = None,
     version: str = DEFAULT_TOOL_VERSION,
     tags: Sequence[str] = (),
@@ -338,6 +362,12 @@ def tool(
             `"finish"` (runs to completion under its own timeout; see `ToolDefinition`).
         background: The batch does not wait for the call: it is answered at once with a
             `"running"` result and its final result comes later (see `ToolDefinition`).
+        on_duplicate: `"allow"` (default), `"reuse"` (a repeated call gets the first call's
+            result; the handler runs once) or `"reject"` (status `"duplicate"`).
+        retry: A `RetryPolicy`: failed attempts are tried again within `timeout`.
+        breaker: A `CircuitBreaker`: after repeated failures, calls end `"unavailable"`.
+        resources: Named resources a call holds while it runs (`ToolExecutor(resource_limits=)`).
+        needs_approval: Ask the executor's `approver` first (True, or a per-call predicate).
         namespace: Groups the tool; it is then named `namespace.name` (wire: `namespace__name`).
         version: Semver of the tool (`tool_id` is `namespace:name@version`).
         tags: Keywords for catalog search and filtering.
@@ -358,6 +388,11 @@ def tool(
             sensitive_fields=sensitive_fields,
             on_interrupt=on_interrupt,
             background=background,
+            on_duplicate=on_duplicate,
+            retry=retry,
+            breaker=breaker,
+            resources=resources,
+            needs_approval=needs_approval,
             namespace=namespace,
             version=version,
             tags=tags,

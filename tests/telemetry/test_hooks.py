@@ -88,6 +88,8 @@ def test_every_hook_of_the_product_is_declared() -> None:
         "on_tool_warning",
         "on_tool_error",
         "on_tool_progress",
+        "on_tool_retry",
+        "on_breaker_change",
         "on_turn_start",
         "on_turn_end",
         "on_llm_start",

@@ -1,0 +1,63 @@
+"""Approval of tool calls (`ToolDefinition.needs_approval`): `Approval`, the `Approver` an
+executor awaits before such a call runs, and `approvals()`, which lets the code that owns a
+conversation (a WebRTC session asking its client) answer for the executors run inside it.
+
+    executor = ToolExecutor(registry, approver=approve_in_context)
+    with approvals(ask_the_client):
+        await loop_task()          # every approval of a call run here is asked of ask_the_client
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from llmrtc.tools.calls import ToolCall
+from llmrtc.tools.context import ToolContext
+
+__all__ = ["Approval", "Approver", "approvals", "approve_in_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """An approver's answer for one call.
+
+    Attributes:
+        approved: Whether the call may run.
+        reason: Why not (or a note), told to the model when the call is denied; keep it a
+            short sentence a voice agent may say.
+    """
+
+    approved: bool
+    reason: str | None = None
+
+
+Approver = Callable[[ToolCall, ToolContext], Awaitable["Approval | bool"]]
+"""`async approver(call, ctx) -> Approval | bool`: may the call run? `call.arguments` is the
+parsed, default-filled arguments dict; `ctx` is the call's context (its `abort_signal` is set
+when the batch is aborted; `sensitive_fields` names what to mask when showing the arguments)."""
+
+_context_approver: ContextVar[Approver | None] = ContextVar("llmrtc_approver", default=None)
+
+
+@contextmanager
+def approvals(approver: Approver) -> Iterator[None]:
+    """Within this block (this task and the tasks it starts), `approve_in_context` asks
+    `approver`. Nested blocks replace the outer one's approver for their duration."""
+    token = _context_approver.set(approver)
+    try:
+        yield
+    finally:
+        _context_approver.reset(token)
+
+
+async def approve_in_context(call: ToolCall, ctx: ToolContext) -> Approval | bool:
+    """An `Approver` that asks the approver of the enclosing `approvals()` block (a WebRTC
+    session with `ServerConfig(approvals="client")` opens one), and denies the call when there
+    is none: a call that needs approval never runs without it."""
+    approver = _context_approver.get()
+    if approver is None:
+        return Approval(False, "no one is there to approve it")
+    return await approver(call, ctx)
