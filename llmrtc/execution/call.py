@@ -320,7 +320,14 @@ class Call:
             runner.settles, self.settles = self.settles, False
             runner.changes, self.changes = self.changes, None
             runner.approval = self.approval
-            runner.waits = runner.follows is not None or bool(self.tool.definition.resources)  # type: ignore[union-attr]
+            # Approval is asked in the batch, unless the call started out following a
+            # running call (its run asks, should that call fail and this one run after all).
+            runner.needs_approval = self.needs_approval and self.approval is None
+            runner.waits = (
+                runner.follows is not None
+                or runner.needs_approval
+                or bool(self.tool.definition.resources)  # type: ignore[union-attr]
+            )
         return runner
 
     # Running --------------------------------------------------------------------------------

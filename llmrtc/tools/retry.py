@@ -76,16 +76,23 @@ class RetryPolicy:
                 f"base_delay and max_delay must be >= 0, got {self.base_delay}, {self.max_delay}"
             )
         retry_on = self.retry_on
-        if retry_on is not None and not callable(retry_on):
-            if isinstance(retry_on, type):
-                retry_on = (retry_on,)
-            if not isinstance(retry_on, tuple) or not all(
-                isinstance(kind, type) and issubclass(kind, BaseException) for kind in retry_on
-            ):
-                raise ValueError(
-                    "retry_on must be exception classes (a tuple) or a predicate "
-                    f"(exception) -> bool, got {self.retry_on!r}"
+        if isinstance(retry_on, type):  # one exception class (a class is also callable)
+            retry_on = (retry_on,)
+        if (
+            retry_on is not None
+            and not callable(retry_on)
+            and (
+                not isinstance(retry_on, tuple)
+                or not all(
+                    isinstance(kind, type) and issubclass(kind, BaseException) for kind in retry_on
                 )
+            )
+        ):
+            raise ValueError(
+                "retry_on must be exception classes (a tuple) or a predicate "
+                f"(exception) -> bool, got {self.retry_on!r}"
+            )
+        if retry_on is not self.retry_on:
             object.__setattr__(self, "retry_on", retry_on)
         timeout = self.attempt_timeout
         if timeout is not None and (not _seconds(timeout) or timeout == 0):
