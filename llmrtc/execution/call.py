@@ -349,7 +349,7 @@ class Call:
                 else:
                     waiting_since = _perf_counter()
                     await slots.acquire()
-                    self.queued_s = _perf_counter() - waiting_since
+                    self.queued_s += _perf_counter() - waiting_since
                 try:
                     if scope.cancel_called or (signal is not None and signal.aborted):
                         return  # aborted while queued: the batch gives it its result

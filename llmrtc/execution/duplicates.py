@@ -51,7 +51,9 @@ class DuplicateEntry:
         self._done: anyio.Event | None = None  # made by the first call that waits for it
 
     async def wait(self) -> None:
-        """Return once the leading call ended (however)."""
+        """Return once the leading call ended (however; at once if it has)."""
+        if self.ended:
+            return
         if self._done is None:
             self._done = anyio.Event()
         await self._done.wait()

@@ -113,7 +113,8 @@ class ToolEndEvent:
     duration_s: float = 0.0
     """How long the handler ran (0 if it never ran)."""
     queued_s: float = 0.0
-    """How long the call waited for a concurrency slot."""
+    """How long the call waited before its handler ran: for a concurrency slot, its
+    resources (`ToolDefinition.resources`) and a running call it repeats (`on_duplicate`)."""
     started: bool = False
     """Whether the handler ran (a start event was sent for this execution)."""
     result: Any = None

@@ -307,3 +307,23 @@ def test_the_table_forgets_failures_and_keeps_ok_results_for_the_window() -> Non
     assert table.find(key) is entry
     now[0] = 10.5
     assert table.find(key) is None
+
+
+async def test_a_repeat_in_the_same_batch_of_a_call_that_ended_at_once_is_reused() -> None:
+    # Regression: the first call ran to its end without yielding (no await in its handler)
+    # before the repeat began to wait for it; the repeat then waited forever.
+    runs: list[int] = []
+
+    @tool(on_duplicate="reuse")
+    async def instant(n: int) -> int:
+        """Answers without awaiting anything."""
+        runs.append(n)
+        return n
+
+    executor = ToolExecutor(ToolRegistry([instant]))
+    with anyio.fail_after(2):
+        results = await executor.execute(
+            [ToolCall("a", "instant", {"n": 1}), ToolCall("b", "instant", {"n": 1})],
+            session_id="s",
+        )
+    assert [r.reused_from for r in results] == [None, "a"] and runs == [1]

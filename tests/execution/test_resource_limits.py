@@ -219,3 +219,35 @@ async def test_a_tool_registered_later_without_a_limit_fails_clearly(
     assert result.status == "error"
     assert result.error == "tool 'post' is not configured to run here"
     assert "'ledger'" in caplog.text and "resource_limits" in caplog.text
+
+
+async def test_queued_time_adds_the_resource_wait_and_the_slot_wait() -> None:
+    # Regression: the slot wait overwrote the resource wait in `queued_s`.
+    from llmrtc.telemetry.events import ToolEndEvent
+    from llmrtc.testing import RecordingHooks
+
+    gauge = Gauge()
+
+    @tool
+    async def other() -> str:
+        """No resource, takes the one slot for a while."""
+        await anyio.sleep(0.1)
+        return "x"
+
+    hooks = RecordingHooks()
+    executor = ToolExecutor(
+        ToolRegistry([*crm_tools(gauge, delay=0.1), other]),
+        resource_limits={"crm": 1, "billing": 1},
+        max_concurrency=1,
+        hooks=hooks,
+    )
+    await executor.execute(
+        [
+            ToolCall("c1", "crm_read", {"key": "1"}),
+            ToolCall("c2", "crm_read", {"key": "2"}),
+            ToolCall("o", "other", {}),
+        ]
+    )
+    queued = {e.call_id: e.queued_s for e in hooks.of(ToolEndEvent)}
+    # c2 waited for the CRM (c1, 0.1 s) and then for the slot (other, 0.1 s).
+    assert queued["c2"] >= 0.18, queued
