@@ -30,6 +30,7 @@ from llmrtc.execution.call import new_calls
 from llmrtc.execution.duplicates import Duplicates
 from llmrtc.execution.observers import context_hooks
 from llmrtc.execution.scheduling import run_batch
+from llmrtc.telemetry.correlation import current_session_id
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.breaker import BreakerState
 from llmrtc.tools.calls import ToolCall, ToolCallResult
@@ -420,7 +421,10 @@ class ToolExecutor:
 
         Args:
             calls: The model's tool calls, in the order it made them.
-            session_id: Passed to handlers in `ToolContext.session_id` and to hook events.
+            session_id: Passed to handlers in `ToolContext.session_id` and to hook events, and
+                scopes duplicate detection (`ToolDefinition.on_duplicate`). Default: the
+                session the calling task serves (`llmrtc.telemetry.current_session_id`, which
+                a `VoiceLoop` sets for its turns), else None.
             turn_id: Passed to handlers in `ToolContext.turn_id` and to hook events.
             stage_id: The playbook stage, for hook events.
             abort_signal: Aborts the batch (e.g. on barge-in), also when its deadline
@@ -457,6 +461,9 @@ class ToolExecutor:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:  # trio: no asyncio loop in this thread
             loop = None
+        if session_id is None:
+            # The session the calling code serves (a voice loop sets it for its turns).
+            session_id = current_session_id.get()
         dispatch = self._batch_hooks(hooks)
         batch = Batch(
             signal=abort_signal,

@@ -41,6 +41,7 @@ import anyio.lowlevel
 from llmrtc.agent.handler import TurnHandler
 from llmrtc.agent.history import ConversationHistory
 from llmrtc.errors import LLMRTCError
+from llmrtc.telemetry.correlation import current_session_id
 from llmrtc.telemetry.events import BargeInEvent, SpeechEndEvent, SpeechStartEvent, STTEndEvent
 from llmrtc.telemetry.hooks import Hooks, emit, listeners
 from llmrtc.voice._broadcast import Broadcast
@@ -329,9 +330,17 @@ class VoiceLoop:
         await group.__aenter__()
         self._group = group
         group.start_soon(self._playout.run)
-        group.start_soon(self._turns.run, group)
+        group.start_soon(self._run_turns, group)
         self._state = "running"
         return self
+
+    async def _run_turns(self, group: anyio.abc.TaskGroup) -> None:
+        # The turns, and every tool batch they run, serve this session: a tool's
+        # `ctx.session_id`, its hooks and the executor's duplicate detection see it even when
+        # the handler was built without one (an agent factory knows no session).
+        if self.session_id is not None:
+            current_session_id.set(self.session_id)  # this task's own context only
+        await self._turns.run(group)
 
     async def __aexit__(
         self,
