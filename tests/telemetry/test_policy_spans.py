@@ -1,0 +1,325 @@
+"""OpenTelemetry for the tool policies: `llmrtc.tool.retry` span events and
+`llmrtc.tool.attempts`, `llmrtc.tool.reused_from` (and `llmrtc.tool.reused=true` on the calls
+counter), `llmrtc.tool.approval`, the breaker gauge and transition counter, and which of the new
+statuses are errors (`unavailable`) and which are not (`denied`, `duplicate`); no content without
+capture. The events go through `emit` to `OpenTelemetryHooks`, exactly as the executor sends
+them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from llmrtc.telemetry import emit
+from llmrtc.telemetry.events import (
+    BreakerChangeEvent,
+    ToolEndEvent,
+    ToolRetryEvent,
+    ToolStartEvent,
+)
+from llmrtc.testing import InMemoryTelemetry
+
+pytestmark = pytest.mark.anyio
+
+CARD = "4111111111111111"
+ERROR_TEXT = f"ConnectionError: card {CARD} refused by host db-secret-7"
+
+
+def _calls(telemetry: InMemoryTelemetry) -> dict[tuple[Any, ...], int]:
+    """`llmrtc.tool.calls` by (tool, status, reused)."""
+    return {
+        (
+            p.attributes["gen_ai.tool.name"],
+            p.attributes["llmrtc.tool.status"],
+            p.attributes.get("llmrtc.tool.reused", False),
+        ): p.value
+        for p in telemetry.points("llmrtc.tool.calls")
+    }
+
+
+def _attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def _everything(span: ReadableSpan) -> str:
+    """All a span records (attributes, status, events), as text to search for content."""
+    events = [(e.name, dict(e.attributes or {})) for e in span.events]
+    return json.dumps(
+        [_attributes(span), span.status.description, events], default=str, ensure_ascii=False
+    )
+
+
+async def _retried_call(telemetry: InMemoryTelemetry, status: str = "ok") -> ReadableSpan:
+    """A call that failed twice, was retried twice and ended with `status` on its third run."""
+    hooks = telemetry.hooks
+    arguments = {"card": CARD, "amount": 5}
+    start = ToolStartEvent(
+        execution_id="x1",
+        call_id="c1",
+        tool_name="charge",
+        arguments=arguments,
+        sensitive_fields=("card",),
+        session_id="s1",
+    )
+    await emit(hooks, start)
+    for attempt, delay in ((1, 0.2), (2, 0.4)):
+        await emit(
+            hooks,
+            ToolRetryEvent(
+                execution_id="x1",
+                call_id="c1",
+                tool_name="charge",
+                attempt=attempt,
+                delay_s=delay,
+                error=ERROR_TEXT,
+                error_type="builtins.ConnectionError",
+                session_id="s1",
+            ),
+        )
+    await emit(
+        hooks,
+        ToolEndEvent(
+            execution_id="x1",
+            call_id="c1",
+            tool_name="charge",
+            status=status,
+            arguments=arguments,
+            sensitive_fields=("card",),
+            error=None if status == "ok" else ERROR_TEXT,
+            error_type=None if status == "ok" else "builtins.ConnectionError",
+            started=True,
+            duration_s=0.7,
+            attempts=3,
+            session_id="s1",
+        ),
+    )
+    return telemetry.span("execute_tool charge")
+
+
+async def test_retries_are_span_events_and_the_span_counts_attempts() -> None:
+    telemetry = InMemoryTelemetry()
+    span = await _retried_call(telemetry)
+    assert _attributes(span)["llmrtc.tool.attempts"] == 3
+    assert span.status.status_code is not StatusCode.ERROR
+    retries = [dict(e.attributes or {}) for e in span.events if e.name == "llmrtc.tool.retry"]
+    assert retries == [
+        {
+            "gen_ai.tool.call.id": "c1",
+            "llmrtc.tool.retry.attempt": 1,
+            "llmrtc.tool.retry.delay": 0.2,
+            "error.type": "builtins.ConnectionError",
+        },
+        {
+            "gen_ai.tool.call.id": "c1",
+            "llmrtc.tool.retry.attempt": 2,
+            "llmrtc.tool.retry.delay": 0.4,
+            "error.type": "builtins.ConnectionError",
+        },
+    ]
+
+
+async def test_retry_error_text_only_with_capture_and_masked() -> None:
+    telemetry = InMemoryTelemetry()
+    span = await _retried_call(telemetry, status="error")
+    recorded = _everything(span)
+    assert CARD not in recorded and "db-secret-7" not in recorded
+    assert span.status.status_code is StatusCode.ERROR
+
+    telemetry = InMemoryTelemetry(capture_content=True)
+    span = await _retried_call(telemetry, status="error")
+    texts = [
+        str((e.attributes or {})["llmrtc.tool.retry.error"])
+        for e in span.events
+        if e.name == "llmrtc.tool.retry"
+    ]
+    assert texts == [ERROR_TEXT.replace(CARD, "***")] * 2  # masked by the argument's value
+    assert CARD not in _everything(span)
+
+
+async def test_one_attempt_sets_no_attempts_attribute() -> None:
+    telemetry = InMemoryTelemetry()
+    await emit(telemetry.hooks, ToolStartEvent(execution_id="x", call_id="c", tool_name="t"))
+    await emit(
+        telemetry.hooks,
+        ToolEndEvent(execution_id="x", call_id="c", tool_name="t", status="ok", started=True),
+    )
+    attributes = _attributes(telemetry.span("execute_tool t"))
+    assert attributes["llmrtc.tool.status"] == "ok"
+    assert not {"llmrtc.tool.attempts", "llmrtc.tool.reused_from", "llmrtc.tool.approval"} & set(
+        attributes
+    )
+
+
+async def test_a_retry_without_an_open_span_is_dropped() -> None:
+    telemetry = InMemoryTelemetry()
+    event = ToolRetryEvent(
+        execution_id="nobody",
+        call_id="c",
+        tool_name="t",
+        attempt=1,
+        delay_s=0.1,
+        error="x",
+        error_type="timeout",
+    )
+    await emit(telemetry.hooks, event)  # hooks added after the call started: nothing to mark
+    assert telemetry.spans() == []
+
+
+async def test_reuse_sets_reused_from_and_is_counted_apart() -> None:
+    telemetry = InMemoryTelemetry()
+    await emit(telemetry.hooks, ToolStartEvent(execution_id="x1", call_id="c1", tool_name="book"))
+    await emit(
+        telemetry.hooks,
+        ToolEndEvent(execution_id="x1", call_id="c1", tool_name="book", status="ok", started=True),
+    )
+    await emit(
+        telemetry.hooks,
+        ToolEndEvent(
+            execution_id="x2",
+            call_id="c2",
+            tool_name="book",
+            status="ok",
+            reused_from="c1",
+            attempts=0,
+        ),
+    )
+    first, second = telemetry.spans("execute_tool book")
+    assert "llmrtc.tool.reused_from" not in _attributes(first)
+    assert _attributes(second)["llmrtc.tool.reused_from"] == "c1"
+    assert "llmrtc.tool.attempts" not in _attributes(second)
+    assert _calls(telemetry) == {("book", "ok", False): 1, ("book", "ok", True): 1}
+    # A reuse ran nothing: no run time recorded for it.
+    [duration] = telemetry.points("llmrtc.tool.call.duration")
+    assert duration.count == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "failed"),
+    [
+        ("unavailable", "unavailable", True),
+        ("denied", "denied", False),
+        ("duplicate", "duplicate", False),
+        ("aborted", "aborted", False),  # the reference: a stop on purpose is no failure
+    ],
+)
+async def test_which_new_statuses_are_errors(status: str, error_type: str, failed: bool) -> None:
+    telemetry = InMemoryTelemetry()
+    await emit(
+        telemetry.hooks,
+        ToolEndEvent(
+            execution_id="x",
+            call_id="c",
+            tool_name="refund",
+            status=status,
+            arguments={"order_id": "o-secret-1"},
+            error=f"refused for order o-secret-1 ({status})",
+            error_type=error_type,
+            approval="denied" if status == "denied" else None,
+            attempts=0,
+        ),
+    )
+    span = telemetry.span("execute_tool refund")
+    attributes = _attributes(span)
+    assert attributes["llmrtc.tool.status"] == status
+    if failed:
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description == error_type  # not the text: it quotes values
+        assert attributes["error.type"] == error_type
+    else:
+        assert span.status.status_code is StatusCode.UNSET
+        assert "error.type" not in attributes
+    assert (attributes.get("llmrtc.tool.approval") == "denied") is (status == "denied")
+    assert "o-secret-1" not in _everything(span)
+    assert _calls(telemetry) == {("refund", status, False): 1}
+
+
+async def test_approved_call_says_so() -> None:
+    telemetry = InMemoryTelemetry()
+    await emit(telemetry.hooks, ToolStartEvent(execution_id="x", call_id="c", tool_name="refund"))
+    await emit(
+        telemetry.hooks,
+        ToolEndEvent(
+            execution_id="x",
+            call_id="c",
+            tool_name="refund",
+            status="ok",
+            started=True,
+            approval="approved",
+        ),
+    )
+    assert _attributes(telemetry.span("execute_tool refund"))["llmrtc.tool.approval"] == "approved"
+
+
+def _breaker(old: str, new: str, call_id: str | None, failures: int = 2) -> BreakerChangeEvent:
+    return BreakerChangeEvent(
+        tool_name="crm",
+        old_state=old,  # type: ignore[arg-type]
+        new_state=new,  # type: ignore[arg-type]
+        failures=failures,
+        reset_after=30.0,
+        call_id=call_id,
+        session_id="s1",
+    )
+
+
+def _gauge(telemetry: InMemoryTelemetry) -> dict[str, Any]:
+    return {
+        p.attributes["gen_ai.tool.name"]: p.value
+        for p in telemetry.points("llmrtc.tool.breaker.state")
+    }
+
+
+def _transitions(telemetry: InMemoryTelemetry) -> dict[tuple[str, str], int]:
+    return {
+        (p.attributes["gen_ai.tool.name"], p.attributes["llmrtc.tool.breaker.state"]): p.value
+        for p in telemetry.points("llmrtc.tool.breaker.transitions")
+    }
+
+
+async def test_breaker_gauge_transitions_and_event_on_the_causing_calls_span() -> None:
+    telemetry = InMemoryTelemetry()
+    hooks = telemetry.hooks
+    assert _gauge(telemetry) == {}  # no breaker changed yet: no point
+
+    # The call whose failure opens it: the change comes before its end, on its open span.
+    await emit(
+        hooks,
+        ToolStartEvent(execution_id="x1", call_id="c1", tool_name="crm", session_id="s1"),
+    )
+    await emit(hooks, _breaker("closed", "open", "c1"))
+    assert _gauge(telemetry) == {"crm": 2}
+    await emit(
+        hooks,
+        ToolEndEvent(
+            execution_id="x1",
+            call_id="c1",
+            tool_name="crm",
+            status="error",
+            error_type="builtins.OSError",
+            started=True,
+            session_id="s1",
+        ),
+    )
+    [event] = [
+        e for e in telemetry.span("execute_tool crm").events if e.name == "llmrtc.tool.breaker"
+    ]
+    assert dict(event.attributes or {}) == {
+        "llmrtc.tool.breaker.from": "closed",
+        "llmrtc.tool.breaker.state": "open",
+        "llmrtc.tool.breaker.failures": 2,
+    }
+
+    await emit(hooks, _breaker("open", "half_open", "c2"))  # c2 has no open span: metrics only
+    assert _gauge(telemetry) == {"crm": 1}
+    await emit(hooks, _breaker("half_open", "closed", None, failures=0))
+    assert _gauge(telemetry) == {"crm": 0}
+    assert _transitions(telemetry) == {
+        ("crm", "open"): 1,
+        ("crm", "half_open"): 1,
+        ("crm", "closed"): 1,
+    }
+    assert len(telemetry.spans()) == 1  # no span of its own for a change
