@@ -2,18 +2,30 @@
 `llmrtc.tool.attempts`, `llmrtc.tool.reused_from` (and `llmrtc.tool.reused=true` on the calls
 counter), `llmrtc.tool.approval`, the breaker gauge and transition counter, and which of the new
 statuses are errors (`unavailable`) and which are not (`denied`, `duplicate`); no content without
-capture. The events go through `emit` to `OpenTelemetryHooks`, exactly as the executor sends
-them."""
+capture. The events go through `emit` to `OpenTelemetryHooks` (exact attributes), and through
+a real `ToolExecutor` whose tools use each policy."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import anyio
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from llmrtc import (
+    Approval,
+    CircuitBreaker,
+    RetryPolicy,
+    ToolCall,
+    ToolCallResult,
+    ToolContext,
+    ToolExecutor,
+    ToolRegistry,
+    tool,
+)
 from llmrtc.telemetry import emit
 from llmrtc.telemetry.events import (
     BreakerChangeEvent,
@@ -76,7 +88,7 @@ async def _retried_call(telemetry: InMemoryTelemetry, status: str = "ok") -> Rea
                 attempt=attempt,
                 delay_s=delay,
                 error=ERROR_TEXT,
-                error_type="builtins.ConnectionError",
+                error_type="ConnectionError",
                 session_id="s1",
             ),
         )
@@ -90,7 +102,7 @@ async def _retried_call(telemetry: InMemoryTelemetry, status: str = "ok") -> Rea
             arguments=arguments,
             sensitive_fields=("card",),
             error=None if status == "ok" else ERROR_TEXT,
-            error_type=None if status == "ok" else "builtins.ConnectionError",
+            error_type=None if status == "ok" else "ConnectionError",
             started=True,
             duration_s=0.7,
             attempts=3,
@@ -111,13 +123,13 @@ async def test_retries_are_span_events_and_the_span_counts_attempts() -> None:
             "gen_ai.tool.call.id": "c1",
             "llmrtc.tool.retry.attempt": 1,
             "llmrtc.tool.retry.delay": 0.2,
-            "error.type": "builtins.ConnectionError",
+            "error.type": "ConnectionError",
         },
         {
             "gen_ai.tool.call.id": "c1",
             "llmrtc.tool.retry.attempt": 2,
             "llmrtc.tool.retry.delay": 0.4,
-            "error.type": "builtins.ConnectionError",
+            "error.type": "ConnectionError",
         },
     ]
 
@@ -299,7 +311,7 @@ async def test_breaker_gauge_transitions_and_event_on_the_causing_calls_span() -
             call_id="c1",
             tool_name="crm",
             status="error",
-            error_type="builtins.OSError",
+            error_type="OSError",
             started=True,
             session_id="s1",
         ),
@@ -323,3 +335,137 @@ async def test_breaker_gauge_transitions_and_event_on_the_causing_calls_span() -
         ("crm", "closed"): 1,
     }
     assert len(telemetry.spans()) == 1  # no span of its own for a change
+
+
+# Through a real ToolExecutor ------------------------------------------------------------------
+
+ORDER = "order-secret-8841"
+
+
+def _policy_tools(runs: dict[str, int], state: dict[str, bool]) -> ToolRegistry:
+    @tool(retry=RetryPolicy(max_retries=2, base_delay=0.01, max_delay=0.02))
+    async def flaky(order_id: str) -> dict[str, str]:
+        """Fails twice, then answers."""
+        runs["flaky"] = runs.get("flaky", 0) + 1
+        if runs["flaky"] <= 2:
+            raise ConnectionError(f"host refused {order_id}")
+        return {"order": "found"}
+
+    @tool(on_duplicate="reuse")
+    async def book(slot: str) -> dict[str, str]:
+        """Books a slot once."""
+        runs["book"] = runs.get("book", 0) + 1
+        return {"booked": "yes"}
+
+    @tool(on_duplicate="reject")
+    async def cancel(order_id: str) -> str:
+        """Cancels once."""
+        return "cancelled"
+
+    @tool(breaker=CircuitBreaker(failures=2, reset_after=0.2))
+    async def crm(query: str) -> str:
+        """Fails while the CRM is down."""
+        if state["crm_down"]:
+            raise OSError(f"crm down while looking up {query}")
+        return "found"
+
+    @tool(needs_approval=True)
+    async def refund(order_id: str, amount: float) -> str:
+        """Needs a yes."""
+        runs["refund"] = runs.get("refund", 0) + 1
+        return "refunded"
+
+    return ToolRegistry([flaky, book, cancel, crm, refund])
+
+
+async def _deny(call: ToolCall, ctx: ToolContext) -> Approval:
+    return Approval(False, "the user said no")
+
+
+async def test_policies_through_the_executor_without_content() -> None:
+    telemetry = InMemoryTelemetry()
+    runs: dict[str, int] = {}
+    state = {"crm_down": True}
+    executor = ToolExecutor(_policy_tools(runs, state), hooks=telemetry.hooks, approver=_deny)
+
+    async def run(call_id: str, name: str, **arguments: Any) -> ToolCallResult:
+        [result] = await executor.execute([ToolCall(call_id, name, arguments)], session_id="s1")
+        return result
+
+    assert (await run("f1", "flaky", order_id=ORDER)).attempts == 3
+    assert (await run("b1", "book", slot=ORDER)).status == "ok"
+    assert (await run("b2", "book", slot=ORDER)).reused_from == "b1"
+    assert (await run("k1", "cancel", order_id=ORDER)).status == "ok"
+    assert (await run("k2", "cancel", order_id=ORDER)).status == "duplicate"
+    assert [(await run(f"c{i}", "crm", query=ORDER)).status for i in (1, 2, 3)] == [
+        "error",
+        "error",
+        "unavailable",
+    ]
+    assert _gauge(telemetry) == {"crm": 2}
+    assert (await run("r1", "refund", order_id=ORDER, amount=5.0)).status == "denied"
+    assert runs == {"flaky": 3, "book": 1}
+
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in telemetry.spans()}
+    flaky_span = spans["f1"]
+    assert _attributes(flaky_span)["llmrtc.tool.attempts"] == 3
+    retries = [dict(e.attributes or {}) for e in flaky_span.events if e.name == "llmrtc.tool.retry"]
+    assert [(r["llmrtc.tool.retry.attempt"], r["error.type"]) for r in retries] == [
+        (1, "ConnectionError"),
+        (2, "ConnectionError"),
+    ]
+    assert all(0 < float(r["llmrtc.tool.retry.delay"]) <= 0.02 for r in retries)
+    assert _attributes(spans["b2"])["llmrtc.tool.reused_from"] == "b1"
+    assert "llmrtc.tool.reused_from" not in _attributes(spans["b1"])
+    assert spans["c3"].status.status_code is StatusCode.ERROR
+    assert _attributes(spans["c3"])["error.type"] == "unavailable"
+    [opened] = [e for e in spans["c2"].events if e.name == "llmrtc.tool.breaker"]
+    assert dict(opened.attributes or {})["llmrtc.tool.breaker.state"] == "open"
+    for call_id in ("k2", "r1"):  # refused on purpose: not errors
+        assert spans[call_id].status.status_code is StatusCode.UNSET
+        assert "error.type" not in _attributes(spans[call_id])
+    assert _attributes(spans["r1"])["llmrtc.tool.approval"] == "denied"
+    for span in spans.values():  # no argument value, no error text
+        recorded = _everything(span)
+        assert ORDER not in recorded and "host refused" not in recorded, span.name
+        assert "crm down" not in recorded and "said no" not in recorded, span.name
+
+    calls = _calls(telemetry)
+    assert calls[("book", "ok", True)] == 1 and calls[("book", "ok", False)] == 1
+    assert calls[("cancel", "duplicate", False)] == 1
+    assert calls[("crm", "unavailable", False)] == 1
+    assert calls[("refund", "denied", False)] == 1
+
+    # After reset_after, one trial call: half_open, then closed when it succeeds.
+    state["crm_down"] = False
+    await anyio.sleep(0.25)
+    assert (await run("c4", "crm", query="q")).status == "ok"
+    assert _gauge(telemetry) == {"crm": 0}
+    assert _transitions(telemetry) == {
+        ("crm", "open"): 1,
+        ("crm", "half_open"): 1,
+        ("crm", "closed"): 1,
+    }
+
+
+async def test_retry_error_text_through_the_executor_with_capture_is_masked() -> None:
+    @tool(
+        sensitive_fields=["card"],
+        retry=RetryPolicy(max_retries=1, base_delay=0.01, max_delay=0.01),
+    )
+    async def pay(card: str) -> str:
+        """Fails once quoting the card, then pays."""
+        pay_runs.append(card)
+        if len(pay_runs) == 1:
+            raise ConnectionError(f"gateway refused card {card}")
+        return "paid"
+
+    pay_runs: list[str] = []
+    telemetry = InMemoryTelemetry(capture_content=True)
+    executor = ToolExecutor(ToolRegistry([pay]), hooks=telemetry.hooks)
+    [result] = await executor.execute([ToolCall("p1", "pay", {"card": CARD})])
+    assert (result.status, result.attempts) == ("ok", 2)
+    span = telemetry.span("execute_tool pay")
+    [retry] = [dict(e.attributes or {}) for e in span.events if e.name == "llmrtc.tool.retry"]
+    assert "gateway refused card ***" in str(retry["llmrtc.tool.retry.error"])
+    assert CARD not in _everything(span)
