@@ -90,7 +90,10 @@ class Instruments:
         self.tool_queue = meter.create_histogram(
             "llmrtc.tool.queue.duration",
             unit="s",
-            description="Time a tool call waited for a concurrency slot.",
+            description=(
+                "Time a tool call waited before its handler ran: for a concurrency slot, and "
+                "for its resources (per-resource limits) or the call it duplicates."
+            ),
             explicit_bucket_boundaries_advisory=_TOOL_BUCKETS,
         )
         self.turn_duration = meter.create_histogram(

@@ -469,3 +469,40 @@ async def test_retry_error_text_through_the_executor_with_capture_is_masked() ->
     [retry] = [dict(e.attributes or {}) for e in span.events if e.name == "llmrtc.tool.retry"]
     assert "gateway refused card ***" in str(retry["llmrtc.tool.retry.error"])
     assert CARD not in _everything(span)
+
+
+async def test_a_follower_in_the_same_batch_is_a_reuse_span() -> None:
+    runs: list[str] = []
+
+    @tool(on_duplicate="reuse")
+    async def book(slot: str) -> str:
+        """Books a slot once."""
+        runs.append(slot)
+        await anyio.sleep(0.05)
+        return "booked"
+
+    telemetry = InMemoryTelemetry()
+    executor = ToolExecutor(ToolRegistry([book]), hooks=telemetry.hooks)
+    calls = [ToolCall("b1", "book", {"slot": "9am"}), ToolCall("b2", "book", {"slot": "9am"})]
+    first, second = await executor.execute(calls, session_id="s1")
+    assert (first.reused_from, second.reused_from, runs) == (None, "b1", ["9am"])
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in telemetry.spans()}
+    assert _attributes(spans["b2"])["llmrtc.tool.reused_from"] == "b1"
+    assert _attributes(spans["b2"])["llmrtc.tool.status"] == "ok"
+    assert _calls(telemetry) == {("book", "ok", False): 1, ("book", "ok", True): 1}
+
+
+async def test_queue_time_includes_the_wait_for_a_resource() -> None:
+    @tool(resources=("crm",))
+    async def crm(query: str) -> str:
+        """Holds the CRM for a while."""
+        await anyio.sleep(0.1)
+        return "found"
+
+    telemetry = InMemoryTelemetry()
+    executor = ToolExecutor(ToolRegistry([crm]), hooks=telemetry.hooks, resource_limits={"crm": 1})
+    calls = [ToolCall("q1", "crm", {"query": "a"}), ToolCall("q2", "crm", {"query": "b"})]
+    assert [r.status for r in await executor.execute(calls)] == ["ok", "ok"]
+    [queue] = telemetry.points("llmrtc.tool.queue.duration")
+    assert queue.count == 2
+    assert queue.sum >= 0.08  # the second waited for the first to let go of the CRM
