@@ -378,15 +378,18 @@ def _policy_tools(runs: dict[str, int], state: dict[str, bool]) -> ToolRegistry:
     return ToolRegistry([flaky, book, cancel, crm, refund])
 
 
-async def _deny(call: ToolCall, ctx: ToolContext) -> Approval:
-    return Approval(False, "the user said no")
+async def _approve_small(call: ToolCall, ctx: ToolContext) -> Approval:
+    """Yes to refunds up to 10, no above (the reason quotes nothing)."""
+    return Approval(call.arguments["amount"] <= 10, "the user said no")
 
 
 async def test_policies_through_the_executor_without_content() -> None:
     telemetry = InMemoryTelemetry()
     runs: dict[str, int] = {}
     state = {"crm_down": True}
-    executor = ToolExecutor(_policy_tools(runs, state), hooks=telemetry.hooks, approver=_deny)
+    executor = ToolExecutor(
+        _policy_tools(runs, state), hooks=telemetry.hooks, approver=_approve_small
+    )
 
     async def run(call_id: str, name: str, **arguments: Any) -> ToolCallResult:
         [result] = await executor.execute([ToolCall(call_id, name, arguments)], session_id="s1")
@@ -403,8 +406,9 @@ async def test_policies_through_the_executor_without_content() -> None:
         "unavailable",
     ]
     assert _gauge(telemetry) == {"crm": 2}
-    assert (await run("r1", "refund", order_id=ORDER, amount=5.0)).status == "denied"
-    assert runs == {"flaky": 3, "book": 1}
+    assert (await run("r1", "refund", order_id=ORDER, amount=50.0)).status == "denied"
+    assert (await run("r2", "refund", order_id=ORDER, amount=5.0)).status == "ok"
+    assert runs == {"flaky": 3, "book": 1, "refund": 1}
 
     spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in telemetry.spans()}
     flaky_span = spans["f1"]
@@ -425,6 +429,7 @@ async def test_policies_through_the_executor_without_content() -> None:
         assert spans[call_id].status.status_code is StatusCode.UNSET
         assert "error.type" not in _attributes(spans[call_id])
     assert _attributes(spans["r1"])["llmrtc.tool.approval"] == "denied"
+    assert _attributes(spans["r2"])["llmrtc.tool.approval"] == "approved"
     for span in spans.values():  # no argument value, no error text
         recorded = _everything(span)
         assert ORDER not in recorded and "host refused" not in recorded, span.name
@@ -441,6 +446,12 @@ async def test_policies_through_the_executor_without_content() -> None:
     await anyio.sleep(0.25)
     assert (await run("c4", "crm", query="q")).status == "ok"
     assert _gauge(telemetry) == {"crm": 0}
+    probe = telemetry.spans("execute_tool crm")[-1]
+    assert [
+        dict(e.attributes or {})["llmrtc.tool.breaker.state"]
+        for e in probe.events
+        if e.name == "llmrtc.tool.breaker"
+    ] == ["half_open", "closed"]  # the trial call: admitted, then it closed the breaker
     assert _transitions(telemetry) == {
         ("crm", "open"): 1,
         ("crm", "half_open"): 1,
@@ -506,3 +517,28 @@ async def test_queue_time_includes_the_wait_for_a_resource() -> None:
     [queue] = telemetry.points("llmrtc.tool.queue.duration")
     assert queue.count == 2
     assert queue.sum >= 0.08  # the second waited for the first to let go of the CRM
+
+
+async def test_a_background_calls_retries_are_on_its_span_after_its_batch() -> None:
+    attempts: list[int] = []
+
+    @tool(background=True, retry=RetryPolicy(max_retries=1, base_delay=0.05, max_delay=0.05))
+    async def report(topic: str) -> str:
+        """Slow and flaky: fails once, then answers."""
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise TimeoutError("backend slow")
+        return "done"
+
+    telemetry = InMemoryTelemetry()
+    executor = ToolExecutor(ToolRegistry([report]), hooks=telemetry.hooks)
+    [running] = await executor.execute([ToolCall("g1", "report", {"topic": "t"})])
+    assert running.status == "running"
+    with anyio.fail_after(5):
+        final = await anext(aiter(executor.background_results()))
+    assert (final.status, final.attempts) == ("ok", 2)
+    span = telemetry.span("execute_tool report")
+    attributes = _attributes(span)
+    assert (attributes["llmrtc.tool.background"], attributes["llmrtc.tool.attempts"]) == (True, 2)
+    [retry] = [dict(e.attributes or {}) for e in span.events if e.name == "llmrtc.tool.retry"]
+    assert (retry["llmrtc.tool.retry.attempt"], retry["error.type"]) == (1, "TimeoutError")
