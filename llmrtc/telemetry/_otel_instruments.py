@@ -33,11 +33,11 @@ _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
                      40.96, 81.92]  # fmt: skip
 _TOOL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                  10.0, 30.0, 60.0]  # fmt: skip
-BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}
-"""The value of `llmrtc.tool.breaker.state` for each breaker state."""
-
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                   16777216, 67108864]  # fmt: skip
+
+BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}
+"""The value of `llmrtc.tool.breaker.state` for each breaker state."""
 
 
 class Instruments:
