@@ -1,5 +1,16 @@
 """OpenTelemetry instruments for `OpenTelemetryHooks`: one set per meter, shared by every
-hooks object on it, with bucket boundaries suited to each quantity."""
+hooks object on it, with bucket boundaries suited to each quantity.
+
+The tool policies add: `llmrtc.tool.calls` points carrying `llmrtc.tool.reused=true`
+for calls answered by an earlier call's result (`on_duplicate="reuse"`; the other points carry
+no such attribute), and two breaker instruments per tool with a `breaker`:
+`llmrtc.tool.breaker.state`, an observable gauge of the state it last changed to (0 closed,
+1 half_open, 2 open; an open breaker reads 2 until its trial call is admitted, even once
+`reset_after` has passed), and `llmrtc.tool.breaker.transitions`, a counter of changes by the
+state changed to (`llmrtc.tool.breaker.state` attribute: `closed`, `half_open`, `open`).
+Breakers belong to an executor: two executors with the same tool on one meter report the state
+that changed last.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +36,9 @@ _TOOL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
                   16777216, 67108864]  # fmt: skip
 
+BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}
+"""The value of `llmrtc.tool.breaker.state` for each breaker state."""
+
 
 class Instruments:
     """One set of instruments per meter, shared by every `OpenTelemetryHooks` on it (one per
@@ -35,7 +49,9 @@ class Instruments:
         # Call counts and handlers in flight are kept here and read at collection time
         # (observable instruments): a synchronous SDK metric point costs ~8 us per call.
         self.calls: dict[tuple[str, str], int] = {}
+        self.reused: dict[tuple[str, str], int] = {}  # calls answered by an earlier result
         self.in_flight: dict[str, int] = {}
+        self.breaker_states: dict[str, int] = {}  # tool -> BREAKER_STATE_VALUES of its state
         # Metric attributes built once (the SDK keys its points by them on every record).
         self._attributes: dict[tuple[str, str], dict[str, str]] = {}
         self._queue_attributes: dict[str, dict[str, str]] = {}
@@ -43,13 +59,27 @@ class Instruments:
             "llmrtc.tool.calls",
             callbacks=[self._observe_calls],
             unit="{call}",
-            description="Tool calls, by result status.",
+            description=(
+                "Tool calls, by result status; llmrtc.tool.reused=true for calls answered by an "
+                "earlier call's result (on_duplicate=reuse)."
+            ),
         )
         meter.create_observable_up_down_counter(
             "llmrtc.tool.in_flight",
             callbacks=[self._observe_in_flight],
             unit="{call}",
             description="Tool handlers running now.",
+        )
+        meter.create_observable_gauge(
+            "llmrtc.tool.breaker.state",
+            callbacks=[self._observe_breakers],
+            unit="1",
+            description="A tool's circuit breaker: 0 closed, 1 half_open, 2 open.",
+        )
+        self.breaker_transitions = meter.create_counter(
+            "llmrtc.tool.breaker.transitions",
+            unit="{transition}",
+            description="Circuit breaker state changes, by tool and the state changed to.",
         )
         self.tool_duration = meter.create_histogram(
             "llmrtc.tool.call.duration",
@@ -60,7 +90,10 @@ class Instruments:
         self.tool_queue = meter.create_histogram(
             "llmrtc.tool.queue.duration",
             unit="s",
-            description="Time a tool call waited for a concurrency slot.",
+            description=(
+                "Time a tool call waited before its handler ran: for a concurrency slot, and "
+                "for its resources (per-resource limits) or the call it duplicates."
+            ),
             explicit_bucket_boundaries_advisory=_TOOL_BUCKETS,
         )
         self.turn_duration = meter.create_histogram(
@@ -116,6 +149,19 @@ class Instruments:
         # list() copies under the GIL: the exporter thread may collect while the loop counts.
         for (name, status), count in list(self.calls.items()):
             yield Observation(count, {"gen_ai.tool.name": name, "llmrtc.tool.status": status})
+        for (name, status), count in list(self.reused.items()):
+            yield Observation(
+                count,
+                {
+                    "gen_ai.tool.name": name,
+                    "llmrtc.tool.status": status,
+                    "llmrtc.tool.reused": True,
+                },
+            )
+
+    def _observe_breakers(self, options: CallbackOptions) -> Iterable[Observation]:
+        for name, state in list(self.breaker_states.items()):
+            yield Observation(state, {"gen_ai.tool.name": name})
 
     def _observe_in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
         for name, count in list(self.in_flight.items()):

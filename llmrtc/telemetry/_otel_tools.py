@@ -1,6 +1,14 @@
 """The `execute_tool {name}` spans of `OpenTelemetryHooks`: opened as a handler is about to
 run, current while it runs, finished with the call's outcome; written whole for a call that
-never ran. Also the tool metrics (counts, in flight, run and queue time)."""
+never ran. Also the tool metrics (counts, in flight, run and queue time) and what the tool
+policies add to both: retries (`llmrtc.tool.retry` span events, `llmrtc.tool.attempts`), reuses
+(`llmrtc.tool.reused_from`), approval (`llmrtc.tool.approval`) and circuit breakers (the
+`llmrtc.tool.breaker.*` metrics, and an `llmrtc.tool.breaker` event on the causing call's span).
+
+Statuses: `error`, `timeout`, `invalid_arguments`, `not_found` and `unavailable` (an open
+breaker) are failures (span status ERROR, `error.type`); `aborted`, `denied` and `duplicate` are
+not: the call was stopped or refused on purpose (a barge-in, a user's no, a policy), nothing
+failed."""
 
 from __future__ import annotations
 
@@ -16,10 +24,16 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from llmrtc.telemetry._masking import mask_content, mask_text, sensitive_values
 from llmrtc.telemetry._otel_content import exception_attributes
-from llmrtc.telemetry._otel_instruments import UNKNOWN_TOOL, Instruments
-from llmrtc.telemetry.events import ToolEndEvent, ToolProgressEvent, ToolStartEvent
+from llmrtc.telemetry._otel_instruments import BREAKER_STATE_VALUES, UNKNOWN_TOOL, Instruments
+from llmrtc.telemetry.events import (
+    BreakerChangeEvent,
+    ToolEndEvent,
+    ToolProgressEvent,
+    ToolRetryEvent,
+    ToolStartEvent,
+)
 
-_FAILED_STATUSES = frozenset({"error", "timeout", "invalid_arguments", "not_found"})
+_FAILED_STATUSES = frozenset({"error", "timeout", "invalid_arguments", "not_found", "unavailable"})
 # What a span still open when its session ends gets: the call's end was never reported.
 _ABANDONED: dict[str, Any] = {"llmrtc.tool.status": "aborted", "llmrtc.incomplete": True}
 
@@ -35,7 +49,8 @@ class ToolSpans:
     def __init__(self, tracer: Tracer, instruments: Instruments) -> None:
         self._tracer = tracer
         self._instruments = instruments
-        self._open: dict[str, tuple[Span, str | None]] = {}  # execution id -> (span, session)
+        # execution id -> (span, its start event: session, call id, arguments to mask by)
+        self._open: dict[str, tuple[Span, ToolStartEvent]] = {}
         # Per tool (name, description): the span name and the attributes every call shares.
         # Only tools that ran are cached (names the model invents are unbounded).
         self._constants: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
@@ -61,7 +76,7 @@ class ToolSpans:
         span = self._tracer.start_span(
             span_name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes
         )
-        self._open[event.execution_id] = (span, event.session_id)
+        self._open[event.execution_id] = (span, event)
 
     def current(self, event: ToolStartEvent) -> CurrentSpan | None:
         """A context making the call's open span current, or None if it has none."""
@@ -80,6 +95,48 @@ class ToolSpans:
             attributes["llmrtc.tool.progress.message"] = mask_text(event.message, secrets)
         entry[0].add_event("llmrtc.tool.progress", attributes)
 
+    def retry(self, event: ToolRetryEvent, capture_content: bool) -> None:
+        """An `llmrtc.tool.retry` event on the call's open span (found by execution id): the
+        failed attempt, the delay before the next (s) and `error.type`; the error text is
+        content (it may quote an argument), recorded masked and only with capture."""
+        entry = self._open.get(event.execution_id)
+        if entry is None:
+            return  # no span (hooks added after it started): nothing to attach it to
+        attributes: dict[str, Any] = {
+            "gen_ai.tool.call.id": event.call_id,
+            "llmrtc.tool.retry.attempt": event.attempt,
+            "llmrtc.tool.retry.delay": event.delay_s,
+            "error.type": event.error_type,
+        }
+        if capture_content:
+            start = entry[1]
+            secrets = sensitive_values(start.arguments, start.sensitive_fields)
+            attributes["llmrtc.tool.retry.error"] = mask_text(event.error, secrets)
+        entry[0].add_event("llmrtc.tool.retry", attributes)
+
+    def breaker_change(self, event: BreakerChangeEvent) -> None:
+        """Keep the tool's breaker state for `llmrtc.tool.breaker.state`, count the change, and
+        put an `llmrtc.tool.breaker` event on the causing call's span while it is open (a call
+        that never ran has none yet: its span, written at its end, shows its status)."""
+        name, state = event.tool_name, event.new_state
+        self._instruments.breaker_states[name] = BREAKER_STATE_VALUES[state]
+        self._instruments.breaker_transitions.add(
+            1, {"gen_ai.tool.name": name, "llmrtc.tool.breaker.state": state}
+        )
+        if event.call_id is None:
+            return
+        for span, start in self._open.values():  # a few open calls; breaker changes are rare
+            if start.call_id == event.call_id and start.session_id == event.session_id:
+                span.add_event(
+                    "llmrtc.tool.breaker",
+                    {
+                        "llmrtc.tool.breaker.from": event.old_state,
+                        "llmrtc.tool.breaker.state": state,
+                        "llmrtc.tool.breaker.failures": event.failures,
+                    },
+                )
+                return
+
     def end(self, event: ToolEndEvent, parent_of: ParentOf, capture_content: bool) -> None:
         """Finish the call's span with its outcome (write it whole if it never opened); count
         the call, record its run and queue time."""
@@ -87,7 +144,10 @@ class ToolSpans:
         instruments = self._instruments
         # A name the model invented is unbounded: metrics get one bucket for all of them.
         key = (UNKNOWN_TOOL if status == "not_found" else name, status)
-        instruments.calls[key] = instruments.calls.get(key, 0) + 1
+        if event.reused_from is None:
+            instruments.calls[key] = instruments.calls.get(key, 0) + 1
+        else:  # answered by an earlier call's result: counted apart (llmrtc.tool.reused=true)
+            instruments.reused[key] = instruments.reused.get(key, 0) + 1
         if event.started:
             instruments.in_flight[name] -= 1
         failed = status in _FAILED_STATUSES
@@ -95,6 +155,12 @@ class ToolSpans:
         attributes: dict[str, Any] = {"llmrtc.tool.status": status}
         if failed:
             attributes["error.type"] = event.error_type or status
+        if event.attempts > 1:
+            attributes["llmrtc.tool.attempts"] = event.attempts
+        if event.reused_from is not None:
+            attributes["llmrtc.tool.reused_from"] = event.reused_from
+        if event.approval is not None:
+            attributes["llmrtc.tool.approval"] = event.approval
         usage = event.model_usage
         if usage is not None:  # an LLM-backed tool: which model answered, and its cost
             attributes["gen_ai.response.model"] = usage.model
@@ -151,8 +217,8 @@ class ToolSpans:
 
     def abandon(self, session_id: str | None) -> None:
         """End the spans of `session_id` still open (marked incomplete), so none leaks."""
-        for execution_id, (span, owner) in list(self._open.items()):
-            if owner == session_id:
+        for execution_id, (span, start) in list(self._open.items()):
+            if start.session_id == session_id:
                 del self._open[execution_id]
                 span.set_attributes(_ABANDONED)
                 span.end()

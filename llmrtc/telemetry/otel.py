@@ -3,7 +3,20 @@
 Names follow the OpenTelemetry GenAI semantic conventions where they define something
 (`execute_tool {tool}` and `chat {model}` spans, `gen_ai.*` attributes and metrics); the rest
 are llmrtc's own, fixed here: `llmrtc.session`, `llmrtc.turn`, `llmrtc.stt`, `llmrtc.tts` spans,
-`llmrtc.stage_transition` and `llmrtc.tool.progress` span events, and the `llmrtc.*` metrics.
+`llmrtc.stage_transition`, `llmrtc.tool.progress`, `llmrtc.tool.retry` and `llmrtc.tool.breaker`
+span events, and the `llmrtc.*` metrics.
+
+The tool policies on an `execute_tool` span: `llmrtc.tool.attempts` (handler runs, set when more
+than 1), an `llmrtc.tool.retry` event per retry (`llmrtc.tool.retry.attempt`, the failed one;
+`llmrtc.tool.retry.delay`, seconds; `error.type`; `llmrtc.tool.retry.error`, the text, only with
+content capture), `llmrtc.tool.reused_from` (the earlier call whose result answered this one),
+`llmrtc.tool.approval` (`approved` or `denied`, when approval was asked), and an
+`llmrtc.tool.breaker` event on the call whose outcome moved its tool's breaker
+(`llmrtc.tool.breaker.from`, `.state`, `.failures`). Status `unavailable` (breaker open) is an
+ERROR; `denied` and `duplicate`, like `aborted`, are not (refused on purpose, nothing failed).
+Metrics: `llmrtc.tool.calls` counts every status, with `llmrtc.tool.reused=true` on reuses;
+`llmrtc.tool.breaker.state` (gauge per tool: 0 closed, 1 half_open, 2 open) and
+`llmrtc.tool.breaker.transitions` (counter by tool and the state changed to).
 
 What is content, recorded only with `capture_content=True` (and with a tool's
 `sensitive_fields` masked even then, by key and wherever their values reappear): tool arguments
@@ -30,6 +43,7 @@ from llmrtc.telemetry._otel_tools import ToolSpans
 from llmrtc.telemetry._otel_voice import VoiceSpans, interruption_attributes
 from llmrtc.telemetry.events import (
     BargeInEvent,
+    BreakerChangeEvent,
     ErrorEvent,
     LLMEndEvent,
     LLMFirstTokenEvent,
@@ -41,6 +55,7 @@ from llmrtc.telemetry.events import (
     STTEndEvent,
     ToolEndEvent,
     ToolProgressEvent,
+    ToolRetryEvent,
     ToolStartEvent,
     TransitionEvent,
     TTSEndEvent,
@@ -155,6 +170,18 @@ class OpenTelemetryHooks(Hooks):
         """Add an `llmrtc.tool.progress` event to the call's `execute_tool` span; its
         `llmrtc.tool.progress.message` only with content capture (masked)."""
         self._tools.progress(event, self.capture_content)
+
+    def on_tool_retry(self, event: ToolRetryEvent) -> None:
+        """Add an `llmrtc.tool.retry` event to the call's `execute_tool` span (attempt, delay,
+        `error.type`); the error text (`llmrtc.tool.retry.error`) only with content capture
+        (masked)."""
+        self._tools.retry(event, self.capture_content)
+
+    def on_breaker_change(self, event: BreakerChangeEvent) -> None:
+        """Set the tool's `llmrtc.tool.breaker.state` gauge, count the change in
+        `llmrtc.tool.breaker.transitions`, and add an `llmrtc.tool.breaker` event to the
+        causing call's `execute_tool` span if it is still open."""
+        self._tools.breaker_change(event)
 
     # Turns and model calls -------------------------------------------------------------------
 
