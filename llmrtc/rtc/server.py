@@ -48,6 +48,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from llmrtc.rtc import _resume
+from llmrtc.rtc._approvals import ClientApprovals
 from llmrtc.rtc._handlers import RestoreError, make_handler
 from llmrtc.rtc._http import StaticFiles
 from llmrtc.rtc._signalling import read_opening, refuse
@@ -168,9 +169,10 @@ class RTCServer:
         # Handlers waiting for a resume, until the TTL: asyncio tasks, not a task group, as a
         # group opened in `__aenter__` would span the caller's `async with` body.
         self._waits: set[asyncio.Task[None]] = set()
-        self._relays: dict[str, tuple[ToolEventRelay, object]] = {}
-        """The tool relays of sessions waiting for a resume (see `Session(relay=...)`), each
-        with the token of the wait that left it there."""
+        self._relays: dict[str, tuple[ToolEventRelay, ClientApprovals | None, object]] = {}
+        """The tool relays and client approvals of sessions waiting for a resume (see
+        `Session(relay=..., approvals=...)`), each with the token of the wait that left it
+        there."""
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -463,8 +465,11 @@ class RTCServer:
             await refuse(websocket, "resume_refused", "The saved session could not be restored.")
             return True
         session_id, token = _new_credentials()
+        relay: ToolEventRelay | None = None
+        approvals: ClientApprovals | None = None
         if claimed is not None:
             session_id = claimed.session_id  # same session, new (single-use) token
+            relay, approvals, _ = self._relays.pop(session_id, (None, None, None))
         session = Session(
             websocket=websocket,
             handler=handler,
@@ -478,7 +483,9 @@ class RTCServer:
             on_end=release,
             # The background calls this resume adopted report to the relay of the
             # connection they were started on: it now sends to this one.
-            relay=self._relays.pop(session_id, (None, None))[0] if claimed is not None else None,
+            relay=relay,
+            # Likewise the approvals they may ask for (sent to this client from now on).
+            approvals=approvals,
         )
 
         self._sessions.add(session)
@@ -489,12 +496,19 @@ class RTCServer:
             # Saved (or to be put back): resumable, its calls run on until the TTL; else (or
             # when the server is leaving) they stop now.
             resumable = session.end_reason != "end" if session.started else claimed is not None
-            if not (resumable and self._wait_for_resume(handler, session_id, session.relay)):
+            kept = (session.relay, session.approvals)
+            if not (resumable and self._wait_for_resume(handler, session_id, *kept)):
                 with anyio.CancelScope(shield=True):
                     await _close_handler(handler, session_id)
         return session.started
 
-    def _wait_for_resume(self, handler: object, session_id: str, relay: ToolEventRelay) -> bool:
+    def _wait_for_resume(
+        self,
+        handler: object,
+        session_id: str,
+        relay: ToolEventRelay,
+        approvals: ClientApprovals | None,
+    ) -> bool:
         """Keep `handler` (its background calls running) until `resume_ttl` passes, then close
         it; False when the server is leaving (close it now)."""
         if self._stack is None or not callable(getattr(handler, "aclose", None)):
@@ -502,7 +516,7 @@ class RTCServer:
         # A resume in this process takes the relay its adopted calls report to.
         # The relay goes from connection to connection: only this wait's entry is its to drop.
         wait = object()
-        self._relays[session_id] = (relay, wait)
+        self._relays[session_id] = (relay, approvals, wait)
         task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, wait))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
@@ -512,7 +526,7 @@ class RTCServer:
         try:
             await anyio.sleep(self.config.resume_ttl)
         finally:  # the TTL passed, or the server is leaving
-            if self._relays.get(session_id, (None, None))[1] is wait:  # not taken by a resume
+            if self._relays.get(session_id, (None, None, None))[2] is wait:  # not taken
                 del self._relays[session_id]
             with anyio.CancelScope(shield=True):
                 await _close_handler(handler, session_id)

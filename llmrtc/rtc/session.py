@@ -39,13 +39,15 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from websockets.exceptions import ConnectionClosed
 
+from llmrtc.execution.approval import approvals
 from llmrtc.execution.observers import observe_tools
+from llmrtc.rtc._approvals import ClientApprovals
 from llmrtc.rtc._handlers import save_state, stage_of, transcript_of
 from llmrtc.rtc._inputs import ClientInput
 from llmrtc.rtc._outbox import Outbox
@@ -120,6 +122,9 @@ class Session:
             closes: the server frees the session's live slot there.
         relay: The tool relay of the connection this one resumes, in this process (the
             background calls it still runs report to it); None: a new one.
+        approvals: With `config.approvals="client"`, the client approvals of the connection
+            this one resumes, in this process (requests still waiting are sent to this
+            client); None: a new one.
     """
 
     def __init__(
@@ -136,6 +141,7 @@ class Session:
         resumed: bool,
         on_end: Callable[[], None] | None = None,
         relay: ToolEventRelay | None = None,
+        approvals: ClientApprovals | None = None,
     ) -> None:
         """Prepare the session (`run` starts it)."""
         self.websocket = websocket
@@ -152,6 +158,13 @@ class Session:
         self.relay = relay if relay is not None else ToolEventRelay(self.outbox.put)
         """Sends the tool messages; a resume in this process takes the last connection's."""
         self.relay.send_to(self.outbox.put)
+        self.approvals: ClientApprovals | None = None
+        """Asks this session's client to approve tool calls (`approvals="client"`), else None."""
+        if config.approvals == "client":
+            if approvals is None:
+                approvals = ClientApprovals(self.outbox.put, session_id=session_id)
+            self.approvals = approvals
+            self.approvals.send_to(self.outbox.put)
         self._ended = anyio.Event()
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
@@ -185,6 +198,10 @@ class Session:
             message = _REPLACED_TEXT
         self._final = (error, close_code, close_reason, message)
         self._ended.set()
+        if self.approvals is not None:
+            # Before the loop closes the turn: a call waiting for this client's yes is denied
+            # for that reason (the model is told), not just cut.
+            self.approvals.deny_all()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             try:
@@ -243,10 +260,12 @@ class Session:
                 end=self.end,
                 touch=self._touch,
                 session_id=self.session_id,
+                approvals=self.approvals,
             )
             # The loop's tasks are started inside this block, so every tool batch of every
-            # turn reports each call's start and end to the relay as it happens.
-            with observe_tools(self.relay):
+            # turn reports each call's start and end to the relay as it happens (and, with
+            # `approvals="client"`, asks this client to approve the calls that need it).
+            with observe_tools(self.relay), self._approving():
                 await self._run(offer, loop, pc, client)
         except ConnectionClosed:  # gone while the answer was being sent
             self.end("vanished")
@@ -262,6 +281,11 @@ class Session:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close(client)
+
+    def _approving(self) -> AbstractContextManager[None]:
+        if self.approvals is None:
+            return nullcontext()
+        return approvals(self.approvals)
 
     async def _run(
         self,
