@@ -93,18 +93,7 @@ class BackgroundCalls:
         `"running"` answer. Its run is a copy of the call under a signal of its own: an abort
         of `batch` (a barge-in) does not reach it, its own timeout does."""
         call = item.call
-        controller = AbortController()
-        detached = batch.detached(controller.signal)
-        runner = item.detached(detached)
-        running = _Running(runner, controller, self)
-        if self.group is not None:
-            self.group.start_soon(self._run, running, detached)
-        elif batch.loop is not None:
-            task = running.task = batch.loop.create_task(self._run(running, detached))
-            self._tasks.add(task)
-            # Whoever owns it when it is done lets it go (`adopt` may have moved it).
-            task.add_done_callback(lambda done: running.owner._tasks.discard(done))
-        else:
+        if self.group is None and batch.loop is None:
             # No asyncio loop and no task group to own the call: it cannot outlive the batch.
             logger.error(
                 "tool %r (call %s) runs in the background, which needs asyncio or an open "
@@ -118,6 +107,17 @@ class BackgroundCalls:
                 error=ToolError(f"tool {call.name!r} could not be started; it did not run"),
             )
             return
+        controller = AbortController()
+        detached = batch.detached(controller.signal)
+        runner = item.detached(detached)
+        running = _Running(runner, controller, self)
+        if self.group is not None:
+            self.group.start_soon(self._run, running, detached)
+        else:
+            task = running.task = batch.loop.create_task(self._run(running, detached))
+            self._tasks.add(task)
+            # Whoever owns it when it is done lets it go (`adopt` may have moved it).
+            task.add_done_callback(lambda done: running.owner._tasks.discard(done))
         self._running.append(running)
         # The provisional answer is no ending: the hooks hear of the call when it ends.
         item.result = new_result(call.call_id, call.name, "running", RUNNING_NOTE, None, 0.0)

@@ -12,10 +12,15 @@ import anyio
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
+from llmrtc.execution.approval import Approver
+from llmrtc.execution.breakers import Breakers
+from llmrtc.execution.duplicates import Duplicates
 from llmrtc.telemetry.events import (
+    BreakerChangeEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolProgressEvent,
+    ToolRetryEvent,
     ToolStartEvent,
 )
 from llmrtc.telemetry.hooks import Hooks, listeners, tool_call_context_hooks
@@ -23,7 +28,7 @@ from llmrtc.tools.calls import ToolCallResult
 from llmrtc.tools.definition import ExecutionPolicy
 from llmrtc.tools.registry import ToolRegistry
 
-__all__ = ["BackgroundHost", "Batch", "Dispatch", "ResultCallback"]
+__all__ = ["BackgroundHost", "Batch", "Dispatch", "Policies", "ResultCallback"]
 
 
 ResultCallback = Callable[[ToolCallResult], object]
@@ -35,7 +40,17 @@ _scope_classes: dict[bool, type[anyio.CancelScope]] = {}  # by "is asyncio"
 class Dispatch:
     """The hooks of one batch, sorted by what they listen to (picked once, not per call)."""
 
-    __slots__ = ("active", "context", "end", "error", "progress", "start", "wants_start_event")
+    __slots__ = (
+        "active",
+        "breaker",
+        "context",
+        "end",
+        "error",
+        "progress",
+        "retry",
+        "start",
+        "wants_start_event",
+    )
 
     def __init__(self, leaves: Iterable[Hooks | None]) -> None:
         leaves = tuple(leaves)
@@ -45,8 +60,40 @@ class Dispatch:
         self.error = listeners(leaves, ToolErrorEvent)
         # Only listened-for progress costs a sink per call (`ToolContext.progress`).
         self.progress = listeners(leaves, ToolProgressEvent)
+        self.retry = listeners(leaves, ToolRetryEvent)
+        self.breaker = listeners(leaves, BreakerChangeEvent)
         self.wants_start_event = bool(self.start or self.context)
-        self.active = bool(self.wants_start_event or self.end or self.error or self.progress)
+        self.active = bool(
+            self.wants_start_event
+            or self.end
+            or self.error
+            or self.progress
+            or self.retry
+            or self.breaker
+        )
+
+
+class Policies:
+    """The executor's side-effect policies every batch shares (`ToolDefinition.on_duplicate`,
+    `breaker`, `resources`, `needs_approval`): its memory of recent calls, its breakers, one
+    FIFO pool per resource, and whom to ask for approval."""
+
+    __slots__ = ("approval_timeout", "approver", "breakers", "duplicates", "resources")
+
+    def __init__(
+        self,
+        *,
+        resources: dict[str, SlotPool],
+        duplicates: Duplicates,
+        breakers: Breakers,
+        approver: Approver | None,
+        approval_timeout: float,
+    ) -> None:
+        self.resources = resources
+        self.duplicates = duplicates
+        self.breakers = breakers
+        self.approver = approver
+        self.approval_timeout = approval_timeout  # math.inf: wait until aborted
 
 
 class Expiring(Protocol):
@@ -83,6 +130,7 @@ class Batch:
         "metadata",
         "models",
         "on_result",
+        "policies",
         "reporting",
         "session_id",
         "signal",
@@ -119,9 +167,11 @@ class Batch:
         validate: bool,
         formats: bool,
         strip_reasoning: bool,
+        policies: Policies,
         background: BackgroundHost | None = None,
     ) -> None:
         self.signal = signal
+        self.policies = policies
         # The executor's background calls (None: a batch of a background call itself).
         self.background = background
         self.hooks = hooks
@@ -159,7 +209,9 @@ class Batch:
         own (this batch's ends with it) and a slot of its own: a call that runs for minutes
         must not hold one of the executor's `max_concurrency` slots meanwhile (with as many
         running, every ordinary tool, and `cancel_tool_call`, would wait for them: the agent
-        would freeze)."""
+        would freeze). It shares the executor's policies: a background call holds its
+        `resources` like any call (a CRM allowing two requests allows two, whoever sends
+        them)."""
         return Batch(
             signal=signal,
             hooks=self.hooks,
@@ -178,6 +230,7 @@ class Batch:
             validate=self.validate,
             formats=self.formats,
             strip_reasoning=self.strip_reasoning,
+            policies=self.policies,
         )
 
     def arm(self, item: Expiring, limit: float) -> None:

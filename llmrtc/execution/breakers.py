@@ -35,6 +35,8 @@ class BreakerChange:
     new: BreakerState
     failures: int
     """Consecutive failures counted when it changed."""
+    reset_after: float
+    """Seconds an open breaker waits before its trial call."""
 
 
 class _Breaker:
@@ -79,8 +81,14 @@ class Breakers:
             return "half_open"
         return breaker.state
 
-    def admit(self, tool_name: str, policy: CircuitBreaker | None) -> bool:
-        """Whether a call of `tool_name` may run now (False: it ends `"unavailable"`)."""
+    def admit(
+        self,
+        tool_name: str,
+        policy: CircuitBreaker | None,
+        changes: list[BreakerChange] | None = None,
+    ) -> bool:
+        """Whether a call of `tool_name` may run now (False: it ends `"unavailable"`); a
+        state change it causes is also appended to `changes`."""
         if policy is None:
             return True
         breaker = self._breaker(tool_name, policy)
@@ -89,14 +97,21 @@ class Breakers:
         if breaker.state == "open":
             if not self._due(breaker):
                 return False
-            self._move(tool_name, breaker, "half_open")
+            self._move(tool_name, breaker, "half_open", changes)
         if breaker.trial:
             return False  # half-open: one trial at a time
         breaker.trial = True
         return True
 
-    def record(self, tool_name: str, policy: CircuitBreaker | None, status: str) -> None:
-        """A call admitted by `admit` ended with `status`."""
+    def record(
+        self,
+        tool_name: str,
+        policy: CircuitBreaker | None,
+        status: str,
+        changes: list[BreakerChange] | None = None,
+    ) -> None:
+        """A call admitted by `admit` ended with `status`; a state change it causes is also
+        appended to `changes`."""
         if policy is None:
             return
         breaker = self._breaker(tool_name, policy)
@@ -105,11 +120,11 @@ class Breakers:
             breaker.trial = False
             if status == "ok":
                 breaker.failures = 0
-                self._move(tool_name, breaker, "closed")
+                self._move(tool_name, breaker, "closed", changes)
             elif failed:
                 breaker.failures += 1
                 breaker.opened_at = self._clock()
-                self._move(tool_name, breaker, "open")
+                self._move(tool_name, breaker, "open", changes)
             return
         if breaker.state == "open":
             return  # admitted before it opened: the trial decides
@@ -119,7 +134,7 @@ class Breakers:
             breaker.failures += 1
             if breaker.failures >= breaker.policy.failures:
                 breaker.opened_at = self._clock()
-                self._move(tool_name, breaker, "open")
+                self._move(tool_name, breaker, "open", changes)
 
     def _breaker(self, tool_name: str, policy: CircuitBreaker) -> _Breaker:
         breaker = self._breakers.get(tool_name)
@@ -131,11 +146,19 @@ class Breakers:
     def _due(self, breaker: _Breaker) -> bool:
         return self._clock() - breaker.opened_at >= breaker.policy.reset_after
 
-    def _move(self, tool_name: str, breaker: _Breaker, new: BreakerState) -> None:
+    def _move(
+        self,
+        tool_name: str,
+        breaker: _Breaker,
+        new: BreakerState,
+        changes: list[BreakerChange] | None,
+    ) -> None:
         old, breaker.state = breaker.state, new
         if old == new:
             return
-        change = BreakerChange(tool_name, old, new, breaker.failures)
+        change = BreakerChange(tool_name, old, new, breaker.failures, breaker.policy.reset_after)
+        if changes is not None:
+            changes.append(change)
         logger.info("tool %r: circuit breaker %s -> %s", tool_name, old, new)
         if self._on_change is not None:
             try:

@@ -14,20 +14,30 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
+import pydantic_core
 
 from llmrtc.abort import AbortController, AbortSignal
-from llmrtc.execution.batch import Batch
+from llmrtc.execution._slots import SlotPool
+from llmrtc.execution.approval import Approval
+from llmrtc.execution.batch import Batch, Policies
+from llmrtc.execution.breakers import BreakerChange
+from llmrtc.execution.duplicates import DuplicateEntry, duplicate_key
 from llmrtc.execution.errors import (
     InvalidToolArgumentsError,
     ToolAbortedError,
+    ToolDeniedError,
+    ToolDuplicateError,
     ToolNotFoundError,
     ToolTimeoutError,
+    ToolUnavailableError,
 )
 from llmrtc.telemetry.correlation import current_call_id
 from llmrtc.telemetry.events import (
+    BreakerChangeEvent,
     ToolEndEvent,
     ToolErrorEvent,
     ToolProgressEvent,
+    ToolRetryEvent,
     ToolStartEvent,
 )
 from llmrtc.telemetry.hooks import emit, error_type_name
@@ -35,8 +45,10 @@ from llmrtc.tools._errors import speakable_reason
 from llmrtc.tools.arguments import ArgumentsError
 from llmrtc.tools.calls import ToolCall, ToolCallResult, ToolCallStatus, new_result
 from llmrtc.tools.context import ToolContext, new_context
+from llmrtc.tools.definition import ToolDefinition
 from llmrtc.tools.errors import ToolError
 from llmrtc.tools.offer import unwrap_arguments
+from llmrtc.tools.retry import RetryPolicy
 from llmrtc.tools.tool import Tool
 from llmrtc.tools.validation import prepare_arguments
 
@@ -48,6 +60,16 @@ logger = logging.getLogger(__name__)
 _perf_counter = time.perf_counter
 _monotonic = time.monotonic
 _execution_ids = itertools.count(1)
+
+_REASON_CHARS = 200  # the longest approver's reason the model is told
+
+
+class _AttemptTimedOut(Exception):
+    """One attempt of a retried call ran past `RetryPolicy.attempt_timeout`."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"attempt timed out after {limit:g} s")
+        self.limit = limit
 
 
 def new_calls(calls: Iterable[ToolCall], *, numbered: bool) -> list[Call]:
@@ -92,6 +114,22 @@ class Call:
     reasoning: str | None = None  # the model's `_reasoningForCall`, taken out of the arguments
     background = False  # its tool runs in the background: its batch does not wait for it
     outlives_batch = False  # this is the run of a background call, outside its batch
+    # Side-effect policies (`ToolDefinition.has_policies`); a call of a tool without them
+    # never touches these.
+    waits = False  # it has steps before its slot: follow a leader, approval, resources
+    retry: RetryPolicy | None = None
+    attempts = 0  # handler runs so far (retries count)
+    follows: DuplicateEntry | None = None  # the running call whose result it will reuse
+    leads: DuplicateEntry | None = None  # its duplicates reuse or refer to it
+    dup_key: tuple[str, str, str] | None = None
+    breaker_admitted = False  # its breaker let it through: how it ends is recorded
+    settles = False  # it leads or was admitted: its ending updates the executor's policies
+    policy_state: Policies | None = None
+    changes: list[BreakerChange] | None = None  # breaker changes it caused, for the hooks
+    needs_approval = False
+    approval: str | None = None  # "approved" / "denied", once asked
+    held: list[SlotPool] | None = None  # the resource pools it holds
+    early_clock = False  # its time limit started before its resource wait
 
     def __init__(self, call: ToolCall, execution_id: str) -> None:
         self.call = call
@@ -124,7 +162,141 @@ class Call:
             return False
         self.limit = definition.timeout or batch.timeout
         self.scope = batch.new_scope()
+        if definition.has_policies:
+            return self._admit(batch, definition)
         return True
+
+    def _admit(self, batch: Batch, definition: ToolDefinition) -> bool:
+        """The policies decided before a call may run (synchronously, so two identical calls
+        of one batch never race): its configuration, duplicates, then its breaker. False when
+        the call got its result here."""
+        policies = self.policy_state = batch.policies
+        call = self.call
+        for name in definition.resources:
+            if name not in policies.resources:
+                logger.error(
+                    "tool %r holds resource %r, which is not in the executor's "
+                    "resource_limits (add resource_limits={%r: N}); the call %s did not run",
+                    call.name,
+                    name,
+                    name,
+                    call.call_id,
+                )
+                self.finish(
+                    "error",
+                    error=ToolError(f"tool {call.name!r} is not configured to run here"),
+                )
+                return False
+        self.retry = definition.retry
+        if definition.on_duplicate != "allow" and batch.session_id is not None:
+            self.dup_key = duplicate_key(batch.session_id, definition.name, self.args)
+            if not self._lookup(definition):
+                return False
+        elif not self._admit_breaker(definition):
+            return False
+        approval = definition.needs_approval
+        if approval is not False:
+            if approval is not True:
+                try:
+                    approval = bool(approval(self._parsed_call()))
+                except Exception:
+                    logger.exception(
+                        "needs_approval of tool %r raised for call %s; the call is denied",
+                        call.name,
+                        call.call_id,
+                    )
+                    self._deny("approval failed")
+                    return False
+            if approval:
+                if policies.approver is None:
+                    logger.error(
+                        "tool %r needs approval but the executor has no approver "
+                        "(ToolExecutor(approver=...)); the call %s is denied",
+                        call.name,
+                        call.call_id,
+                    )
+                    self._deny("no approver is configured")
+                    return False
+                self.needs_approval = True
+        self.waits = self.needs_approval or self.follows is not None or bool(definition.resources)
+        return True
+
+    def _lookup(self, definition: ToolDefinition) -> bool:
+        """Duplicate detection: lead (and pass the breaker), follow a running leader, reuse
+        an `ok` result, or be rejected. False when the call got its result here."""
+        duplicates = self.policy_state.duplicates  # type: ignore[union-attr]
+        key: tuple[str, str, str] = self.dup_key  # type: ignore[assignment]
+        entry = duplicates.find(key)
+        if entry is None:
+            self.leads = duplicates.lead(key, self.call.call_id)
+            self.settles = True
+            return self._admit_breaker(definition)
+        if definition.on_duplicate == "reject":
+            self.finish("duplicate", error=self._duplicate_error(entry))
+            return False
+        if entry.result is not None:
+            self._reuse(entry)
+            return False
+        self.follows = entry
+        return True
+
+    def _duplicate_error(self, entry: DuplicateEntry) -> ToolDuplicateError:
+        name = self.call.name
+        text = f"this repeats call {entry.call_id!r} ({name}, same arguments), "
+        if entry.result is None:
+            text += "which is still running; its result answers that call"
+        else:
+            content = entry.result.to_content()
+            if len(content) > 300:
+                content = content[:300] + "…"
+            text += f"which returned {content}"
+        return ToolDuplicateError(name, text + "; do not call it again", entry.call_id)
+
+    def _reuse(self, entry: DuplicateEntry) -> None:
+        """Answer the call with the `ok` result of the call it duplicates."""
+        first: ToolCallResult = entry.result  # type: ignore[assignment]  # ended ok
+        call = self.call
+        self.result = new_result(
+            call.call_id, call.name, first.status, first.result, None, 0.0, None, entry.call_id, 0
+        )
+
+    def _admit_breaker(self, definition: ToolDefinition) -> bool:
+        policy = definition.breaker
+        if policy is None:
+            return True
+        changes = self.changes = self.changes or []
+        if self.policy_state.breakers.admit(definition.name, policy, changes):  # type: ignore[union-attr]
+            self.breaker_admitted = self.settles = True
+            return True
+        self.finish("unavailable", error=ToolUnavailableError(self.call.name))
+        return False
+
+    def _deny(self, reason: str | None) -> None:
+        self.approval = "denied"
+        self.finish("denied", error=ToolDeniedError(self.call.name, reason))
+
+    def _parsed_call(self) -> ToolCall:
+        """The call with its parsed, default-filled arguments as a plain dict (what an
+        approver is shown)."""
+        call = self.call
+        return ToolCall(
+            call.call_id, call.name, pydantic_core.to_jsonable_python(self.args, fallback=repr)
+        )
+
+    def _settle(self) -> None:
+        """The call has its result: record it with its breaker and its duplicates."""
+        self.settles = False
+        result: ToolCallResult = self.result  # type: ignore[assignment]
+        state: Policies = self.policy_state  # type: ignore[assignment]
+        if self.breaker_admitted:
+            self.breaker_admitted = False
+            definition = self.tool.definition  # type: ignore[union-attr]
+            changes = self.changes = self.changes or []
+            state.breakers.record(definition.name, definition.breaker, result.status, changes)
+        entry = self.leads
+        if entry is not None:
+            self.leads = None
+            state.duplicates.end(entry, result)
 
     def detached(self, batch: Batch) -> Call:
         """A prepared background call's run outside its batch: the same call, tool, arguments
@@ -137,6 +309,18 @@ class Call:
         runner.reasoning = self.reasoning
         runner.background = runner.outlives_batch = True
         runner.scope = batch.new_scope()
+        if self.policy_state is not None:
+            # The run carries the policies on; this call's own answer is "running".
+            runner.policy_state = self.policy_state
+            runner.retry = self.retry
+            runner.follows, self.follows = self.follows, None
+            runner.leads, self.leads = self.leads, None
+            runner.dup_key = self.dup_key
+            runner.breaker_admitted, self.breaker_admitted = self.breaker_admitted, False
+            runner.settles, self.settles = self.settles, False
+            runner.changes, self.changes = self.changes, None
+            runner.approval = self.approval
+            runner.waits = runner.follows is not None or bool(self.tool.definition.resources)  # type: ignore[union-attr]
         return runner
 
     # Running --------------------------------------------------------------------------------
@@ -151,6 +335,8 @@ class Call:
         signal = batch.signal
         try:
             with scope:
+                if self.waits and not await self._before_slot(batch, scope):
+                    return  # it got its result, or went to the background
                 if slots.can_take(1):  # the common case, without a coroutine to await
                     slots.take(1)
                 else:
@@ -176,7 +362,9 @@ class Call:
                     entered = self._enter_contexts(batch) if batch.hooks.context else None
                     failure: BaseException | None = None
                     try:
-                        if tool.is_async:
+                        if self.retry is not None:
+                            value = await self._attempts(batch, tool, ctx)
+                        elif tool.is_async:
                             value = await tool.handler(self.args, ctx)
                         else:
                             value = await batch.threads.run(tool.handler, self.args, ctx)
@@ -202,7 +390,14 @@ class Call:
                     if self.expired or (deadline != 0.0 and _monotonic() >= deadline):
                         self.time_out()
                     elif failure is not None:
-                        self.finish("error", error=failure, duration_s=duration_s)
+                        if type(failure) is _AttemptTimedOut:
+                            self.finish(
+                                "timeout",
+                                error=ToolTimeoutError(self.call.name, failure.limit),
+                                duration_s=duration_s,
+                            )
+                        else:
+                            self.finish("error", error=failure, duration_s=duration_s)
                     elif self.result is None:
                         # `finish("ok", ...)` written out: the one status every batch pays for.
                         if deadline:
@@ -217,21 +412,225 @@ class Call:
                             None,
                             duration_s * 1000,
                             ctx.model_usage,
+                            None,
+                            self.attempts or 1,
                         )
                         self.duration_s = duration_s
+                        if self.settles:
+                            self._settle()
                 finally:
                     self.running = False
                     slots.release()
             if self.result is None:
-                if self.started and self.timed_out():
-                    self.time_out()  # the scope ended the handler at its limit
+                if (self.started or self.early_clock) and self.timed_out():
+                    # The scope ended the handler, or its wait for a resource, at its limit.
+                    self.time_out()
                 elif batch.finishing and batch.aborted():
                     # Interrupted while other calls finish: its result is reported now, not
                     # once the batch is over.
                     self.abort(batch.signal)
         finally:
+            if self.held:
+                self._release()
             if ended is not None:
                 ended(self)
+
+    async def _before_slot(self, batch: Batch, scope: anyio.CancelScope) -> bool:
+        """The waits of a call with policies, before its concurrency slot and in this order:
+        for the call it duplicates, for approval (neither holds anything, nor counts against
+        its time limit), then for its resources (inside its time limit). False when the call
+        got its result (or its `"running"` answer) meanwhile."""
+        definition = self.tool.definition  # type: ignore[union-attr]
+        while self.follows is not None:
+            entry = self.follows
+            waiting_since = _perf_counter()
+            await entry.wait()
+            self.queued_s += _perf_counter() - waiting_since
+            self.follows = None
+            if entry.result is not None:
+                self._reuse(entry)
+                return False
+            # The first call failed: this one runs after all (or follows a newer one).
+            if not self._lookup(definition):
+                return False
+        if self.needs_approval and not await self._approve(batch):
+            return False
+        if self.background and not self.outlives_batch and batch.background is not None:
+            # Approved: from here on it runs outside its batch.
+            batch.background.start(self, batch)
+            return False
+        resources = definition.resources
+        if resources:
+            # Waiting for a resource counts against the call's time limit.
+            self.early_clock = True
+            self._start_clock(batch, scope)
+            pools = batch.policies.resources
+            held = self.held = []
+            waiting_since = _perf_counter()
+            for name in resources:  # sorted: two calls never wait for each other's
+                pool = pools[name]
+                if pool.can_take(1):
+                    pool.take(1)
+                else:
+                    await pool.acquire()
+                held.append(pool)
+            self.queued_s += _perf_counter() - waiting_since
+        return True
+
+    def _release(self) -> None:
+        held: list[SlotPool] = self.held  # type: ignore[assignment]
+        self.held = None
+        for pool in reversed(held):
+            pool.release()
+
+    async def _approve(self, batch: Batch) -> bool:
+        """Ask the executor's approver; False when the call was denied (it has its result)."""
+        policies = batch.policies
+        call = self.call
+        definition = self.tool.definition  # type: ignore[union-attr]
+        controller = AbortController(parent=batch.signal)
+        ctx = new_context(
+            call.call_id,
+            controller.signal,
+            batch.session_id,
+            batch.turn_id,
+            batch.metadata,
+            batch.models,
+            None,
+            definition.sensitive_fields,
+        )
+        limit = policies.approval_timeout
+        answer: object = None
+        try:
+            with anyio.move_on_after(None if limit == math.inf else limit) as waiting:
+                answer = await policies.approver(self._parsed_call(), ctx)  # type: ignore[misc]
+        except Exception:
+            logger.exception(
+                "the approver raised for call %s of tool %r; the call is denied",
+                call.call_id,
+                call.name,
+            )
+            controller.abort("approval failed")
+            self._deny("approval failed")
+            return False
+        finally:
+            if answer is None:
+                controller.abort("timeout")  # the approver's side may stop asking
+        if waiting.cancelled_caught:
+            self._deny("no approval in time")
+            return False
+        if isinstance(answer, Approval):
+            approved, reason = answer.approved is True, answer.reason
+        elif isinstance(answer, bool):
+            approved, reason = answer, None
+        else:
+            logger.error(
+                "the approver returned %r for call %s of tool %r, not an Approval or a bool; "
+                "the call is denied",
+                type(answer).__name__,
+                call.call_id,
+                call.name,
+            )
+            approved, reason = False, None
+        if not approved:
+            said = (
+                reason
+                if isinstance(reason, str)
+                and 0 < len(reason) <= _REASON_CHARS
+                and reason.isprintable()
+                else None
+            )
+            self._deny(said)
+            return False
+        self.approval = "approved"
+        return True
+
+    async def _attempts(self, batch: Batch, tool: Tool, ctx: ToolContext) -> Any:
+        """Run the handler until it succeeds or its `RetryPolicy` gives up (the last failure
+        is raised). Every attempt and backoff is inside the call's time limit and cancel
+        scope; a backoff that would end past the limit is not slept."""
+        policy: RetryPolicy = self.retry  # type: ignore[assignment]
+        attempt = 1
+        while True:
+            self.attempts = attempt
+            try:
+                return await self._attempt(batch, tool, ctx, policy.attempt_timeout)
+            except Exception as exc:
+                timed_out = type(exc) is _AttemptTimedOut
+                if (
+                    attempt > policy.max_retries
+                    or ctx.abort_signal.aborted
+                    or not (timed_out or policy.retries(exc))
+                ):
+                    raise
+                failure = exc
+            delay = policy.delay(attempt - 1)
+            if self.deadline and _monotonic() + delay >= self.deadline:
+                raise failure  # no time left for another attempt: its last outcome stands
+            error_type = "timeout" if timed_out else error_type_name(failure)
+            logger.info(
+                "tool %r (call %s) attempt %d failed (%s); retrying in %.2f s",
+                self.call.name,
+                self.call.call_id,
+                attempt,
+                error_type,
+                delay,
+            )
+            if batch.hooks.retry:
+                call = self.call
+                await emit(
+                    batch.hooks.retry,
+                    ToolRetryEvent(
+                        execution_id=self.execution_id,
+                        call_id=call.call_id,
+                        tool_name=call.name,
+                        attempt=attempt,
+                        delay_s=delay,
+                        error=str(failure) if timed_out else f"{error_type}: {failure}",
+                        error_type=error_type,
+                        session_id=batch.session_id,
+                        turn_id=batch.turn_id,
+                        stage_id=batch.stage_id,
+                        background=self.outlives_batch,
+                    ),
+                )
+            await anyio.sleep(delay)
+            attempt += 1
+
+    async def _attempt(
+        self, batch: Batch, tool: Tool, ctx: ToolContext, limit: float | None
+    ) -> Any:
+        """One run of the handler; with `limit`, under a signal and a time limit of its own
+        (an abandoned attempt's signal is aborted, so a thread-bound handler can stop)."""
+        if limit is not None:
+            controller = AbortController(parent=ctx.abort_signal)
+            attempt_ctx = new_context(
+                ctx.call_id,
+                controller.signal,
+                ctx.session_id,
+                ctx.turn_id,
+                ctx.metadata,
+                ctx.models,
+                ctx.progress_sink,
+                ctx.sensitive_fields,
+            )
+            with anyio.move_on_after(limit):
+                try:
+                    return await self._handle(batch, tool, attempt_ctx)
+                finally:
+                    if attempt_ctx.model_usage is not None:
+                        ctx.report_model_usage(attempt_ctx.model_usage)
+            controller.abort("timeout")
+            raise _AttemptTimedOut(limit)
+        return await self._handle(batch, tool, ctx)
+
+    async def _handle(self, batch: Batch, tool: Tool, ctx: ToolContext) -> Any:
+        if tool.is_async:
+            return await tool.handler(self.args, ctx)
+        value = await batch.threads.run(tool.handler, self.args, ctx)
+        if hasattr(value, "__await__"):  # a def that returned a coroutine
+            value = await value
+        return value
 
     def _new_context(self, batch: Batch, deadline: float | None) -> ToolContext:
         """The call's own controller (a child of the batch signal, unless the call finishes on
@@ -246,6 +645,7 @@ class Call:
             batch.metadata,
             batch.models,
             self._progress_sink(batch) if batch.hooks.progress else None,
+            self.tool.definition.sensitive_fields,  # type: ignore[union-attr]
         )
         return self.context
 
@@ -282,6 +682,11 @@ class Call:
     ) -> float | None:
         """The handler starts now: so does its time limit. Returns the signal's deadline (for
         a controller made after this), or None for no limit."""
+        if self.early_clock and self.running:
+            # Started before the call's resource wait (`_before_slot`): it runs on.
+            if controller is not None and self.deadline:
+                controller.deadline = self.deadline
+            return self.deadline or None
         self.running = True
         limit = self.limit
         if limit == math.inf:
@@ -347,14 +752,20 @@ class Call:
             duration_s * 1000,
             # An LLM-backed tool reports the models it used on its context (ok or not).
             None if self.context is None else self.context.model_usage,
+            None,
+            self.attempts or (1 if self.started else 0),
         )
         self.duration_s = duration_s
         self.error = error
+        if self.settles:
+            self._settle()
 
     def time_out(self) -> None:
         """Finish as `timeout` (the handler ran past its limit)."""
         error = ToolTimeoutError(self.call.name, self.limit)
-        self.finish("timeout", error=error, duration_s=_perf_counter() - self.started)
+        # A call that waited for a resource past its limit never started: it ran for 0 s.
+        duration_s = _perf_counter() - self.started if self.started else 0.0
+        self.finish("timeout", error=error, duration_s=duration_s)
 
     def abort(self, signal: AbortSignal | None) -> None:
         """Finish as `aborted`: by `signal` (the batch's) when it is set, else because the
@@ -431,6 +842,8 @@ class Call:
                 except Exception:
                     logger.exception("on_result callback raised for call %s; ignored", call.call_id)
             hooks = batch.hooks
+            if self.changes and hooks.breaker:
+                await self._report_breaker(batch)
             error = self.error
             if error is not None and hooks.error:
                 await emit(
@@ -473,10 +886,30 @@ class Call:
                         stage_id=batch.stage_id,
                         reasoning=self.reasoning,
                         background=self.outlives_batch,
+                        reused_from=result.reused_from,
+                        attempts=result.attempts,
+                        approval=self.approval,  # type: ignore[arg-type]
                     ),
                 )
         finally:
             current_call_id.reset(token)
+
+    async def _report_breaker(self, batch: Batch) -> None:
+        changes: list[BreakerChange] = self.changes  # type: ignore[assignment]
+        self.changes = None
+        for change in changes:
+            await emit(
+                batch.hooks.breaker,
+                BreakerChangeEvent(
+                    tool_name=change.tool_name,
+                    old_state=change.old,
+                    new_state=change.new,
+                    failures=change.failures,
+                    reset_after=change.reset_after,
+                    call_id=self.call.call_id,
+                    session_id=batch.session_id,
+                ),
+            )
 
 
 async def report_all(batch: Batch, calls: list[Call]) -> None:

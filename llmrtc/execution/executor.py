@@ -12,22 +12,28 @@ import anyio
 
 from llmrtc.abort import AbortSignal
 from llmrtc.execution._callbacks import (
+    BreakerChangeCallback,
     CallbackHooks,
     ToolEndCallback,
     ToolErrorCallback,
     ToolProgressCallback,
+    ToolRetryCallback,
     ToolStartCallback,
 )
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution._threads import WorkerThreads
+from llmrtc.execution.approval import Approver
 from llmrtc.execution.background import BackgroundCalls, find_background_calls
-from llmrtc.execution.batch import Batch, Dispatch, ResultCallback
+from llmrtc.execution.batch import Batch, Dispatch, Policies, ResultCallback
+from llmrtc.execution.breakers import Breakers
 from llmrtc.execution.call import new_calls
+from llmrtc.execution.duplicates import Duplicates
 from llmrtc.execution.observers import context_hooks
 from llmrtc.execution.scheduling import run_batch
 from llmrtc.telemetry.hooks import Hooks
+from llmrtc.tools.breaker import BreakerState
 from llmrtc.tools.calls import ToolCall, ToolCallResult
-from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
+from llmrtc.tools.definition import RESOURCE_NAME_PATTERN, ExecutionPolicy, ToolDefinition
 from llmrtc.tools.offer import offered_definitions
 from llmrtc.tools.registry import ToolRegistry
 
@@ -66,8 +72,14 @@ class ToolExecutor:
         on_tool_end: ToolEndCallback | None = None,
         on_tool_error: ToolErrorCallback | None = None,
         on_tool_progress: ToolProgressCallback | None = None,
+        on_tool_retry: ToolRetryCallback | None = None,
+        on_breaker_change: BreakerChangeCallback | None = None,
         models: Any = None,
         reasoning_for_call: bool = False,
+        resource_limits: Mapping[str, int] | None = None,
+        approver: Approver | None = None,
+        approval_timeout: float | None = 30.0,
+        duplicate_window: float = 300.0,
     ) -> None:
         """Create an executor.
 
@@ -91,6 +103,10 @@ class ToolExecutor:
             on_tool_error: `(call, exception)` for every call whose status is not `"ok"`.
             on_tool_progress: `(event)`, a `ToolProgressEvent`, for each progress message a
                 running tool passes on (`ToolContext.progress`); sync or async.
+            on_tool_retry: `(event)`, a `ToolRetryEvent`, each time a call's failed attempt
+                is tried again (`ToolDefinition.retry`); sync or async.
+            on_breaker_change: `(event)`, a `BreakerChangeEvent`, each time a tool's circuit
+                breaker changes state (`ToolDefinition.breaker`); sync or async.
             models: A `llmrtc.catalog.ModelPool` for LLM-backed tools (`define_llm_tool`):
                 each handler gets it as `ctx.models`, and the models a call used come back
                 on its result's `model_usage`.
@@ -98,9 +114,26 @@ class ToolExecutor:
                 (the model says why it chose the tool; see `offered_definitions`): its value is
                 taken out of the arguments before validation and the handler, and recorded on
                 the start/end hook events (`reasoning`) and, with content capture, on the span.
+            resource_limits: How many calls may hold each named resource at once
+                (`{"crm": 2}`), across all batches and background calls of this executor,
+                served first come first served (`ToolDefinition.resources`). A call's wait
+                counts against its time limit. Every resource a tool of `registry` names
+                must be here.
+            approver: `async (call, ctx) -> Approval | bool`, asked before each call of a tool
+                with `needs_approval` runs (`llmrtc.execution.approve_in_context` asks the
+                enclosing `approvals()` block, e.g. a WebRTC client). Required when a tool of
+                `registry` needs approval.
+            approval_timeout: Seconds to wait for the approver before the call is denied ("no
+                approval in time"); None waits until the batch is aborted. It does not count
+                against the call's own time limit.
+            duplicate_window: Seconds after a call ended `ok` during which the same call again
+                (same session, tool and arguments) is a duplicate (`ToolDefinition
+                .on_duplicate`); while a call runs, its repeats always are.
 
         Raises:
-            ValueError: for an unknown policy, a concurrency below 1, or a non-positive timeout.
+            ValueError: for an unknown policy, a concurrency below 1, a non-positive timeout,
+                a bad resource limit, or a tool of `registry` whose resource has no limit or
+                that needs approval with no `approver`.
         """
         if default_policy not in ("parallel", "sequential"):
             raise ValueError(
@@ -124,13 +157,70 @@ class ToolExecutor:
             )
         self.reasoning_for_call = reasoning_for_call
         callbacks = None
-        if on_tool_start or on_tool_end or on_tool_error or on_tool_progress:
-            callbacks = CallbackHooks(on_tool_start, on_tool_end, on_tool_error, on_tool_progress)
+        if (
+            on_tool_start
+            or on_tool_end
+            or on_tool_error
+            or on_tool_progress
+            or on_tool_retry
+            or on_breaker_change
+        ):
+            callbacks = CallbackHooks(
+                on_tool_start,
+                on_tool_end,
+                on_tool_error,
+                on_tool_progress,
+                on_tool_retry,
+                on_breaker_change,
+            )
         self._own_hooks = (hooks, callbacks)
         self._dispatch = Dispatch(self._own_hooks)
         self._slots = SlotPool(max_concurrency)
         self._threads = WorkerThreads(2 * max_concurrency)
         self._background = BackgroundCalls()
+        self._policies = Policies(
+            resources=_resource_pools(resource_limits),
+            duplicates=Duplicates(_window(duplicate_window)),
+            breakers=Breakers(),
+            approver=_approver(approver),
+            approval_timeout=_approval_timeout(approval_timeout),
+        )
+        self.resource_limits: Mapping[str, int] = MappingProxyType(
+            {name: pool.total for name, pool in self._policies.resources.items()}
+        )
+        self.approver = approver
+        self.approval_timeout = approval_timeout
+        self.duplicate_window = float(duplicate_window)
+        self._check_tools(registry)
+
+    def _check_tools(self, registry: ToolRegistry) -> None:
+        """Refuse, now, a tool that could never run here: a resource without a limit, or
+        approval without an approver. (Tools reached later, through a `tools=` view or
+        registered afterwards, get the same checks on their first call.)"""
+        hidden = (registry.get(name) for name in registry.hidden_names())
+        for tool in [*registry, *(t for t in hidden if t is not None)]:
+            definition = tool.definition
+            missing = [r for r in definition.resources if r not in self.resource_limits]
+            if missing:
+                raise ValueError(
+                    f"tool {definition.name!r} holds resource(s) {', '.join(map(repr, missing))}"
+                    " with no limit: pass ToolExecutor(resource_limits={"
+                    + ", ".join(f"{r!r}: N" for r in missing)
+                    + "})"
+                )
+            if definition.needs_approval is not False and self.approver is None:
+                raise ValueError(
+                    f"tool {definition.name!r} needs approval but the executor has no "
+                    "approver: pass ToolExecutor(approver=...) (approve_in_context asks the "
+                    "enclosing approvals() block, e.g. a WebRTC client)"
+                )
+
+    def breaker_state(self, name: str) -> BreakerState:
+        """The circuit breaker state of the tool `name` (`ToolDefinition.breaker`):
+        `"closed"` (calls run; also for a tool without a breaker, or not called yet),
+        `"open"` (calls end `"unavailable"` at once) or `"half_open"` (`reset_after` passed:
+        the next call is a trial)."""
+        return self._policies.breakers.state(name)
 
     def _batch_hooks(self, hooks: Hooks | None) -> Dispatch:
         """The executor's own hooks, the batch's, and those of an enclosing `observe_tools`."""
@@ -386,6 +476,7 @@ class ToolExecutor:
             validate=self.validate_arguments,
             formats=self.validate_formats,
             strip_reasoning=self.reasoning_for_call,
+            policies=self._policies,
             background=self._background,
         )
         items = new_calls(call_list, numbered=dispatch.active)
@@ -395,3 +486,45 @@ class ToolExecutor:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _resource_pools(limits: Mapping[str, int] | None) -> dict[str, SlotPool]:
+    if limits is None:
+        return {}
+    if not isinstance(limits, Mapping):
+        raise ValueError(
+            f"resource_limits must be a mapping of resource name to limit, got {limits!r}"
+        )
+    pools = {}
+    for name, limit in limits.items():
+        if not isinstance(name, str) or not RESOURCE_NAME_PATTERN.match(name):
+            raise ValueError(
+                f"resource_limits: {name!r} is not a resource name (1-64 letters, digits, "
+                "'_', '.' or '-')"
+            )
+        if not _is_int(limit) or limit < 1:
+            raise ValueError(f"resource_limits[{name!r}] must be an integer >= 1, got {limit!r}")
+        pools[name] = SlotPool(limit)
+    return pools
+
+
+def _window(seconds: float) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise ValueError(f"duplicate_window must be seconds >= 0, got {seconds!r}")
+    return float(seconds)
+
+
+def _approver(approver: Approver | None) -> Approver | None:
+    if approver is not None and not callable(approver):
+        raise ValueError(
+            f"approver must be an async callable (call, ctx) -> Approval | bool, got {approver!r}"
+        )
+    return approver
+
+
+def _approval_timeout(seconds: float | None) -> float:
+    if seconds is None:
+        return math.inf
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise ValueError(f"approval_timeout must be seconds > 0 or None, got {seconds!r}")
+    return float(seconds)

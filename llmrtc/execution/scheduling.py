@@ -105,8 +105,9 @@ async def _run_segments(batch: Batch, segments: list[list[Call]]) -> None:
             if not item.prepare(batch):
                 if reporting:
                     await item.report(batch)
-            elif item.background and batch.background is not None:
-                # Answered "running" at once; its run and final report happen outside.
+            elif item.background and batch.background is not None and not item.needs_approval:
+                # Answered "running" at once; its run and final report happen outside. (One
+                # that needs approval is asked first, in the batch: see `Call._before_slot`.)
                 batch.background.start(item, batch)
             else:
                 ready.append(item)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -49,7 +49,7 @@ class ToolContext:
     `llmrtc.catalog.ModelPool`), for LLM-backed tools; None when it has none."""
     model_usage: ModelUsage | None = None
     """What `report_model_usage` last recorded; it goes onto the call's result."""
-    sensitive_fields: tuple[str, ...] = ()
+    sensitive_fields: Sequence[str] = ()
     """The tool's `sensitive_fields`: argument and result keys to mask wherever this call's
     values are shown or recorded (an approval prompt, a log line)."""
     progress_sink: ProgressSink | None = field(default=None, repr=False, compare=False)
@@ -133,7 +133,7 @@ def new_context(
     metadata: Mapping[str, Any],
     models: Any = None,
     progress_sink: ProgressSink | None = None,
-    sensitive_fields: tuple[str, ...] = (),
+    sensitive_fields: Sequence[str] = (),
 ) -> ToolContext:
     """`ToolContext(call_id, abort_signal, session_id, turn_id, metadata, models,
     sensitive_fields=..., progress_sink=...)`, built faster."""

@@ -42,7 +42,7 @@ def test_consecutive_failures_open_it_and_a_success_resets_the_count() -> None:
     assert b.state("crm") == "closed" and changes == []
     fail(b, 1)
     assert b.state("crm") == "open"
-    assert changes == [BreakerChange("crm", "closed", "open", 3)]
+    assert changes == [BreakerChange("crm", "closed", "open", 3, 10.0)]
     assert not b.admit("crm", POLICY)
 
 
