@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,7 +141,7 @@ class ClientApprovals:
                 del self._waiting[request.message.call_id]
 
 
-def _masked(arguments: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+def _masked(arguments: Any, fields: Sequence[str]) -> dict[str, Any]:
     """The arguments as JSON values, each of `fields` (at any depth, and its values wherever
     they reappear) replaced by `"***"`."""
     if isinstance(arguments, str | bytes):  # raw JSON text: shown as the object it holds

@@ -342,3 +342,68 @@ async def test_a_bad_approve_gets_a_precise_error(message: dict[str, Any], fragm
         await client.send(message)
         error = await client.wait_for("error", code="invalid_message")
         assert "'approve'" in error["message"] and fragment in error["message"], error
+
+
+# `llmrtc serve --approvals` ------------------------------------------------------------------
+
+REFUND_TOOLS = '''
+from llmrtc import tool
+
+
+@tool(needs_approval=True, sensitive_fields=("card",))
+def refund(order_id: str, card: str) -> dict:
+    """Refund an order.
+
+    Args:
+        order_id: The order.
+        card: The card to refund to.
+    """
+    return {"refunded": order_id}
+'''
+
+
+@pytest.mark.parametrize("approvals", ["client", None])
+async def test_llmrtc_serve_asks_the_page_with_approvals_client(
+    approvals: str | None, tmp_path: Any
+) -> None:
+    import signal
+
+    from tests.cli.test_serve import serve, write_script
+
+    from .conftest import raw_client
+
+    tools = tmp_path / "tools.py"
+    tools.write_text(REFUND_TOOLS)
+    call = {"call_id": "c1", "name": "refund", "arguments": {"order_id": "A1", "card": CARD}}
+    script = write_script(tmp_path / "s.json", [[call], "Done."])
+    options = ["--approvals", approvals] if approvals is not None else []
+    async with serve(str(tools), "--port", "0", *options, "--fake-engines", script) as run:
+        assert run.url is not None
+        async with raw_client(run.url) as client:
+            await client.connect()
+            await client.send({"type": "text", "text": "Refund order A1"})
+            if approvals == "client":
+                asked = await client.wait_for("approval_requested", call_id="c1")
+                assert asked["arguments"] == {"order_id": "A1", "card": "***"}
+                await client.send({"type": "approve", "call_id": "c1", "approved": True})
+                finished = await client.wait_for("tool_call_finished", call_id="c1")
+                assert finished["status"] == "ok", finished
+            else:
+                # By default the application approves, and a tools file has no approver of
+                # its own: the call is denied, never run, and nobody is asked.
+                finished = await client.wait_for("tool_call_finished", call_id="c1")
+                assert finished["status"] == "denied", finished
+                assert not client.of_type("approval_requested")
+            await client.send({"type": "end"})
+        run.signal(signal.SIGTERM)
+        assert await run.wait() == 0
+
+
+def test_the_workers_of_llmrtc_serve_get_the_approvals_option(tmp_path: Any) -> None:
+    from llmrtc.cli import build_parser
+    from llmrtc.cli.supervisor import worker_command
+
+    args = build_parser().parse_args(["serve", "tools.py", "--approvals", "client"])
+    command = worker_command(args, 8080, tmp_path / "store.db")
+    assert command[command.index("--approvals") + 1] == "client"
+    assert build_parser().parse_args(["serve", "tools.py"]).approvals == "app"
