@@ -169,10 +169,12 @@ class RTCServer:
         # Handlers waiting for a resume, until the TTL: asyncio tasks, not a task group, as a
         # group opened in `__aenter__` would span the caller's `async with` body.
         self._waits: set[asyncio.Task[None]] = set()
-        self._relays: dict[str, tuple[ToolEventRelay, ClientApprovals | None, object]] = {}
-        """The tool relays and client approvals of sessions waiting for a resume (see
-        `Session(relay=..., approvals=...)`), each with the token of the wait that left it
-        there."""
+        self._relays: dict[str, tuple[ToolEventRelay, object]] = {}
+        """The tool relays of sessions waiting for a resume (see `Session(relay=...)`), each
+        with the token of the wait that left it there."""
+        self._approvals: dict[str, ClientApprovals] = {}
+        """The client approvals of those sessions (`approvals="client"`; see
+        `Session(approvals=...)`): kept and dropped with their relay."""
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -469,7 +471,8 @@ class RTCServer:
         approvals: ClientApprovals | None = None
         if claimed is not None:
             session_id = claimed.session_id  # same session, new (single-use) token
-            relay, approvals, _ = self._relays.pop(session_id, (None, None, None))
+            relay = self._relays.pop(session_id, (None, None))[0]
+            approvals = self._approvals.pop(session_id, None)
         session = Session(
             websocket=websocket,
             handler=handler,
@@ -507,7 +510,7 @@ class RTCServer:
         handler: object,
         session_id: str,
         relay: ToolEventRelay,
-        approvals: ClientApprovals | None,
+        approvals: ClientApprovals | None = None,
     ) -> bool:
         """Keep `handler` (its background calls running) until `resume_ttl` passes, then close
         it; False when the server is leaving (close it now)."""
@@ -516,7 +519,11 @@ class RTCServer:
         # A resume in this process takes the relay its adopted calls report to.
         # The relay goes from connection to connection: only this wait's entry is its to drop.
         wait = object()
-        self._relays[session_id] = (relay, approvals, wait)
+        self._relays[session_id] = (relay, wait)
+        if approvals is not None:
+            self._approvals[session_id] = approvals
+        else:
+            self._approvals.pop(session_id, None)
         task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, wait))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
@@ -526,8 +533,9 @@ class RTCServer:
         try:
             await anyio.sleep(self.config.resume_ttl)
         finally:  # the TTL passed, or the server is leaving
-            if self._relays.get(session_id, (None, None, None))[2] is wait:  # not taken
+            if self._relays.get(session_id, (None, None))[1] is wait:  # not taken by a resume
                 del self._relays[session_id]
+                self._approvals.pop(session_id, None)
             with anyio.CancelScope(shield=True):
                 await _close_handler(handler, session_id)
 

@@ -344,6 +344,37 @@ async def test_a_bad_approve_gets_a_precise_error(message: dict[str, Any], fragm
         assert "'approve'" in error["message"] and fragment in error["message"], error
 
 
+async def test_a_resume_in_this_process_is_asked_what_waits_for_approval() -> None:
+    # A call that outlives its connection (as a background call may) and asks for approval
+    # while no connection is attached is asked of the client that resumes the session.
+    from .conftest import raw_client, settled
+
+    server = _server([])
+    async with server:
+        async with raw_client(server.url) as first:
+            session = await first.connect()
+            approvals = next(iter(server._sessions)).approvals
+            assert isinstance(approvals, ClientApprovals)
+        await settled(server)  # vanished: resumable
+        answers: list[Approval] = []
+
+        async def ask() -> None:
+            call = ToolCall("late", "refund", {"order_id": "A9", "card": CARD})
+            answers.append(await approvals(call, context("late", sensitive=("card",))))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            await anyio.wait_all_tasks_blocked()
+            credentials = (session["session_id"], session["resume_token"])
+            async with raw_client(server.url) as again:
+                assert (await again.connect(resume=credentials))["resumed"] is True
+                asked = await again.wait_for("approval_requested", call_id="late")
+                assert asked["arguments"] == {"order_id": "A9", "card": "***"}
+                await again.send({"type": "approve", "call_id": "late", "approved": True})
+    assert answers == [Approval(True, None)]
+    assert not first.of_type("approval_requested")
+
+
 # `llmrtc serve --approvals` ------------------------------------------------------------------
 
 REFUND_TOOLS = '''
