@@ -129,3 +129,95 @@ def test_approve_one_call_and_deny_another_on_the_timeline(
     assert finished == [("c1", "ok"), ("c2", "denied")]
     assert CARD not in page.text("tool-calls")
     assert [r["status"] for r in page.js(ROWS)] == ["ok", "denied"]
+
+
+def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
+    portal: Any, open_page: Callable[..., Any]
+) -> None:
+    # The other two statuses of side-effect policies, as the page draws them: a repeated
+    # booking refused (`on_duplicate="reject"`) and a tool paused by its circuit breaker.
+    require("rtc")
+    import uuid
+
+    from llmrtc import CircuitBreaker, ToolExecutor, ToolRegistry, TurnRunner, tool
+    from llmrtc.rtc.config import ServerConfig
+    from llmrtc.rtc.server import RTCServer
+    from llmrtc.testing import FakeSTT, FakeTTS, FakeVAD, ScriptedLLM
+    from llmrtc.tools import ToolCall
+    from llmrtc.voice.speech import Speech
+
+    @tool(on_duplicate="reject")
+    async def book(restaurant: str) -> dict[str, Any]:
+        """Book a table.
+
+        Args:
+            restaurant: Where.
+        """
+        return {"booked": restaurant}
+
+    @tool(breaker=CircuitBreaker(failures=1, reset_after=300.0))
+    async def lookup(city: str) -> str:
+        """Always fails.
+
+        Args:
+            city: The city.
+        """
+        raise RuntimeError("the service is down")
+
+    script = [
+        [ToolCall("c1", "book", {"restaurant": "Nopa"})],
+        "Booked.",
+        [ToolCall("c2", "book", {"restaurant": "Nopa"})],
+        "Already booked.",
+        [ToolCall("c3", "lookup", {"city": "Oslo"})],
+        "It failed.",
+        [ToolCall("c4", "lookup", {"city": "Oslo"})],
+        "It is unavailable.",
+    ]
+
+    def agent() -> TurnRunner:
+        # Duplicates are per session: the runner passes its session id to the executor.
+        executor = ToolExecutor(ToolRegistry([book, lookup]))
+        return TurnRunner(
+            ScriptedLLM(list(script)), executor, system_prompt="x", session_id=uuid.uuid4().hex
+        )
+
+    tts = FakeTTS(seconds_per_char=0.01)
+    speech = Speech(vad=FakeVAD(), stt=FakeSTT([], tts=tts), tts=tts)
+    server = RTCServer(
+        agent, speech=speech, config=ServerConfig(host="127.0.0.1", port=0, shutdown_grace=2.0)
+    )
+    with portal.wrap_async_context_manager(server):
+        page = open_page(server.url)
+        page.connect()
+        for n, (text, answer) in enumerate(
+            [
+                ("Book Nopa", "Booked."),
+                ("Book Nopa again", "Already booked."),
+                ("Weather in Oslo?", "It failed."),
+                ("And now?", "It is unavailable."),
+            ]
+        ):
+            page.type_text(text)
+            page.wait(
+                f"answer {n + 1}",
+                lambda n=n, answer=answer: (
+                    len(page.js(ROWS)) == n + 1 and answer in page.text("assistant")
+                ),
+            )
+        rows = page.js(ROWS)
+        assert [(r["callId"], r["status"]) for r in rows] == [
+            ("c1", "ok"),
+            ("c2", "duplicate"),
+            ("c3", "error"),
+            ("c4", "unavailable"),
+        ], rows
+        assert rows[1]["duration"] == rows[3]["duration"] == "did not run", rows
+        # duplicate is muted like denied; unavailable is bad like error.
+        colours = {r["status"]: r["color"] for r in rows}
+        muted = page.js(
+            "const s = document.createElement('span'); s.style.color = 'var(--muted)';"
+            "document.body.append(s); const c = getComputedStyle(s).color; s.remove(); return c;"
+        )
+        assert colours["duplicate"] == muted, colours
+        assert colours["unavailable"] == colours["error"] != muted, colours
