@@ -25,6 +25,11 @@ How a session ends decides what the client gets and whether it can come back:
 | a closing protocol error | `error <code>`, close per `CLOSE_CODES` | yes |
 | `internal` (the session itself failed) | `error internal`, close 1011 | yes |
 
+With `ServerConfig(approvals="client")` the session's `ClientApprovals` (`self.approvals`)
+answers `approve_in_context` for every tool call of its voice loop: it asks this client, and
+whatever still waits when the session ends is denied ("the session ended") before the loop
+closes, so the model is told why the call did not run.
+
 Background tool calls (`ToolDefinition(background=True)`) are the handler's, not the
 connection's: closing the voice loop leaves them running, and the saved state records them.
 `RTCServer` closes the handler (`handler.aclose()`, which stops them) when the session ended

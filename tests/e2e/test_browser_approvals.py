@@ -221,3 +221,24 @@ def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
         )
         assert colours["duplicate"] == muted, colours
         assert colours["unavailable"] == colours["error"] != muted, colours
+
+
+def test_hanging_up_shows_a_call_waiting_for_approval_as_denied(
+    serve_approvals: Callable[[list[Any]], Any], open_page: Callable[..., Any]
+) -> None:
+    # The server denies what still waits when the session ends; the page says so too.
+    from llmrtc.tools import ToolCall
+
+    server = serve_approvals([[ToolCall("c1", "refund", {"order_id": "A1", "card": CARD})], "."])
+    page = open_page(server.url)
+    page.connect()
+    page.type_text("Refund order A1 please.")
+    page.wait("the approval buttons", lambda: page.js(ROWS)[0]["buttons"])
+    page.element("hangup").click()
+    row = page.wait(
+        "the call to show as denied", lambda: (r := page.js(ROWS)[0])["status"] == "denied" and r
+    )
+    assert not row["buttons"] and row["duration"] in (
+        "not approved: the connection closed",  # the page closed first
+        "did not run",  # the server's `tool_call_finished` came first
+    ), row

@@ -310,6 +310,24 @@ async def test_the_session_ending_denies_a_waiting_call() -> None:
     assert RAN == []
 
 
+async def test_an_interrupt_while_waiting_aborts_the_call_and_a_late_answer_is_refused() -> None:
+    from .conftest import raw_client
+
+    RAN.clear()
+    script = [[_refund_call("c1", "A1")], "Never mind.", "Hello again."]
+    server = _server(script)
+    async with server, raw_client(server.url) as client:
+        await client.connect()
+        await client.send({"type": "text", "text": "Refund order A1"})
+        await client.wait_for("approval_requested", call_id="c1")
+        await client.send({"type": "interrupt"})
+        finished = await client.wait_for("tool_call_finished", call_id="c1")
+        assert finished["status"] == "aborted", finished
+        await client.send({"type": "approve", "call_id": "c1", "approved": True})
+        await client.wait_for("error", code="unknown_approval")
+        assert RAN == []
+
+
 async def test_an_app_approving_server_refuses_approve_and_goes_on() -> None:
     from .conftest import raw_client
 

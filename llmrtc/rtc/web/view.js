@@ -451,8 +451,11 @@ export function createView(document, onState) {
     // (`ended` false: its result goes to the agent, and a resume draws the conversation
     // again): this page just will not hear how it ends. A hang-up (`ended`) stops it too.
     connectionClosed(ended = false) {
-      for (const { item } of running.values()) {
-        if (item.dataset.background && !ended) {
+      for (const { item, awaiting } of running.values()) {
+        if (awaiting) {
+          // The server denies a call still waiting for approval when its session ends.
+          endTool(item, "denied", "not approved: the connection closed");
+        } else if (item.dataset.background && !ended) {
           endTool(item, "unknown", "the connection closed before its result");
         } else {
           endTool(item, "aborted", "stopped: the connection closed");
