@@ -135,6 +135,10 @@ def build_handler(
     `registry` is None). `toolkits` are the ones the playbook's stages may name; `hooks`
     (e.g. `--otel`'s) observe the handler's turns, model requests and tools.
 
+    Its executor asks `approve_in_context` to approve calls of tools with `needs_approval`:
+    inside a WebRTC session with `ServerConfig(approvals="client")` that session's client
+    answers; anywhere else such calls are denied ("no one is there to approve it").
+
     LLM-backed tools (`define_llm_tool`, `llmrtc.catalog.UTIL_TOOLS`) run on `models`; by
     default, when `registry` holds one, on `llm` itself (`tool_models(llm)`: no second model
     is opened, which for the offline model would load it twice).
@@ -142,16 +146,28 @@ def build_handler(
     Raises:
         PlaybookError: the playbook names a tool the registry lacks.
     """
-    from llmrtc import PlaybookOrchestrator, ToolExecutor, ToolRegistry, TurnRunner
+    from llmrtc import (
+        PlaybookOrchestrator,
+        ToolExecutor,
+        ToolRegistry,
+        TurnRunner,
+        approve_in_context,
+    )
 
     tools = registry if registry is not None else ToolRegistry()
     if models is None and has_llm_tools(tools):
         models = tool_models(llm)
     if playbook is not None:
         return PlaybookOrchestrator(
-            playbook, llm, tools, toolkits=toolkits, hooks=hooks, models=models
+            playbook,
+            llm,
+            tools,
+            toolkits=toolkits,
+            hooks=hooks,
+            models=models,
+            approver=approve_in_context,
         )
-    executor = ToolExecutor(tools, hooks=hooks, models=models)
+    executor = ToolExecutor(tools, hooks=hooks, models=models, approver=approve_in_context)
     return TurnRunner(llm, executor, system_prompt=system_prompt, hooks=hooks)
 
 

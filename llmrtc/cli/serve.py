@@ -133,6 +133,14 @@ def add_serve_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="on SIGTERM or Ctrl-C, how long live sessions get to end (default 30)",
     )
+    serve.add_argument(
+        "--approvals",
+        choices=("app", "client"),
+        default="app",
+        help="who approves calls of tools with needs_approval: app (the default; without an "
+        "approver of its own a tools file's calls are denied) or client (the web page asks the "
+        "user: Approve / Deny)",
+    )
     # Hidden (see the module docstring): testing without models, and worker processes.
     serve.add_argument("--fake-engines", nargs="?", const="", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--worker-store", default=None, help=argparse.SUPPRESS)

@@ -335,6 +335,7 @@ def _server(
         resume_ttl=args.resume_ttl,
         reuse_port=args.worker_store is not None,
         shutdown_grace=args.shutdown_grace,
+        approvals=args.approvals,
     )
     store = SQLiteSessionStore(args.worker_store) if args.worker_store else None
     return RTCServer(

@@ -60,7 +60,7 @@ def worker_command(args: argparse.Namespace, port: int, store: Path) -> list[str
     command += ["--host", args.host, "--port", str(port)]
     command += ["--max-sessions", str(args.max_sessions), "--llm", args.llm]
     command += ["--log-level", args.log_level, "--idle-timeout", repr(args.idle_timeout)]
-    command += ["--resume-ttl", repr(args.resume_ttl)]
+    command += ["--resume-ttl", repr(args.resume_ttl), "--approvals", args.approvals]
     command += ["--shutdown-grace", repr(args.shutdown_grace), "--worker-store", str(store)]
     if args.otel is not None:
         command += ["--otel", args.otel]

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
+from llmrtc.rtc._approvals import ClientApprovals
 from llmrtc.rtc._outbox import Outbox, Route
 from llmrtc.rtc.peer import add_candidate
 from llmrtc.rtc.protocol import (
     CLOSE_CODES,
+    ApproveMessage,
     EndMessage,
     ErrorCode,
     IceMessage,
@@ -56,6 +58,8 @@ class ClientInput:
         end: `end(reason, code=..., message=...)` ends the session.
         touch: Called for every message but `ping` (the idle clock restarts).
         session_id: For logs.
+        approvals: The session's client approvals (`approve`), or None when the application
+            approves (`approve` is then unexpected).
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class ClientInput:
         end: Callable[..., None],
         touch: Callable[[], None],
         session_id: str,
+        approvals: ClientApprovals | None = None,
     ) -> None:
         """Handle messages for one session."""
         self._loop = loop
@@ -75,6 +80,7 @@ class ClientInput:
         self._end = end
         self._touch = touch
         self._session_id = session_id
+        self._approvals = approvals
         self._send, self._receive = anyio.create_memory_object_stream[str | bytes](INBOX_LIMIT)
 
     async def handle(self, raw: str | bytes, route: Route) -> None:
@@ -116,6 +122,15 @@ class ClientInput:
                     await add_candidate(self._pc, data)
                 except ValueError as exc:
                     raise ProtocolError("bad_candidate", str(exc)) from None
+            case ApproveMessage():
+                if self._approvals is None:
+                    raise ProtocolError(
+                        "unexpected_message",
+                        "'approve' answers an `approval_requested`, and this server never "
+                        "sends one: its application approves tool calls itself "
+                        "(ServerConfig.approvals='app'); the message was ignored",
+                    )
+                self._approvals.answer(message)
             case OfferMessage() | ResumeMessage():
                 raise ProtocolError(
                     "unexpected_message",

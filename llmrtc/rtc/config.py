@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from llmrtc.voice.config import VoiceConfig
 
-__all__ = ["ServerConfig"]
+__all__ = ["ApprovalMode", "ServerConfig"]
+
+ApprovalMode = Literal["app", "client"]
+"""Who approves tool calls that need it (`ServerConfig.approvals`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +74,13 @@ class ServerConfig:
     their own; the rest are then closed with `shutting_down` (and stay resumable), their tool
     calls aborted, `"finish"` ones too (each gets its `aborted` result, kept in the saved
     history)."""
+    approvals: ApprovalMode = "app"
+    """Who answers for tools with `needs_approval`: `"app"`, the approver the application gave
+    its `ToolExecutor` (`approve` messages are refused as `unexpected_message`); `"client"`,
+    the session's own client: each call is sent as `approval_requested` (its
+    `sensitive_fields` masked) and runs only after that client's `approve`. The agent
+    factory's executors must be built with `approver=approve_in_context` for the client to be
+    asked (without it such tools are refused when the executor is built)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip():
@@ -109,6 +120,11 @@ class ServerConfig:
                 raise ValueError(
                     f"ServerConfig.{name} must be True or False, got {getattr(self, name)!r}"
                 )
+        if self.approvals not in get_args(ApprovalMode):
+            raise ValueError(
+                f"ServerConfig.approvals must be 'app' (the application's approver answers) or "
+                f"'client' (the session's client answers), got {self.approvals!r}"
+            )
         if self.voice is not None and not isinstance(self.voice, VoiceConfig):
             raise ValueError(
                 f"ServerConfig.voice must be a VoiceConfig or None, got {type(self.voice).__name__}"

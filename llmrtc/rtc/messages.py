@@ -7,7 +7,7 @@ typo in a client is an `invalid_message` error naming the field, not a silently 
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,7 +20,10 @@ __all__ = [
     "PROTOCOL_VERSION",
     "AgentSpeechEndedMessage",
     "AgentSpeechStartedMessage",
+    "MAX_REASON_CHARS",
     "AnswerMessage",
+    "ApprovalRequestedMessage",
+    "ApproveMessage",
     "AssistantTextMessage",
     "BargeInMessage",
     "ClientMessage",
@@ -58,6 +61,8 @@ MAX_TEXT_CHARS: Final = 4000
 """Longest `text` message, in characters (about a page; a turn is not a document upload)."""
 MAX_SDP_CHARS: Final = 32 * 1024
 """Longest SDP in an `offer`."""
+MAX_REASON_CHARS: Final = 200
+"""Longest `reason` of an `approve`: a short sentence the agent may say."""
 _MAX_ID_CHARS = 128
 ErrorCode: TypeAlias = Literal[
     "message_too_large",
@@ -78,6 +83,7 @@ ErrorCode: TypeAlias = Literal[
     "speech_error",
     "turn_error",
     "too_many_turns",
+    "unknown_approval",
     "internal",
 ]
 """Every `error.code` the server sends. Stable: clients may switch on them."""
@@ -180,6 +186,19 @@ class PingMessage(_Message):
     """Echoed in the `pong`, to match replies (e.g. to measure the round trip)."""
 
 
+class ApproveMessage(_Message):
+    """Client: the user's answer to an `approval_requested` (only with the server's
+    `approvals="client"`; each request is answered once)."""
+
+    type: Literal["approve"] = "approve"
+    call_id: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    """The `call_id` of the `approval_requested` this answers."""
+    approved: bool
+    """True: the call may run; false: it is denied (the model is told, with `reason`)."""
+    reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS)
+    """Why not (or a note), told to the model; at most `MAX_REASON_CHARS` characters."""
+
+
 ClientMessage: TypeAlias = Annotated[
     OfferMessage
     | IceMessage
@@ -187,7 +206,8 @@ ClientMessage: TypeAlias = Annotated[
     | InterruptMessage
     | EndMessage
     | ResumeMessage
-    | PingMessage,
+    | PingMessage
+    | ApproveMessage,
     Field(discriminator="type"),
 ]
 """Any message a client may send."""
@@ -217,8 +237,9 @@ class TranscriptTool(_Message):
     name: str
     """The tool's name as the model wrote it."""
     status: ToolCallStatus
-    """How the call ended: `ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or
-    `aborted` (the agent keeps results, not durations: a restored call has no duration)."""
+    """How the call ended: `ok`, `error`, `invalid_arguments`, `not_found`, `timeout`,
+    `aborted`, `duplicate`, `unavailable` or `denied` (the agent keeps results, not
+    durations: a restored call has no duration)."""
 
 
 TranscriptEntry: TypeAlias = Annotated[TranscriptLine | TranscriptTool, Field(discriminator="role")]
@@ -306,7 +327,15 @@ class ToolCallProgressMessage(_Message):
 
 
 FinalToolCallStatus: TypeAlias = Literal[
-    "ok", "error", "invalid_arguments", "not_found", "timeout", "aborted"
+    "ok",
+    "error",
+    "invalid_arguments",
+    "not_found",
+    "timeout",
+    "aborted",
+    "duplicate",
+    "unavailable",
+    "denied",
 ]
 """How a call ended, as `tool_call_finished` says it: every `ToolCallStatus` but `running` (a
 background call's provisional answer, which is not its end)."""
@@ -320,9 +349,27 @@ class ToolCallFinishedMessage(_Message):
     call_id: str
     name: str
     status: FinalToolCallStatus
-    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout` or `aborted`."""
+    """`ok`, `error`, `invalid_arguments`, `not_found`, `timeout`, `aborted`, `duplicate`
+    (the same call was made already: its tool did not run again), `unavailable` (the tool's
+    circuit breaker is open after repeated failures) or `denied` (its approval was refused or
+    did not come)."""
     duration_ms: float = Field(ge=0)
     """How long the tool ran (0 for a call that never ran)."""
+
+
+class ApprovalRequestedMessage(_Message):
+    """Server: a call needs the user's yes before its tool runs (only with the server's
+    `approvals="client"`); answer with `approve`. Its `tool_call_finished` follows the answer
+    (`denied` for a no; no answer in time or the session ending also deny it), and its
+    `tool_call_started` may come before or after this message."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any]
+    """The parsed arguments (defaults filled), the tool's `sensitive_fields` masked as
+    `"***"`."""
 
 
 class StageChangedMessage(_Message):
@@ -408,6 +455,7 @@ ServerMessage: TypeAlias = Annotated[
     | ToolCallStartedMessage
     | ToolCallProgressMessage
     | ToolCallFinishedMessage
+    | ApprovalRequestedMessage
     | StageChangedMessage
     | AgentSpeechStartedMessage
     | AgentSpeechEndedMessage

@@ -21,18 +21,22 @@ from pydantic import BaseModel, ValidationError
 
 from llmrtc.errors import LLMRTCError
 from llmrtc.rtc.messages import (
+    MAX_REASON_CHARS,
     MAX_SDP_CHARS,
     MAX_TEXT_CHARS,
     PROTOCOL_VERSION,
     AgentSpeechEndedMessage,
     AgentSpeechStartedMessage,
     AnswerMessage,
+    ApprovalRequestedMessage,
+    ApproveMessage,
     AssistantTextMessage,
     BargeInMessage,
     ClientMessage,
     EndMessage,
     ErrorCode,
     ErrorMessage,
+    FinalToolCallStatus,
     IceCandidate,
     IceMessage,
     InterruptionMessage,
@@ -60,17 +64,21 @@ __all__ = [
     "ERROR_CODES",
     "MAX_FRAME_BYTES",
     "MAX_MESSAGE_BYTES",
+    "MAX_REASON_CHARS",
     "MAX_SDP_CHARS",
     "MAX_TEXT_CHARS",
     "PROTOCOL_VERSION",
     "AgentSpeechEndedMessage",
     "AgentSpeechStartedMessage",
     "AnswerMessage",
+    "ApprovalRequestedMessage",
+    "ApproveMessage",
     "AssistantTextMessage",
     "ClientMessage",
     "EndMessage",
     "ErrorCode",
     "ErrorMessage",
+    "FinalToolCallStatus",
     "IceCandidate",
     "IceMessage",
     "InterruptMessage",
@@ -123,6 +131,8 @@ ERROR_CODES: Final[dict[ErrorCode, str]] = {
     "turn_error": "The agent failed during a turn (not the model); it apologised.",
     "too_many_turns": "Too many typed turns were waiting for the agent; this `text` was not "
     "taken (send it after the agent answers).",
+    "unknown_approval": "An `approve` named no call waiting for this session's approval "
+    "(unknown, or answered already); it was ignored.",
     "internal": "The server failed unexpectedly; the session was closed.",
 }
 """What each code means, as sent when the server has nothing more specific to say."""

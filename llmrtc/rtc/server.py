@@ -48,6 +48,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from llmrtc.rtc import _resume
+from llmrtc.rtc._approvals import ClientApprovals
 from llmrtc.rtc._handlers import RestoreError, make_handler
 from llmrtc.rtc._http import StaticFiles
 from llmrtc.rtc._signalling import read_opening, refuse
@@ -171,6 +172,9 @@ class RTCServer:
         self._relays: dict[str, tuple[ToolEventRelay, object]] = {}
         """The tool relays of sessions waiting for a resume (see `Session(relay=...)`), each
         with the token of the wait that left it there."""
+        self._approvals: dict[str, ClientApprovals] = {}
+        """The client approvals of those sessions (`approvals="client"`; see
+        `Session(approvals=...)`): kept and dropped with their relay."""
         self._stack: AsyncExitStack | None = None
         self._port: int | None = None
 
@@ -463,8 +467,12 @@ class RTCServer:
             await refuse(websocket, "resume_refused", "The saved session could not be restored.")
             return True
         session_id, token = _new_credentials()
+        relay: ToolEventRelay | None = None
+        approvals: ClientApprovals | None = None
         if claimed is not None:
             session_id = claimed.session_id  # same session, new (single-use) token
+            relay = self._relays.pop(session_id, (None, None))[0]
+            approvals = self._approvals.pop(session_id, None)
         session = Session(
             websocket=websocket,
             handler=handler,
@@ -478,7 +486,9 @@ class RTCServer:
             on_end=release,
             # The background calls this resume adopted report to the relay of the
             # connection they were started on: it now sends to this one.
-            relay=self._relays.pop(session_id, (None, None))[0] if claimed is not None else None,
+            relay=relay,
+            # Likewise the approvals they may ask for (sent to this client from now on).
+            approvals=approvals,
         )
 
         self._sessions.add(session)
@@ -489,12 +499,19 @@ class RTCServer:
             # Saved (or to be put back): resumable, its calls run on until the TTL; else (or
             # when the server is leaving) they stop now.
             resumable = session.end_reason != "end" if session.started else claimed is not None
-            if not (resumable and self._wait_for_resume(handler, session_id, session.relay)):
+            kept = (session.relay, session.approvals)
+            if not (resumable and self._wait_for_resume(handler, session_id, *kept)):
                 with anyio.CancelScope(shield=True):
                     await _close_handler(handler, session_id)
         return session.started
 
-    def _wait_for_resume(self, handler: object, session_id: str, relay: ToolEventRelay) -> bool:
+    def _wait_for_resume(
+        self,
+        handler: object,
+        session_id: str,
+        relay: ToolEventRelay,
+        approvals: ClientApprovals | None = None,
+    ) -> bool:
         """Keep `handler` (its background calls running) until `resume_ttl` passes, then close
         it; False when the server is leaving (close it now)."""
         if self._stack is None or not callable(getattr(handler, "aclose", None)):
@@ -503,6 +520,10 @@ class RTCServer:
         # The relay goes from connection to connection: only this wait's entry is its to drop.
         wait = object()
         self._relays[session_id] = (relay, wait)
+        if approvals is not None:
+            self._approvals[session_id] = approvals
+        else:
+            self._approvals.pop(session_id, None)
         task = asyncio.get_running_loop().create_task(self._close_later(handler, session_id, wait))
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
@@ -514,6 +535,7 @@ class RTCServer:
         finally:  # the TTL passed, or the server is leaving
             if self._relays.get(session_id, (None, None))[1] is wait:  # not taken by a resume
                 del self._relays[session_id]
+                self._approvals.pop(session_id, None)
             with anyio.CancelScope(shield=True):
                 await _close_handler(handler, session_id)
 

@@ -25,6 +25,11 @@ How a session ends decides what the client gets and whether it can come back:
 | a closing protocol error | `error <code>`, close per `CLOSE_CODES` | yes |
 | `internal` (the session itself failed) | `error internal`, close 1011 | yes |
 
+With `ServerConfig(approvals="client")` the session's `ClientApprovals` (`self.approvals`)
+answers `approve_in_context` for every tool call of its voice loop: it asks this client, and
+whatever still waits when the session ends is denied ("the session ended") before the loop
+closes, so the model is told why the call did not run.
+
 Background tool calls (`ToolDefinition(background=True)`) are the handler's, not the
 connection's: closing the voice loop leaves them running, and the saved state records them.
 `RTCServer` closes the handler (`handler.aclose()`, which stops them) when the session ended
@@ -39,13 +44,15 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from websockets.exceptions import ConnectionClosed
 
+from llmrtc.execution.approval import approvals
 from llmrtc.execution.observers import observe_tools
+from llmrtc.rtc._approvals import ClientApprovals
 from llmrtc.rtc._handlers import save_state, stage_of, transcript_of
 from llmrtc.rtc._inputs import ClientInput
 from llmrtc.rtc._outbox import Outbox
@@ -120,6 +127,9 @@ class Session:
             closes: the server frees the session's live slot there.
         relay: The tool relay of the connection this one resumes, in this process (the
             background calls it still runs report to it); None: a new one.
+        approvals: With `config.approvals="client"`, the client approvals of the connection
+            this one resumes, in this process (requests still waiting are sent to this
+            client); None: a new one.
     """
 
     def __init__(
@@ -136,6 +146,7 @@ class Session:
         resumed: bool,
         on_end: Callable[[], None] | None = None,
         relay: ToolEventRelay | None = None,
+        approvals: ClientApprovals | None = None,
     ) -> None:
         """Prepare the session (`run` starts it)."""
         self.websocket = websocket
@@ -152,6 +163,13 @@ class Session:
         self.relay = relay if relay is not None else ToolEventRelay(self.outbox.put)
         """Sends the tool messages; a resume in this process takes the last connection's."""
         self.relay.send_to(self.outbox.put)
+        self.approvals: ClientApprovals | None = None
+        """Asks this session's client to approve tool calls (`approvals="client"`), else None."""
+        if config.approvals == "client":
+            if approvals is None:
+                approvals = ClientApprovals(self.outbox.put, session_id=session_id)
+            self.approvals = approvals
+            self.approvals.send_to(self.outbox.put)
         self._ended = anyio.Event()
         self.finished = anyio.Event()
         """Set when `run` has returned (everything closed, the state saved)."""
@@ -185,6 +203,10 @@ class Session:
             message = _REPLACED_TEXT
         self._final = (error, close_code, close_reason, message)
         self._ended.set()
+        if self.approvals is not None:
+            # Before the loop closes the turn: a call waiting for this client's yes is denied
+            # for that reason (the model is told), not just cut.
+            self.approvals.deny_all()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             try:
@@ -243,10 +265,12 @@ class Session:
                 end=self.end,
                 touch=self._touch,
                 session_id=self.session_id,
+                approvals=self.approvals,
             )
             # The loop's tasks are started inside this block, so every tool batch of every
-            # turn reports each call's start and end to the relay as it happens.
-            with observe_tools(self.relay):
+            # turn reports each call's start and end to the relay as it happens (and, with
+            # `approvals="client"`, asks this client to approve the calls that need it).
+            with observe_tools(self.relay), self._approving():
                 await self._run(offer, loop, pc, client)
         except ConnectionClosed:  # gone while the answer was being sent
             self.end("vanished")
@@ -262,6 +286,11 @@ class Session:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close(client)
+
+    def _approving(self) -> AbstractContextManager[None]:
+        if self.approvals is None:
+            return nullcontext()
+        return approvals(self.approvals)
 
     async def _run(
         self,

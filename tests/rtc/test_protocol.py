@@ -31,11 +31,14 @@ from llmrtc.rtc.protocol import (
     ERROR_CODES,
     MAX_FRAME_BYTES,
     MAX_MESSAGE_BYTES,
+    MAX_REASON_CHARS,
     MAX_TEXT_CHARS,
     PROTOCOL_VERSION,
     AgentSpeechEndedMessage,
     AgentSpeechStartedMessage,
     AnswerMessage,
+    ApprovalRequestedMessage,
+    ApproveMessage,
     AssistantTextMessage,
     BargeInMessage,
     ClientMessage,
@@ -98,6 +101,8 @@ CLIENT_EXAMPLES: list[BaseModel] = [
     EndMessage(),
     ResumeMessage(session_id="s-1_A", token="t0k-EN_x"),
     PingMessage(id="42"),
+    ApproveMessage(call_id="c3", approved=True),
+    ApproveMessage(call_id="c3", approved=False, reason="Not that card"),
 ]
 SERVER_EXAMPLES: list[BaseModel] = [
     SessionMessage(session_id="s1", resume_token="tok", resumed=True),
@@ -111,6 +116,12 @@ SERVER_EXAMPLES: list[BaseModel] = [
     ToolCallStartedMessage(call_id="c2", name="bookTable", background=True),
     ToolCallProgressMessage(call_id="c2", name="bookTable", message="Checking availability"),
     ToolCallFinishedMessage(call_id="c1", name="get_weather", status="timeout", duration_ms=12.5),
+    ApprovalRequestedMessage(
+        call_id="c3", name="refund", arguments={"order_id": "A1", "card": "***"}
+    ),
+    ToolCallFinishedMessage(call_id="c3", name="refund", status="denied", duration_ms=0),
+    ToolCallFinishedMessage(call_id="c4", name="refund", status="duplicate", duration_ms=0),
+    ToolCallFinishedMessage(call_id="c5", name="refund", status="unavailable", duration_ms=0),
     StageChangedMessage(from_stage="greet", to_stage="weather"),
     AgentSpeechStartedMessage(text="It is sunny."),
     AgentSpeechEndedMessage(interrupted=True, heard_text="It is"),
@@ -262,6 +273,30 @@ BAD_INPUTS: list[tuple[str, str | bytes, ErrorCode, tuple[str, ...]]] = [
         '{"type": "resume", "session_id": "s", "token": "t", "protocol": 0}',
         "unsupported_protocol",
         ("'resume'", "protocol 0"),
+    ),
+    (
+        "approve without call_id",
+        '{"type": "approve", "approved": true}',
+        "invalid_message",
+        ("'approve'", "call_id: missing"),
+    ),
+    (
+        "approve with a string for approved",
+        '{"type": "approve", "call_id": "c1", "approved": "yes"}',
+        "invalid_message",
+        ("approved: ", "boolean"),
+    ),
+    (
+        "approve without approved",
+        '{"type": "approve", "call_id": "c1"}',
+        "invalid_message",
+        ("approved: missing",),
+    ),
+    (
+        "approve with a reason too long",
+        json.dumps({"type": "approve", "call_id": "c1", "approved": False, "reason": "x" * 201}),
+        "invalid_message",
+        ("reason: ", f"at most {MAX_REASON_CHARS} characters"),
     ),
 ]
 
@@ -510,3 +545,21 @@ def test_the_running_answer_is_no_finished_message() -> None:
         ToolCallFinishedMessage.model_validate(
             {"call_id": "c2", "name": "bookTable", "status": "running", "duration_ms": 0.0}
         )
+
+
+def test_an_approve_reason_at_the_limit_is_accepted() -> None:
+    raw = json.dumps(
+        {"type": "approve", "call_id": "c1", "approved": False, "reason": "n" * MAX_REASON_CHARS}
+    )
+    message = parse_client_message(raw)
+    assert isinstance(message, ApproveMessage)
+    assert message.approved is False and len(message.reason or "") == MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize("status", ["duplicate", "unavailable", "denied"])
+def test_the_new_final_statuses_are_sent_and_running_is_not(status: str) -> None:
+    from llmrtc.rtc.events import tool_call_finished
+
+    message = tool_call_finished("c1", "refund", status, 0.0)
+    assert message is not None and message.status == status
+    assert parse_server_message(to_wire(message)) == message

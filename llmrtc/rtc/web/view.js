@@ -25,7 +25,17 @@ const TURN_ERRORS = new Set(["model_error", "speech_error", "turn_error", "too_m
 const TOOL_CLOCK_MS = 250; // how often a running tool call's elapsed time is redrawn
 
 // Statuses of a call that was refused before its tool ran: no duration to show.
-const NOT_RUN = new Set(["not_found", "invalid_arguments"]);
+const NOT_RUN = new Set(["not_found", "invalid_arguments", "duplicate", "unavailable", "denied"]);
+const MAX_ARGUMENTS_CHARS = 300; // an approval row shows this much of the call's arguments
+
+// A call's (masked) arguments on one line, as `key: value, ...`, cut at MAX_ARGUMENTS_CHARS.
+function formatArguments(args) {
+  const parts = Object.entries(args || {}).map(
+    ([key, value]) => `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`,
+  );
+  const text = parts.join(", ") || "no arguments";
+  return text.length > MAX_ARGUMENTS_CHARS ? `${text.slice(0, MAX_ARGUMENTS_CHARS)}…` : text;
+}
 
 // The server sends milliseconds to the microsecond; the timeline shows a tenth of one, and
 // below that "<0.1 ms" (a sync lookup takes ~20 µs: it ran, so never "0.0 ms").
@@ -55,7 +65,9 @@ export function createView(document, onState) {
   let lastReply = null; // the <li> of the agent's latest reply (a note may come after it)
   let spokenReply = null; // the <li> of the reply whose voice is playing (it may be complete)
   let partialLine = null; // the <li> of a transcript that is not final yet
-  const running = new Map(); // call_id -> {item, started}: the tool calls still running
+  // call_id -> {item, started, approval}: the tool calls still running (or waiting for the
+  // user's approval: `approval` set, no clock until it is answered)
+  const running = new Map();
   let toolClock = null;
 
   function addLine(list, text, className) {
@@ -144,7 +156,8 @@ export function createView(document, onState) {
   // own measure in its place.
   function tickTools() {
     const now = performance.now();
-    for (const { item, started } of running.values()) {
+    for (const { item, started, awaiting } of running.values()) {
+      if (awaiting) continue; // its tool has not started: there is no time to show
       item.querySelector(".tool-duration").textContent = `${formatMs(now - started)} so far`;
     }
   }
@@ -185,6 +198,53 @@ export function createView(document, onState) {
     item.querySelector(".tool-duration").textContent = duration;
     item.querySelector(".tool-spinner")?.remove();
     item.querySelector(".tool-progress")?.remove();
+    item.querySelector(".tool-choices")?.remove();
+  }
+
+  function choiceButton(label, testId, className) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = `button ${className}`;
+    button.dataset.testid = testId;
+    button.textContent = label;
+    return button;
+  }
+
+  // A call that needs the user's yes: its row (drawn by `tool_call_started` or here, whichever
+  // came first) shows the arguments and Approve / Deny. One click answers: both buttons are
+  // disabled, and `tool_call_finished` later puts the final status in place.
+  function askApproval(callId, name, args, answer) {
+    let entry = running.get(callId);
+    if (!entry) entry = startTool(callId, name);
+    const { item } = entry;
+    entry.approval = true;
+    entry.awaiting = true;
+    item.dataset.status = "approval";
+    item.querySelector(".tool-status").textContent = "approve?";
+    item.querySelector(".tool-duration").textContent = "waiting for your approval";
+    item.querySelector(".tool-arguments")?.remove();
+    item.querySelector(".tool-choices")?.remove();
+    const shown = part("tool-arguments", formatArguments(args));
+    const choices = part("tool-choices");
+    const approve = choiceButton("Approve", "approve", "primary");
+    const deny = choiceButton("Deny", "deny", "danger");
+    choices.append(approve, deny);
+    item.querySelector(".tool-duration").before(shown, choices);
+    const choose = (approved) => {
+      if (approve.disabled) return;
+      approve.disabled = true;
+      deny.disabled = true;
+      item.dataset.answer = approved ? "approved" : "denied";
+      entry.awaiting = false;
+      entry.started = performance.now();
+      item.dataset.status = approved ? "running" : "denied";
+      item.querySelector(".tool-status").textContent = approved ? "running" : "denied";
+      item.querySelector(".tool-duration").textContent = "";
+      answer(approved);
+    };
+    approve.addEventListener("click", () => choose(true));
+    deny.addEventListener("click", () => choose(false));
+    ui.tools.scrollTop = ui.tools.scrollHeight;
   }
 
   return {
@@ -364,7 +424,13 @@ export function createView(document, onState) {
     },
 
     toolStarted(callId, name, background = false) {
+      if (running.get(callId)?.approval) return; // its approval request drew the row already
       startTool(callId, name, background);
+    },
+
+    // `approval_requested`: `answer(approved)` sends the user's `approve`.
+    approvalRequested(callId, name, args, answer) {
+      askApproval(callId, name, args, answer);
     },
 
     // Progress of a call that is no longer running (or never showed) is not drawn.
@@ -385,8 +451,11 @@ export function createView(document, onState) {
     // (`ended` false: its result goes to the agent, and a resume draws the conversation
     // again): this page just will not hear how it ends. A hang-up (`ended`) stops it too.
     connectionClosed(ended = false) {
-      for (const { item } of running.values()) {
-        if (item.dataset.background && !ended) {
+      for (const { item, awaiting } of running.values()) {
+        if (awaiting) {
+          // The server denies a call still waiting for approval when its session ends.
+          endTool(item, "denied", "not approved: the connection closed");
+        } else if (item.dataset.background && !ended) {
           endTool(item, "unknown", "the connection closed before its result");
         } else {
           endTool(item, "aborted", "stopped: the connection closed");
