@@ -115,7 +115,8 @@ class PlaybookOrchestrator:
             toolkits: Toolkits the stages' `tools:` may name by key (each stands for its
                 members the registry has).
             **executor_options: `default_policy`, `max_concurrency`, `timeout`,
-                `validate_arguments` for this orchestrator's `ToolExecutor`.
+                `validate_arguments`, `resource_limits`, `approver`, `approval_timeout`,
+                `duplicate_window` for this orchestrator's `ToolExecutor`.
 
         Raises:
             PlaybookError: for error findings of `validate_playbook` against `registry`.

@@ -231,6 +231,15 @@ class RTCTestClient:
         """Ask the server to cut the agent's reply now (`interrupt`)."""
         await self._send_ws({"type": "interrupt"})
 
+    async def approve(self, call_id: str, approved: bool = True, reason: str | None = None) -> None:
+        """Answer the server's `approval_requested` for `call_id` (`approve`; a server with
+        `ServerConfig(approvals="client")`): `approved`, with an optional `reason` the model
+        is told when denied (at most 200 characters)."""
+        message: dict[str, object] = {"type": "approve", "call_id": call_id, "approved": approved}
+        if reason is not None:
+            message["reason"] = reason
+        await self._send_ws(message)
+
     async def end(self) -> None:
         """Hang up: send `end` (the session is over and cannot be resumed) and close."""
         if not self._finished:

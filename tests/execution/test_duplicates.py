@@ -327,3 +327,31 @@ async def test_a_repeat_in_the_same_batch_of_a_call_that_ended_at_once_is_reused
             session_id="s",
         )
     assert [r.reused_from for r in results] == [None, "a"] and runs == [1]
+
+
+async def test_the_session_the_calling_task_serves_is_the_default_session_id() -> None:
+    # Over WebRTC the agent factory builds its runner with no session id; the voice loop sets
+    # current_session_id for its turns, and the executor takes it.
+    from llmrtc.telemetry.correlation import current_session_id
+    from llmrtc.tools.context import ToolContext
+
+    sessions: list[str | None] = []
+
+    @tool(on_duplicate="reuse")
+    async def book(slot: str, ctx: ToolContext) -> str:
+        """Book."""
+        sessions.append(ctx.session_id)
+        return slot
+
+    executor = ToolExecutor(ToolRegistry([book]))
+    token = current_session_id.set("rtc-session-1")
+    try:
+        await executor.execute([ToolCall("a", "book", {"slot": "8pm"})])
+        [again] = await executor.execute([ToolCall("b", "book", {"slot": "8pm"})])
+        [explicit] = await executor.execute(
+            [ToolCall("c", "book", {"slot": "8pm"})], session_id="other"
+        )
+    finally:
+        current_session_id.reset(token)
+    assert again.reused_from == "a" and explicit.reused_from is None
+    assert sessions == ["rtc-session-1", "other"]

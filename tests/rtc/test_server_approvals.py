@@ -456,3 +456,27 @@ def test_the_workers_of_llmrtc_serve_get_the_approvals_option(tmp_path: Any) -> 
     command = worker_command(args, 8080, tmp_path / "store.db")
     assert command[command.index("--approvals") + 1] == "client"
     assert build_parser().parse_args(["serve", "tools.py"]).approvals == "app"
+
+
+async def test_rtc_test_client_approves_and_denies_with_a_reason() -> None:
+    # The shipped test client's `approve`, as a user testing their own bot would call it.
+    from llmrtc.testing import FakeTTS, RTCTestClient
+
+    RAN.clear()
+    script = [
+        [_refund_call("c1", "A1"), _refund_call("c2", "A2")],
+        "One refunded, one not.",
+    ]
+    server = _server(script)
+    async with server, RTCTestClient(server.url, tts=FakeTTS()) as client:
+        await client.send_text("Refund orders A1 and A2")
+        await client.wait_for("approval_requested", call_id="c1")
+        await client.wait_for("approval_requested", call_id="c2")
+        await client.approve("c1")
+        await client.approve("c2", approved=False, reason="Wrong card")
+        await client.wait_for("turn_completed")
+        finished = {
+            e["call_id"]: e["status"] for e in client.events if e["type"] == "tool_call_finished"
+        }
+        assert finished == {"c1": "ok", "c2": "denied"} and RAN == ["A1"]
+        assert "Wrong card" in str(server.llms[0].requests[-1].messages)
