@@ -9,15 +9,25 @@ conversation (a WebRTC session asking its client) answer for the executors run i
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+import anyio
+
+from llmrtc.abort import AbortController
 from llmrtc.tools.calls import ToolCall
 from llmrtc.tools.context import ToolContext
 
-__all__ = ["Approval", "Approver", "approvals", "approve_in_context"]
+__all__ = ["Approval", "Approver", "approvals", "approve_in_context", "ask_approval"]
+
+logger = logging.getLogger(__name__)
+
+REASON_CHARS = 200
+"""The longest reason of a denial the model is told (a longer one is left out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +71,52 @@ async def approve_in_context(call: ToolCall, ctx: ToolContext) -> Approval | boo
     if approver is None:
         return Approval(False, "no one is there to approve it")
     return await approver(call, ctx)
+
+
+async def ask_approval(
+    approver: Approver,
+    call: ToolCall,
+    ctx: ToolContext,
+    controller: AbortController,
+    timeout: float,
+) -> Approval:
+    """Ask `approver` about `call` and return its answer as an `Approval` whose `reason` the
+    model may be told (a short printable line, else None). No answer within `timeout`
+    seconds (`math.inf`: none) is a denial ("no approval in time"); an approver that raises
+    or returns something else than an `Approval` or a bool denies ("approval failed"; logged).
+    `controller` (`ctx`'s) is aborted when the approver is given up on, so it can stop asking.
+    The caller's cancellation (an abort of the batch) propagates."""
+    answer: object = None
+    try:
+        with anyio.move_on_after(None if timeout == math.inf else timeout) as waiting:
+            answer = await approver(call, ctx)
+    except Exception:
+        logger.exception(
+            "the approver raised for call %s of tool %r; the call is denied",
+            call.call_id,
+            call.name,
+        )
+        controller.abort("approval failed")
+        return Approval(False, "approval failed")
+    finally:
+        if answer is None:
+            controller.abort("timeout")  # given up on (or cancelled): the asking may stop
+    if waiting.cancelled_caught:
+        return Approval(False, "no approval in time")
+    if isinstance(answer, Approval):
+        approved, reason = answer.approved is True, answer.reason
+    elif isinstance(answer, bool):
+        approved, reason = answer, None
+    else:
+        logger.error(
+            "the approver returned %r for call %s of tool %r, not an Approval or a bool; the "
+            "call is denied",
+            type(answer).__name__,
+            call.call_id,
+            call.name,
+        )
+        return Approval(False, "approval failed")
+    if approved:
+        return Approval(True)
+    speakable = isinstance(reason, str) and 0 < len(reason) <= REASON_CHARS and reason.isprintable()
+    return Approval(False, reason if speakable else None)

@@ -18,7 +18,7 @@ import pydantic_core
 
 from llmrtc.abort import AbortController, AbortSignal
 from llmrtc.execution._slots import SlotPool
-from llmrtc.execution.approval import Approval
+from llmrtc.execution.approval import ask_approval
 from llmrtc.execution.batch import Batch, Policies
 from llmrtc.execution.breakers import BreakerChange
 from llmrtc.execution.duplicates import DuplicateEntry, duplicate_key
@@ -60,8 +60,6 @@ logger = logging.getLogger(__name__)
 _perf_counter = time.perf_counter
 _monotonic = time.monotonic
 _execution_ids = itertools.count(1)
-
-_REASON_CHARS = 200  # the longest approver's reason the model is told
 
 
 class _AttemptTimedOut(Exception):
@@ -506,48 +504,15 @@ class Call:
             None,
             definition.sensitive_fields,
         )
-        limit = policies.approval_timeout
-        answer: object = None
-        try:
-            with anyio.move_on_after(None if limit == math.inf else limit) as waiting:
-                answer = await policies.approver(self._parsed_call(), ctx)  # type: ignore[misc]
-        except Exception:
-            logger.exception(
-                "the approver raised for call %s of tool %r; the call is denied",
-                call.call_id,
-                call.name,
-            )
-            controller.abort("approval failed")
-            self._deny("approval failed")
-            return False
-        finally:
-            if answer is None:
-                controller.abort("timeout")  # the approver's side may stop asking
-        if waiting.cancelled_caught:
-            self._deny("no approval in time")
-            return False
-        if isinstance(answer, Approval):
-            approved, reason = answer.approved is True, answer.reason
-        elif isinstance(answer, bool):
-            approved, reason = answer, None
-        else:
-            logger.error(
-                "the approver returned %r for call %s of tool %r, not an Approval or a bool; "
-                "the call is denied",
-                type(answer).__name__,
-                call.call_id,
-                call.name,
-            )
-            approved, reason = False, None
-        if not approved:
-            said = (
-                reason
-                if isinstance(reason, str)
-                and 0 < len(reason) <= _REASON_CHARS
-                and reason.isprintable()
-                else None
-            )
-            self._deny(said)
+        answer = await ask_approval(
+            policies.approver,  # type: ignore[arg-type]  # checked by _admit
+            self._parsed_call(),
+            ctx,
+            controller,
+            policies.approval_timeout,
+        )
+        if not answer.approved:
+            self._deny(answer.reason)
             return False
         self.approval = "approved"
         return True
