@@ -511,6 +511,10 @@ class Call:
             controller,
             policies.approval_timeout,
         )
+        if self.scope.cancel_called or batch.aborted():  # type: ignore[union-attr]
+            # Aborted while asking (an approver that stops at the abort answers "no"): the
+            # call was cut, not denied; it is settled as aborted.
+            return False
         if not answer.approved:
             self._deny(answer.reason)
             return False

@@ -203,3 +203,24 @@ async def test_approve_in_context_asks_the_enclosing_block_or_denies() -> None:
         [inside] = await executor.execute([refund_call("b")])
     assert outside.status == "denied" and "no one is there to approve it" in (outside.error or "")
     assert inside.status == "ok"
+
+
+async def test_an_approver_that_stops_at_the_abort_leaves_the_call_aborted_not_denied() -> None:
+    # Regression: an approver waiting on ctx.abort_signal returns a "no" as the batch aborts;
+    # the call was cut by the abort, so it is `aborted`, as with any other approver.
+    async def approver(call: ToolCall, ctx: ToolContext) -> Approval:
+        with ctx.abort_signal.cancel_scope():
+            await anyio.sleep(10)
+        return Approval(False, "stopped")
+
+    executor = ToolExecutor(ToolRegistry([refund]), approver=approver)
+    controller = AbortController()
+
+    async def abort() -> None:
+        await anyio.sleep(0.03)
+        controller.abort("barge-in")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(abort)
+        [result] = await executor.execute([refund_call()], abort_signal=controller.signal)
+    assert result.status == "aborted" and RAN == []
