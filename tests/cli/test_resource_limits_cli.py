@@ -217,6 +217,19 @@ async def test_chat_refuses_a_resource_with_no_limit_before_the_model(tmp_path: 
     assert result.stdout == b""
 
 
+async def test_voice_refuses_a_resource_with_no_limit_before_any_model(tmp_path: Path) -> None:
+    tools = _tools(tmp_path, "")
+    command = [sys.executable, "-m", "llmrtc.cli", "voice", str(tools), "--text", "hello"]
+    command += ["--out", str(tmp_path / "reply.wav")]
+    with anyio.fail_after(TIMEOUT):
+        result = await anyio.run_process(command, env=_env(tmp_path, **NO_API), check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 1
+    assert err.startswith("error: resources with no limit: 'update_crm' holds 'crm'")
+    assert FIX in err and "Traceback" not in err
+    assert not (tmp_path / "reply.wav").exists()
+
+
 async def _serve(tmp_path: Path, *args: str) -> tuple[int, str, str]:
     """`llmrtc serve ARGS` to its end (for commands that stop by themselves)."""
     with anyio.fail_after(TIMEOUT):
