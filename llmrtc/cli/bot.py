@@ -150,8 +150,10 @@ def check_resource_limits(
     )
     entries = [f'"{name}": {limit}' for name, limit in limits.items()]
     entries += [f'"{name}": N' for name in sorted(holders)]
+    # The whole line, the file's own limits kept: replacing it is the one edit to make.
+    action = "Change it" if limits else "Add it"
     raise CLIError(
-        f"resources with no limit: {which}. Add to {tools_file}:\n"
+        f"resources with no limit: {which}. {action} in {tools_file}:\n"
         f"  {RESOURCE_LIMITS_NAME} = {{{', '.join(entries)}}}\n"
         "with N the number of calls that may hold each at once"
     )

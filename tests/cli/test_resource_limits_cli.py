@@ -144,12 +144,14 @@ def test_a_resource_with_no_limit_is_a_cli_error_saying_what_to_add(tmp_path: Pa
         load_target(str(tools))
     text = raised.value.text
     assert "'update_crm' holds 'crm'" in text
-    assert f"Add to {tools.resolve()}:\n  {FIX}\n" in text
+    assert f"Add it in {tools.resolve()}:\n  {FIX}\n" in text
     # A file with limits for other resources is told the whole line, its own entries kept.
     tools = _tools(tmp_path, 'RESOURCE_LIMITS = {"erp": 4}\n', "partial.py")
     with pytest.raises(CLIError) as raised:
         load_bot(str(_playbook(tmp_path, tools)), None)
-    assert 'RESOURCE_LIMITS = {"erp": 4, "crm": N}' in raised.value.text
+    assert f'Change it in {tools.resolve()}:\n  RESOURCE_LIMITS = {{"erp": 4, "crm": N}}\n' in (
+        raised.value.text
+    )
 
 
 def test_a_bad_resource_limits_is_a_cli_error(tmp_path: Path) -> None:
@@ -249,7 +251,7 @@ async def test_serve_refuses_a_resource_with_no_limit_at_startup(
     code, out, err = await _serve(tmp_path, str(tools), "--port", "0", "--fake-engines", *workers)
     assert code == 1
     assert err.startswith("error: resources with no limit: 'update_crm' holds 'crm'")
-    assert f"Add to {tools.resolve()}:\n  {FIX}\n" in err
+    assert f"Add it in {tools.resolve()}:\n  {FIX}\n" in err
     assert "Traceback" not in err and out == ""
 
 
