@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "Bot",
     "build_handler",
+    "check_resource_limits",
     "load_bot",
     "load_target",
     "load_tools",
@@ -58,6 +59,8 @@ class Bot(NamedTuple):
     """The tools (None: none)."""
     toolkits: list[Toolkit]
     """The `Toolkit`s the tools file defines at module level (stages may name them by key)."""
+    resource_limits: Mapping[str, int] | None = None
+    """The tools file's `RESOURCE_LIMITS` (`ToolExecutor(resource_limits=...)`; None: none)."""
 
 
 def load_tools(load: Callable[[Any], _Loaded], source: Any, *, failure: str) -> _Loaded:
@@ -87,30 +90,73 @@ def load_bot(playbook_path: str | None, tools_path: str | None) -> Bot:
     """
     from llmrtc.catalog.toolkits import Toolkit
     from llmrtc.playbook import PlaybookError, load_playbook
-    from llmrtc.playbook.loading import load_playbook_toolkit_tools
-    from llmrtc.tools.loader import load_tools_module
+    from llmrtc.playbook.loading import load_playbook_tools_file
+    from llmrtc.tools.loader import ToolsFile, load_tools_module
 
     playbook = None
-    registry = None
+    loaded: ToolsFile | None = None
     toolkits: list[Toolkit] = []
     failure = "cannot load the tools file"
     try:
         if tools_path is not None:
             loaded = load_tools(load_tools_module, tools_path, failure=failure)
-            registry = loaded.registry
             toolkits = [item for item in loaded.objects if isinstance(item, Toolkit)]
         if playbook_path is not None:
-            playbook = load_playbook(playbook_path, registry=registry, toolkits=toolkits)
+            playbook = load_playbook(
+                playbook_path,
+                registry=loaded.registry if loaded is not None else None,
+                toolkits=toolkits,
+            )
             if playbook.tools_file and tools_path is None:
-                registry, toolkits = load_tools(
-                    load_playbook_toolkit_tools, playbook, failure=failure
-                )
+                loaded = load_tools(load_playbook_tools_file, playbook, failure=failure)
+                toolkits = [item for item in loaded.objects if isinstance(item, Toolkit)]
     except PlaybookError as exc:
         assert playbook_path is not None  # only loading a playbook raises it
         raise playbook_failure(exc, playbook_path) from exc
     except (FileNotFoundError, ValueError) as exc:
         raise CLIError(str(exc)) from exc
-    return Bot(playbook, registry, toolkits)
+    if loaded is None:
+        return Bot(playbook, None, toolkits)
+    # Now, before any model loads (or, for `serve`, any worker starts): the executor would
+    # refuse the same tools later, with advice for code the user does not write.
+    check_resource_limits(loaded.registry, loaded.resource_limits, loaded.path)
+    return Bot(playbook, loaded.registry, toolkits, loaded.resource_limits)
+
+
+def check_resource_limits(
+    registry: ToolRegistry, limits: Mapping[str, int] | None, tools_file: str | Path
+) -> None:
+    """Refuse tools holding a resource (`@tool(resources=...)`) that `limits` (the tools
+    file's `RESOURCE_LIMITS`) gives no limit, as the executor would.
+
+    Raises:
+        CLIError: naming the tools and resources, and the exact `RESOURCE_LIMITS` line to
+            put in `tools_file`.
+    """
+    limits = limits or {}
+    hidden = (registry.get(name) for name in registry.hidden_names())
+    holders: dict[str, list[str]] = {}
+    for tool in [*registry, *(t for t in hidden if t is not None)]:
+        for resource in tool.definition.resources:
+            if resource not in limits:
+                holders.setdefault(resource, []).append(tool.name)
+    if not holders:
+        return
+    from llmrtc.tools.loader import RESOURCE_LIMITS_NAME
+
+    which = "; ".join(
+        f"{', '.join(map(repr, tools))} {'holds' if len(tools) == 1 else 'hold'} {name!r}"
+        for name, tools in sorted(holders.items())
+    )
+    entries = [f'"{name}": {limit}' for name, limit in limits.items()]
+    entries += [f'"{name}": N' for name in sorted(holders)]
+    # The whole line, the file's own limits kept: replacing it is the one edit to make.
+    action = "Change it" if limits else "Add it"
+    raise CLIError(
+        f"resources with no limit: {which}. {action} in {tools_file}:\n"
+        f"  {RESOURCE_LIMITS_NAME} = {{{', '.join(entries)}}}\n"
+        "with N the number of calls that may hold each at once"
+    )
 
 
 def load_target(target: str | None) -> Bot:
@@ -129,6 +175,7 @@ def build_handler(
     toolkits: Sequence[Toolkit] = (),
     hooks: Hooks | None = None,
     models: ModelPool | None = None,
+    resource_limits: Mapping[str, int] | None = None,
 ) -> TurnHandler:
     """The turn handler of a command: a `PlaybookOrchestrator` for a playbook (its stages
     give the prompts), else a `TurnRunner` with `system_prompt` and the tools (none if
@@ -139,12 +186,17 @@ def build_handler(
     inside a WebRTC session with `ServerConfig(approvals="client")` that session's client
     answers; anywhere else such calls are denied ("no one is there to approve it").
 
+    `resource_limits` caps the calls holding each resource the tools name (the tools file's
+    `RESOURCE_LIMITS`, `Bot.resource_limits`); every such resource needs one.
+
     LLM-backed tools (`define_llm_tool`, `llmrtc.catalog.UTIL_TOOLS`) run on `models`; by
     default, when `registry` holds one, on `llm` itself (`tool_models(llm)`: no second model
     is opened, which for the offline model would load it twice).
 
     Raises:
         PlaybookError: the playbook names a tool the registry lacks.
+        ValueError: a tool names a resource `resource_limits` lacks (`load_bot` has said so
+            already, as a `CLIError`, for the tools it loaded).
     """
     from llmrtc import (
         PlaybookOrchestrator,
@@ -166,8 +218,15 @@ def build_handler(
             hooks=hooks,
             models=models,
             approver=approve_in_context,
+            resource_limits=resource_limits,
         )
-    executor = ToolExecutor(tools, hooks=hooks, models=models, approver=approve_in_context)
+    executor = ToolExecutor(
+        tools,
+        hooks=hooks,
+        models=models,
+        approver=approve_in_context,
+        resource_limits=resource_limits,
+    )
     return TurnRunner(llm, executor, system_prompt=system_prompt, hooks=hooks)
 
 

@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -65,7 +65,11 @@ def add_chat_parser(commands: Any) -> None:
     chat.add_argument(
         "playbook", nargs="?", help="a playbook (.yaml/.json) to run, e.g. playbooks/support.yaml"
     )
-    chat.add_argument("--tools", help="a Python file defining the tools the bot may call")
+    chat.add_argument(
+        "--tools",
+        help="a Python file defining the tools the bot may call (and RESOURCE_LIMITS = "
+        '{"crm": 2} when they hold resources)',
+    )
     chat.add_argument(
         "--system", default=DEFAULT_SYSTEM_PROMPT, help="the system prompt (without a playbook)"
     )
@@ -88,7 +92,11 @@ def chat_command(args: argparse.Namespace) -> int:
         bot = load_bot(args.playbook, args.tools)
         try:
             return anyio.run(
-                partial(run_with_mcp_tools, run_chat, toolkits=bot.toolkits),
+                partial(
+                    run_with_mcp_tools,
+                    partial(run_chat, resource_limits=bot.resource_limits),
+                    toolkits=bot.toolkits,
+                ),
                 args,
                 bot.registry,
                 bot.playbook,
@@ -110,11 +118,13 @@ class _Chat:
         registry: ToolRegistry | None,
         playbook: Playbook | None,
         toolkits: Sequence[Toolkit] = (),
+        resource_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.args = args
         self.registry = registry
         self.playbook = playbook
         self.toolkits = tuple(toolkits)
+        self.resource_limits = resource_limits
         self.screen = Screen()
         self.interactive = sys.stdin.isatty()
         self.turn: AbortController | None = None
@@ -221,6 +231,7 @@ class _Chat:
             self.playbook,
             system_prompt=self.args.system,
             toolkits=self.toolkits,
+            resource_limits=self.resource_limits,
         )
         if self.playbook is not None and isinstance(handler, PlaybookOrchestrator):
             self.screen.line(
@@ -329,10 +340,13 @@ async def run_chat(
     registry: ToolRegistry | None,
     playbook: Playbook | None,
     toolkits: Sequence[Toolkit] = (),
+    *,
+    resource_limits: Mapping[str, int] | None = None,
 ) -> int:
     """Run `llmrtc chat` until the user leaves; returns the exit status. `toolkits`: what
-    the playbook's stages may name by key."""
-    chat = _Chat(args, registry, playbook, toolkits)
+    the playbook's stages may name by key; `resource_limits`: the tools file's
+    `RESOURCE_LIMITS`."""
+    chat = _Chat(args, registry, playbook, toolkits, resource_limits)
     # The handler is in place before the model is opened: Ctrl-C while it loads quits cleanly.
     with _sigint_receiver() as signals:
         async with anyio.create_task_group() as group:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -66,7 +66,9 @@ def serve_process(args: argparse.Namespace, bot: Bot) -> int:
     worker = args.worker_store is not None
     serve_logging(args.log_level, worker=worker)
     try:
-        status = anyio.run(_serve, args, bot.playbook, bot.registry, bot.toolkits)
+        status = anyio.run(
+            _serve, args, bot.playbook, bot.registry, bot.toolkits, bot.resource_limits
+        )
     except KeyboardInterrupt:  # only where SIGINT cannot be received as a signal
         return _INTERRUPTED
     if status == 0:
@@ -202,6 +204,7 @@ async def _serve(
     playbook: Playbook | None,
     registry: ToolRegistry | None,
     toolkits: list[Toolkit],
+    resource_limits: Mapping[str, int] | None,
 ) -> int:
     worker = args.worker_store is not None
     fake = args.fake_engines is not None
@@ -219,7 +222,9 @@ async def _serve(
             watchers.start_soon(stop.watch_signals)
             if worker:
                 watchers.start_soon(stop.watch_supervisor)
-            status = await _open_and_serve(args, playbook, registry, toolkits, otel, stop)
+            status = await _open_and_serve(
+                args, playbook, registry, toolkits, resource_limits, otel, stop
+            )
             watchers.cancel_scope.cancel()
     finally:
         otel.shutdown()
@@ -231,6 +236,7 @@ async def _open_and_serve(
     playbook: Playbook | None,
     registry: ToolRegistry | None,
     toolkits: list[Toolkit],
+    resource_limits: Mapping[str, int] | None,
     otel: Any,
     stop: _Stop,
 ) -> int:
@@ -279,12 +285,13 @@ async def _open_and_serve(
             return WORKER_SETUP_FAILED if worker else 1
         if stop.requested.is_set():
             return 0
-        server = _server(args, llm, speech, playbook, registry, toolkits, hooks)
+        server = _server(args, llm, speech, playbook, registry, toolkits, resource_limits, hooks)
         async with anyio.create_task_group() as group:
             if _keeps_prompts(llm):
                 # In the background: the page is opened and the first words said meanwhile;
                 # a turn that comes first waits its turn at the server, as it would cold.
-                group.start_soon(_warm, _handler(llm, registry, playbook, toolkits, None))
+                warm = _handler(llm, registry, playbook, toolkits, resource_limits, None)
+                group.start_soon(_warm, warm)
             code = await _run_until_signal(server, args, stop)
             group.cancel_scope.cancel()
         return code
@@ -321,6 +328,7 @@ def _server(
     playbook: Playbook | None,
     registry: ToolRegistry | None,
     toolkits: list[Toolkit],
+    resource_limits: Mapping[str, int] | None,
     hooks: Any,
 ) -> RTCServer:
     from llmrtc.rtc.config import ServerConfig
@@ -339,7 +347,7 @@ def _server(
     )
     store = SQLiteSessionStore(args.worker_store) if args.worker_store else None
     return RTCServer(
-        lambda: _handler(llm, registry, playbook, toolkits, hooks),
+        lambda: _handler(llm, registry, playbook, toolkits, resource_limits, hooks),
         speech=speech,
         config=config,
         hooks=hooks,
@@ -352,13 +360,22 @@ def _handler(
     registry: ToolRegistry | None,
     playbook: Playbook | None,
     toolkits: list[Toolkit],
+    resource_limits: Mapping[str, int] | None,
     hooks: Any,
 ) -> TurnHandler:
     """One session's handler: `build_handler`'s, with the `--otel` hooks on its turns, model
-    requests and tools too (the server's hooks see only the voice loop and the session)."""
+    requests and tools too (the server's hooks see only the voice loop and the session).
+    Each session has its own executor, so `resource_limits` cap each session's calls."""
     from llmrtc.cli.bot import build_handler
 
-    return build_handler(llm, registry, playbook, toolkits=toolkits, hooks=hooks)
+    return build_handler(
+        llm,
+        registry,
+        playbook,
+        toolkits=toolkits,
+        hooks=hooks,
+        resource_limits=resource_limits,
+    )
 
 
 async def _run_until_signal(server: RTCServer, args: argparse.Namespace, stop: _Stop) -> int:

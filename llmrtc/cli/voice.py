@@ -30,7 +30,7 @@ from llmrtc.cli.logs import command_logging, log_file
 from llmrtc.llm import LLMError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Mapping, Sequence
 
     from llmrtc.catalog import Toolkit
     from llmrtc.playbook import Playbook
@@ -134,7 +134,11 @@ def voice_command(args: argparse.Namespace) -> int:
                 raise CLIError(str(exc)) from exc
         try:
             return anyio.run(
-                partial(run_with_mcp_tools, run_voice, toolkits=bot.toolkits),
+                partial(
+                    run_with_mcp_tools,
+                    partial(run_voice, resource_limits=bot.resource_limits),
+                    toolkits=bot.toolkits,
+                ),
                 args,
                 bot.registry,
                 bot.playbook,
@@ -301,9 +305,12 @@ async def run_voice(
     playbook: Playbook | None,
     audio: AudioFrame | None,
     toolkits: Sequence[Toolkit] = (),
+    *,
+    resource_limits: Mapping[str, int] | None = None,
 ) -> int:
     """Run one `llmrtc voice` turn (`audio` from `--in`, else `args.text`); the exit status.
-    `toolkits`: the tools file's toolkits, which the playbook's stages may name."""
+    `toolkits`: the tools file's toolkits, which the playbook's stages may name;
+    `resource_limits`: its `RESOURCE_LIMITS`."""
     from llmrtc import open_default_provider
     from llmrtc.cli.bot import build_handler
     from llmrtc.cli.terminal import model_progress
@@ -321,7 +328,12 @@ async def run_voice(
             # A missing package or model, a bad LLMRTC_SPEECH: the message says what to do.
             raise CLIError(str(exc)) from exc
         handler = build_handler(
-            llm, registry, playbook, system_prompt=args.system, toolkits=toolkits
+            llm,
+            registry,
+            playbook,
+            system_prompt=args.system,
+            toolkits=toolkits,
+            resource_limits=resource_limits,
         )
         if playbook is not None:
             print(f"[playbook {playbook.id}]", flush=True)

@@ -16,13 +16,14 @@ from llmrtc.playbook.models import Playbook
 from llmrtc.playbook.validation import Finding, PlaybookError, validate_playbook
 from llmrtc.tools._errors import format_path
 from llmrtc.tools.ids import from_wire_name, parse_tool_id
-from llmrtc.tools.loader import load_tools_module
+from llmrtc.tools.loader import ToolsFile, load_tools_module
 from llmrtc.tools.registry import ToolRegistry
 
 __all__ = [
     "load_playbook",
     "load_playbook_toolkit_tools",
     "load_playbook_tools",
+    "load_playbook_tools_file",
     "mcp_tool_server",
 ]
 
@@ -194,8 +195,20 @@ def load_playbook_toolkit_tools(playbook: Playbook) -> tuple[ToolRegistry, list[
         ValueError: if the playbook names no tools file.
         FileNotFoundError: if the file is missing.
     """
+    loaded = load_playbook_tools_file(playbook)
+    return loaded.registry, [item for item in loaded.objects if isinstance(item, Toolkit)]
+
+
+def load_playbook_tools_file(playbook: Playbook) -> ToolsFile:
+    """Everything the playbook's `tools_file` (relative to the playbook file) defines, from
+    one import: its tools, its module-level objects, its path and its `RESOURCE_LIMITS`.
+
+    Raises:
+        ValueError: if the playbook names no tools file, or the file's tools or
+            `RESOURCE_LIMITS` are bad.
+        FileNotFoundError: if the file is missing.
+    """
     if playbook.tools_file is None:
         raise ValueError(f"playbook {playbook.id!r} names no tools_file")
     base = Path(playbook.source_path).parent if playbook.source_path else Path.cwd()
-    loaded = load_tools_module(base / playbook.tools_file)
-    return loaded.registry, [item for item in loaded.objects if isinstance(item, Toolkit)]
+    return load_tools_module(base / playbook.tools_file)
