@@ -43,8 +43,8 @@ collector (OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318; needs
 pip install "llmrtc[otlp]").
 
 A tools file whose tools hold resources (@tool(resources=("crm",))) sets their limits at module
-level, RESOURCE_LIMITS = {"crm": 2}; each session has its own tool executor, so a limit caps the
-calls of one session.
+level, RESOURCE_LIMITS = {"crm": 2}; a limit caps the calls of all sessions of a process (with
+--workers N, of each worker).
 
 The offline start takes about 10 s (about 22 s the first time, while the model is joined
 into the cache); the model's load cannot show a live counter (it holds the interpreter), so

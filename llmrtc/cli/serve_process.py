@@ -285,6 +285,12 @@ async def _open_and_serve(
             return WORKER_SETUP_FAILED if worker else 1
         if stop.requested.is_set():
             return 0
+        # One set of pools for every session's executor: a CRM allowing two calls at a time
+        # gets two from this process, not two per session.
+        if resource_limits is not None:
+            from llmrtc.execution.resources import ResourceLimits
+
+            resource_limits = ResourceLimits(resource_limits)
         server = _server(args, llm, speech, playbook, registry, toolkits, resource_limits, hooks)
         async with anyio.create_task_group() as group:
             if _keeps_prompts(llm):
@@ -365,7 +371,7 @@ def _handler(
 ) -> TurnHandler:
     """One session's handler: `build_handler`'s, with the `--otel` hooks on its turns, model
     requests and tools too (the server's hooks see only the voice loop and the session).
-    Each session has its own executor, so `resource_limits` cap each session's calls."""
+    Each session has its own executor; given one `ResourceLimits`, they share its limits."""
     from llmrtc.cli.bot import build_handler
 
     return build_handler(

@@ -14,6 +14,7 @@ from llmrtc.execution.errors import (
 )
 from llmrtc.execution.executor import ToolExecutor
 from llmrtc.execution.observers import observe_tools
+from llmrtc.execution.resources import ResourceLimits
 
 __all__ = [
     "AbortController",
@@ -22,6 +23,7 @@ __all__ = [
     "Approval",
     "Approver",
     "InvalidToolArgumentsError",
+    "ResourceLimits",
     "ToolAbortedError",
     "ToolDeniedError",
     "ToolDuplicateError",

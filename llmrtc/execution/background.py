@@ -30,6 +30,7 @@ from anyio.abc import TaskGroup
 from llmrtc.abort import AbortController
 from llmrtc.execution.batch import Batch
 from llmrtc.execution.call import Call
+from llmrtc.execution.duplicates import Duplicates
 from llmrtc.tools.calls import RUNNING_NOTE, ToolCall, ToolCallResult, new_result
 from llmrtc.tools.errors import ToolError
 
@@ -79,6 +80,9 @@ class BackgroundCalls:
         self._tasks: set[Any] = set()  # asyncio tasks, when no task group hosts the calls
         self.group: TaskGroup | None = None
         """The task group of an `async with executor:` block, when one is open."""
+        self.duplicates: Duplicates | None = None
+        """The executor's memory of recent calls (`on_duplicate`): it goes along with an
+        adopted call (see `adopt`)."""
         self.token = f"{os.getpid()}-{secrets.token_hex(16)}"
         """Names these calls in a saved state (`find_background_calls`)."""
         _LIVE[self.token] = self
@@ -202,6 +206,10 @@ class BackgroundCalls:
         """
         if other is self:
             return any(r.item.call.call_id == call_id for r in self._running)
+        if self.duplicates is not None and other.duplicates is not None:
+            # The session moves here: so does its memory of recent calls, so a repeat of the
+            # adopted call (or of one that ended before) is still recognised.
+            self.duplicates.adopt(other.duplicates)
         for running in other._running:
             if running.item.call.call_id == call_id:
                 other._running.remove(running)

@@ -40,7 +40,7 @@ class BreakerChange:
 
 
 class _Breaker:
-    __slots__ = ("failures", "opened_at", "policy", "state", "trial")
+    __slots__ = ("failures", "generation", "opened_at", "policy", "state", "trial")
 
     def __init__(self, policy: CircuitBreaker) -> None:
         self.policy = policy
@@ -48,6 +48,7 @@ class _Breaker:
         self.failures = 0
         self.opened_at = 0.0
         self.trial = False  # a half-open trial call is running
+        self.generation = 1  # +1 each time it opens (admission tickets)
 
 
 class Breakers:
@@ -86,22 +87,24 @@ class Breakers:
         tool_name: str,
         policy: CircuitBreaker | None,
         changes: list[BreakerChange] | None = None,
-    ) -> bool:
-        """Whether a call of `tool_name` may run now (False: it ends `"unavailable"`); a
-        state change it causes is also appended to `changes`."""
+    ) -> int:
+        """Whether a call of `tool_name` may run now: 0 when not (it ends `"unavailable"`),
+        else its ticket for `record` (the breaker's generation: it changes each time the
+        breaker opens, so an outcome from before that is told apart). A state change it
+        causes is also appended to `changes`."""
         if policy is None:
-            return True
+            return 1
         breaker = self._breaker(tool_name, policy)
         if breaker.state == "closed":
-            return True
+            return breaker.generation
         if breaker.state == "open":
             if not self._due(breaker):
-                return False
+                return 0
             self._move(tool_name, breaker, "half_open", changes)
         if breaker.trial:
-            return False  # half-open: one trial at a time
+            return 0  # half-open: one trial at a time
         breaker.trial = True
-        return True
+        return breaker.generation
 
     def record(
         self,
@@ -109,12 +112,18 @@ class Breakers:
         policy: CircuitBreaker | None,
         status: str,
         changes: list[BreakerChange] | None = None,
+        *,
+        ticket: int | None = None,
     ) -> None:
-        """A call admitted by `admit` ended with `status`; a state change it causes is also
-        appended to `changes`."""
+        """A call admitted by `admit` (which gave it `ticket`; None: the current one) ended
+        with `status`. Only calls admitted since the breaker last opened count: in the
+        half-open state that is the one trial. A state change it causes is also appended to
+        `changes`."""
         if policy is None:
             return
         breaker = self._breaker(tool_name, policy)
+        if ticket is not None and ticket != breaker.generation:
+            return  # admitted before the breaker last opened: it tells nothing new
         failed = status in _FAILURES
         if breaker.state == "half_open":
             breaker.trial = False
@@ -122,19 +131,23 @@ class Breakers:
                 breaker.failures = 0
                 self._move(tool_name, breaker, "closed", changes)
             elif failed:
-                breaker.failures += 1
-                breaker.opened_at = self._clock()
-                self._move(tool_name, breaker, "open", changes)
+                self._open(tool_name, breaker, changes)
             return
         if breaker.state == "open":
-            return  # admitted before it opened: the trial decides
+            return  # cannot happen with a ticket; without one, the trial decides
         if status == "ok":
             breaker.failures = 0
         elif failed:
             breaker.failures += 1
             if breaker.failures >= breaker.policy.failures:
-                breaker.opened_at = self._clock()
-                self._move(tool_name, breaker, "open", changes)
+                self._open(tool_name, breaker, changes)
+
+    def _open(self, tool_name: str, breaker: _Breaker, changes: list[BreakerChange] | None) -> None:
+        if breaker.state == "half_open":
+            breaker.failures += 1
+        breaker.opened_at = self._clock()
+        breaker.generation += 1
+        self._move(tool_name, breaker, "open", changes)
 
     def _breaker(self, tool_name: str, policy: CircuitBreaker) -> _Breaker:
         breaker = self._breakers.get(tool_name)

@@ -121,6 +121,7 @@ class Call:
     leads: DuplicateEntry | None = None  # its duplicates reuse or refer to it
     dup_key: tuple[str, str, str] | None = None
     breaker_admitted = False  # its breaker let it through: how it ends is recorded
+    breaker_ticket = 0  # the breaker generation it was admitted in
     settles = False  # it leads or was admitted: its ending updates the executor's policies
     policy_state: Policies | None = None
     changes: list[BreakerChange] | None = None  # breaker changes it caused, for the hooks
@@ -263,8 +264,10 @@ class Call:
         if policy is None:
             return True
         changes = self.changes = self.changes or []
-        if self.policy_state.breakers.admit(definition.name, policy, changes):  # type: ignore[union-attr]
+        ticket = self.policy_state.breakers.admit(definition.name, policy, changes)  # type: ignore[union-attr]
+        if ticket:
             self.breaker_admitted = self.settles = True
+            self.breaker_ticket = ticket
             return True
         self.finish("unavailable", error=ToolUnavailableError(self.call.name))
         return False
@@ -290,7 +293,12 @@ class Call:
             self.breaker_admitted = False
             definition = self.tool.definition  # type: ignore[union-attr]
             changes = self.changes = self.changes or []
-            state.breakers.record(definition.name, definition.breaker, result.status, changes)
+            # A call that never reached its handler (it timed out waiting for a resource)
+            # says nothing about the backend.
+            status = result.status if self.started else "aborted"
+            state.breakers.record(
+                definition.name, definition.breaker, status, changes, ticket=self.breaker_ticket
+            )
         entry = self.leads
         if entry is not None:
             self.leads = None
@@ -315,6 +323,7 @@ class Call:
             runner.leads, self.leads = self.leads, None
             runner.dup_key = self.dup_key
             runner.breaker_admitted, self.breaker_admitted = self.breaker_admitted, False
+            runner.breaker_ticket = self.breaker_ticket
             runner.settles, self.settles = self.settles, False
             runner.changes, self.changes = self.changes, None
             runner.approval = self.approval
@@ -536,6 +545,7 @@ class Call:
                 if (
                     attempt > policy.max_retries
                     or ctx.abort_signal.aborted
+                    or batch.aborted()  # a "finish" call finishes its attempt, no more
                     or not (timed_out or policy.retries(exc))
                 ):
                     raise
@@ -570,7 +580,14 @@ class Call:
                         background=self.outlives_batch,
                     ),
                 )
-            await anyio.sleep(delay)
+            if self.finishes_on_interrupt and batch.signal is not None:
+                # Its signal no longer follows the batch's: an abort still ends the backoff.
+                with batch.signal.cancel_scope():
+                    await anyio.sleep(delay)
+                if batch.aborted():
+                    raise failure
+            else:
+                await anyio.sleep(delay)
             attempt += 1
 
     async def _attempt(

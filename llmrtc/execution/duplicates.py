@@ -8,12 +8,17 @@ order and whitespace never matter), while the earlier one runs or within `window
 after it ended `ok`. The first such call *leads*: it runs, and its entry records how it ended.
 An entry that ended otherwise (error, timeout, aborted, refused) is forgotten at once, so the
 next call runs. Calls without a session id are never looked up.
+
+A session resumed on another executor of this process that adopts its running background
+calls takes the entries along (`adopt`): a booking still running, or made before the
+reconnect, still answers its repeat after it.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -28,22 +33,36 @@ MAX_ENTRIES = 10_000
 """Finished entries kept at most (the oldest go first): memory stays bounded whatever the
 window."""
 
+# One encoder for every key: `json.dumps` with options builds a new one per call.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
-def duplicate_key(session_id: str, tool_name: str, args: Any) -> tuple[str, str, str]:
+Key = tuple[str, str, str]
+
+
+def duplicate_key(session_id: str, tool_name: str, args: Any) -> Key:
     """The key two calls share when they are duplicates: the session, the tool and the parsed
     arguments as canonical JSON (a pydantic model, a dict, nested values: all the same)."""
-    plain = pydantic_core.to_jsonable_python(args, fallback=repr)
-    return session_id, tool_name, json.dumps(plain, sort_keys=True, separators=(",", ":"))
+    plain = args if type(args) is dict else pydantic_core.to_jsonable_python(args, fallback=repr)
+    try:
+        return session_id, tool_name, _canonical(plain)
+    except (TypeError, ValueError):  # values JSON cannot hold as they are (sets, bytes, …)
+        return (
+            session_id,
+            tool_name,
+            _canonical(pydantic_core.to_jsonable_python(plain, fallback=repr)),
+        )
 
 
 class DuplicateEntry:
-    """One leading call: running (`result` None) or ended `ok` at `ended_at`."""
+    """One leading call: running, or ended (with its `ok` result, or forgotten)."""
 
-    __slots__ = ("_done", "call_id", "ended", "ended_at", "key", "result")
+    __slots__ = ("_done", "call_id", "ended", "ended_at", "key", "result", "table")
 
-    def __init__(self, key: tuple[str, str, str], call_id: str) -> None:
+    def __init__(self, key: Key, call_id: str, table: Duplicates) -> None:
         self.key = key
         self.call_id = call_id
+        self.table = table
+        """The table it is in now (`adopt` moves it)."""
         self.result: ToolCallResult | None = None
         """Its `ok` result, once it ended so (None while running, or when it failed)."""
         self.ended = False
@@ -58,11 +77,6 @@ class DuplicateEntry:
             self._done = anyio.Event()
         await self._done.wait()
 
-    def _end(self) -> None:
-        self.ended = True
-        if self._done is not None:
-            self._done.set()
-
 
 class Duplicates:
     """The leading calls of one executor, by duplicate key.
@@ -76,50 +90,64 @@ class Duplicates:
         """Start with no calls remembered."""
         self.window = window
         self._clock = clock
-        self._entries: dict[tuple[str, str, str], DuplicateEntry] = {}
+        self._running: dict[Key, DuplicateEntry] = {}
+        self._ended: OrderedDict[Key, DuplicateEntry] = OrderedDict()  # ok, in ending order
 
-    def find(self, key: tuple[str, str, str]) -> DuplicateEntry | None:
+    def __len__(self) -> int:
+        return len(self._running) + len(self._ended)
+
+    def find(self, key: Key) -> DuplicateEntry | None:
         """The entry a call with `key` duplicates: one running, or one that ended `ok` within
         the window; None when the call is no duplicate."""
-        entry = self._entries.get(key)
-        if entry is None or not entry.ended:
+        entry = self._running.get(key)
+        if entry is not None:
             return entry
+        entry = self._ended.get(key)
+        if entry is None:
+            return None
         if self._clock() - entry.ended_at <= self.window:
             return entry
-        del self._entries[key]
+        del self._ended[key]
         return None
 
-    def lead(self, key: tuple[str, str, str], call_id: str) -> DuplicateEntry:
+    def lead(self, key: Key, call_id: str) -> DuplicateEntry:
         """Record the call `call_id` as the one later duplicates of `key` refer to."""
-        entry = self._entries[key] = DuplicateEntry(key, call_id)
+        self._ended.pop(key, None)
+        entry = self._running[key] = DuplicateEntry(key, call_id, self)
         return entry
 
     def end(self, entry: DuplicateEntry, result: ToolCallResult) -> None:
-        """The leading call of `entry` ended with `result`: an `ok` one answers duplicates for
-        the window; any other is forgotten (the next call runs). Wakes the calls waiting."""
-        entries = self._entries
+        """The leading call of `entry` ended with `result`, in whichever table holds it now:
+        an `ok` one answers duplicates for the window; any other is forgotten (the next call
+        runs). Wakes the calls waiting."""
+        entry.table._end(entry, result)
+
+    def _end(self, entry: DuplicateEntry, result: ToolCallResult) -> None:
+        key = entry.key
+        if self._running.get(key) is entry:
+            del self._running[key]
+        now = entry.ended_at = self._clock()
         if result.status == "ok":
             entry.result = result
-        if entries.get(entry.key) is entry:
-            del entries[entry.key]
-            if result.status == "ok":
-                entry.ended_at = now = self._clock()
-                entries[entry.key] = entry  # re-inserted: the dict stays in ending order
-                self._purge(now)
-        entry._end()
+            ended = self._ended
+            ended[key] = entry
+            ended.move_to_end(key)
+            # Oldest first: drop what the window or the cap no longer keeps (O(1) each).
+            while ended:
+                first = next(iter(ended.values()))
+                if len(ended) <= MAX_ENTRIES and now - first.ended_at <= self.window:
+                    break
+                ended.popitem(last=False)
+        entry.ended = True
+        if entry._done is not None:
+            entry._done.set()
 
-    def _purge(self, now: float) -> None:
-        """Drop expired entries and the oldest beyond `MAX_ENTRIES` (ended ones are in ending
-        order, after any running ones inserted before them)."""
-        entries = self._entries
-        if len(entries) <= MAX_ENTRIES and len(entries) % 64:
-            return  # amortised: a full pass only every 64 insertions or when over the cap
-        excess = len(entries) - MAX_ENTRIES
-        for key, entry in list(entries.items()):
-            if entry.result is None:
-                continue
-            if excess > 0 or now - entry.ended_at > self.window:
-                del entries[key]
-                excess -= 1
-            else:
-                break
+    def adopt(self, other: Duplicates) -> None:
+        """Take over `other`'s entries (its session resumed on this executor): its running
+        calls end here, and its `ok` results answer repeats here."""
+        if other is self:
+            return
+        for table, into in ((other._running, self._running), (other._ended, self._ended)):
+            for key in list(table):
+                entry = into[key] = table.pop(key)
+                entry.table = self

@@ -29,12 +29,13 @@ from llmrtc.execution.breakers import Breakers
 from llmrtc.execution.call import new_calls
 from llmrtc.execution.duplicates import Duplicates
 from llmrtc.execution.observers import context_hooks
+from llmrtc.execution.resources import ResourceLimits
 from llmrtc.execution.scheduling import run_batch
 from llmrtc.telemetry.correlation import current_session_id
 from llmrtc.telemetry.hooks import Hooks
 from llmrtc.tools.breaker import BreakerState
 from llmrtc.tools.calls import ToolCall, ToolCallResult
-from llmrtc.tools.definition import RESOURCE_NAME_PATTERN, ExecutionPolicy, ToolDefinition
+from llmrtc.tools.definition import ExecutionPolicy, ToolDefinition
 from llmrtc.tools.offer import offered_definitions
 from llmrtc.tools.registry import ToolRegistry
 
@@ -77,7 +78,7 @@ class ToolExecutor:
         on_breaker_change: BreakerChangeCallback | None = None,
         models: Any = None,
         reasoning_for_call: bool = False,
-        resource_limits: Mapping[str, int] | None = None,
+        resource_limits: Mapping[str, int] | ResourceLimits | None = None,
         approver: Approver | None = None,
         approval_timeout: float | None = 30.0,
         duplicate_window: float = 300.0,
@@ -119,7 +120,8 @@ class ToolExecutor:
                 (`{"crm": 2}`), across all batches and background calls of this executor,
                 served first come first served (`ToolDefinition.resources`). A call's wait
                 counts against its time limit. Every resource a tool of `registry` names
-                must be here.
+                must be here. Executors given the same `ResourceLimits` object share its
+                limits (a server with one executor per session: one CRM limit for all).
             approver: `async (call, ctx) -> Approval | bool`, asked before each call of a tool
                 with `needs_approval` runs (`llmrtc.execution.approve_in_context` asks the
                 enclosing `approvals()` block, e.g. a WebRTC client). Required when a tool of
@@ -186,6 +188,7 @@ class ToolExecutor:
             approver=_approver(approver),
             approval_timeout=_approval_timeout(approval_timeout),
         )
+        self._background.duplicates = self._policies.duplicates
         self.resource_limits: Mapping[str, int] = MappingProxyType(
             {name: pool.total for name, pool in self._policies.resources.items()}
         )
@@ -498,21 +501,9 @@ def _is_int(value: object) -> bool:
 def _resource_pools(limits: Mapping[str, int] | None) -> dict[str, SlotPool]:
     if limits is None:
         return {}
-    if not isinstance(limits, Mapping):
-        raise ValueError(
-            f"resource_limits must be a mapping of resource name to limit, got {limits!r}"
-        )
-    pools = {}
-    for name, limit in limits.items():
-        if not isinstance(name, str) or not RESOURCE_NAME_PATTERN.match(name):
-            raise ValueError(
-                f"resource_limits: {name!r} is not a resource name (1-64 letters, digits, "
-                "'_', '.' or '-')"
-            )
-        if not _is_int(limit) or limit < 1:
-            raise ValueError(f"resource_limits[{name!r}] must be an integer >= 1, got {limit!r}")
-        pools[name] = SlotPool(limit)
-    return pools
+    if not isinstance(limits, ResourceLimits):
+        limits = ResourceLimits(limits)  # this executor's own pools
+    return limits.pools  # shared with every executor given the same object
 
 
 def _window(seconds: float) -> float:

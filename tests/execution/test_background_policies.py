@@ -117,3 +117,36 @@ async def test_a_background_call_holds_its_resource_while_it_runs() -> None:
 
 async def _yes() -> bool:
     return True
+
+
+async def test_a_resumed_session_still_reuses_a_running_booking_it_adopted() -> None:
+    # Review: the new executor of a resumed session adopted the running booking but not its
+    # duplicate entry; the restored model's repeat then ran the handler a second time.
+    @tool(background=True, on_duplicate="reuse", side_effects=["books"])
+    async def book(slot: str) -> str:
+        """Book."""
+        runs.append(slot)
+        await gate["release"].wait()
+        return f"booked {slot}"
+
+    @tool(on_duplicate="reuse")
+    async def note(text: str) -> str:
+        """Note."""
+        runs.append(text)
+        return text
+
+    registry = ToolRegistry([book, note])
+    before = ToolExecutor(registry)
+    await before.execute([ToolCall("n1", "note", {"text": "window seat"})], session_id="s")
+    [running] = await before.execute([ToolCall("c1", "book", {"slot": "9"})], session_id="s")
+    assert running.status == "running"
+    after = ToolExecutor(registry)  # the session resumed: a new handler, a new executor
+    assert after.adopt_background_call(before.background_token, "c1")
+    [repeat] = await after.execute([ToolCall("c2", "book", {"slot": "9"})], session_id="s")
+    [noted] = await after.execute([ToolCall("n2", "note", {"text": "window seat"})], session_id="s")
+    assert repeat.status == "running" and noted.reused_from == "n1"
+    gate["release"].set()
+    finals = {r.call_id: r for r in await take(after, 2)}
+    assert finals["c2"].reused_from == "c1" and finals["c2"].result == "booked 9"
+    assert runs == ["window seat", "9"]
+    await after.aclose()

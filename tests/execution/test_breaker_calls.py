@@ -151,3 +151,63 @@ async def test_breakers_are_per_tool_and_per_executor() -> None:
     assert one.breaker_state("crm_lookup") == "open"
     assert two.breaker_state("crm_lookup") == "closed"
     assert one.breaker_state("no_such_tool") == "closed"
+
+
+async def test_a_late_failure_of_an_older_call_does_not_undo_a_successful_trial() -> None:
+    # Review: A (admitted while closed) runs long; B fails and opens the breaker; C is the
+    # trial and succeeds; A then fails. The breaker must stay closed after C.
+    gate = {"A": anyio.Event()}
+
+    @tool(breaker=CircuitBreaker(failures=1, reset_after=0.05))
+    async def crm(key: str) -> str:
+        """CRM."""
+        if key == "A":
+            await gate["A"].wait()
+            raise ConnectionError("late")
+        if key == "B":
+            raise ConnectionError("down")
+        return key
+
+    executor = ToolExecutor(ToolRegistry([crm]))
+    results: dict[str, str] = {}
+
+    async def run(key: str) -> None:
+        [result] = await executor.execute([ToolCall(key, "crm", {"key": key})])
+        results[key] = result.status
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, "A")
+        await anyio.sleep(0.01)
+        await run("B")
+        assert executor.breaker_state("crm") == "open"
+        await anyio.sleep(0.06)
+        await run("C")
+        assert executor.breaker_state("crm") == "closed"
+        gate["A"].set()
+    assert results == {"A": "error", "B": "error", "C": "ok"}
+    assert executor.breaker_state("crm") == "closed"
+
+
+async def test_calls_that_time_out_waiting_for_a_resource_do_not_open_the_breaker() -> None:
+    # Review: they never reached the backend; only calls that ran say something about it.
+    @tool(resources=("crm",), breaker=CircuitBreaker(failures=2, reset_after=60), timeout=0.05)
+    async def crm_read(key: str) -> str:
+        """Read."""
+        return key
+
+    @tool(resources=("crm",))
+    async def crm_sync() -> str:
+        """Holds the CRM a while."""
+        await anyio.sleep(0.3)
+        return "synced"
+
+    executor = ToolExecutor(ToolRegistry([crm_read, crm_sync]), resource_limits={"crm": 1})
+    results = await executor.execute(
+        [
+            ToolCall("s", "crm_sync", {}),
+            ToolCall("r1", "crm_read", {"key": "1"}),
+            ToolCall("r2", "crm_read", {"key": "2"}),
+        ]
+    )
+    assert [r.status for r in results] == ["ok", "timeout", "timeout"]
+    assert executor.breaker_state("crm_read") == "closed"

@@ -137,3 +137,24 @@ def test_a_callback_that_raises_is_ignored() -> None:
 def test_a_breaker_setting_out_of_range_is_refused(kwargs: dict, error: type) -> None:
     with pytest.raises(error, match="CircuitBreaker"):
         CircuitBreaker(**kwargs)
+
+
+def test_only_calls_admitted_since_it_last_opened_count() -> None:
+    # Review: a call admitted while closed that ends during the trial (aborted, or failed)
+    # freed or decided the trial; a second trial then ran, or the trial's success was lost;
+    # and its late failure after the trial closed the breaker opened it again.
+    b, clock, _ = breakers()
+    old = b.admit("crm", POLICY)  # a slow call, admitted while closed
+    fail(b, 3)
+    clock.now += 10
+    trial = b.admit("crm", POLICY)
+    assert trial and trial != old
+    b.record("crm", POLICY, "aborted", ticket=old)  # not the trial: ignored
+    assert not b.admit("crm", POLICY)  # still one trial only
+    b.record("crm", POLICY, "error", ticket=old)
+    assert b.state("crm") == "half_open"
+    b.record("crm", POLICY, "ok", ticket=trial)
+    assert b.state("crm") == "closed"
+    for _ in range(3):
+        b.record("crm", POLICY, "error", ticket=old)  # stale failures after it closed
+    assert b.state("crm") == "closed"

@@ -163,26 +163,69 @@ async def test_an_abort_during_the_backoff_stops_at_once() -> None:
     assert len(runs) == 1
 
 
-async def test_a_finish_call_keeps_retrying_after_a_barge_in() -> None:
-    lookup, _runs = flaky(
-        [RuntimeError()],
-        retry=RetryPolicy(max_retries=2, base_delay=0.05, retry_side_effects=True),
+async def test_a_finish_call_finishes_its_attempt_but_starts_no_retry_after_a_barge_in() -> None:
+    # Review: "an abort stops the retry loop at once", also for on_interrupt="finish": the
+    # attempt under way runs to its end (it may be booking), but none is started after it.
+    release = anyio.Event()
+    runs: list[int] = []
+
+    @tool(
+        retry=RetryPolicy(max_retries=5, base_delay=0.2, retry_side_effects=True),
         on_interrupt="finish",
         side_effects=["books a table"],
     )
-    executor = ToolExecutor(ToolRegistry([lookup]))
+    async def book(slot: str) -> str:
+        """Book."""
+        runs.append(1)
+        await release.wait()
+        raise ConnectionError("booking system down")
+
+    executor = ToolExecutor(ToolRegistry([book]))
     controller = AbortController()
 
-    async def abort() -> None:
-        await anyio.sleep(0.02)
+    async def barge_in() -> None:
+        await anyio.sleep(0.05)
+        controller.abort("barge-in")
+        await anyio.sleep(0.05)
+        release.set()  # the attempt under way ends after the barge-in
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        group.start_soon(barge_in)
+        [result] = await executor.execute(
+            [ToolCall("c1", "book", {"slot": "8pm"})], abort_signal=controller.signal
+        )
+    assert result.status == "error" and result.attempts == 1 and runs == [1]
+    assert time.monotonic() - started < 0.5
+
+
+async def test_a_barge_in_during_a_finish_calls_backoff_ends_it_with_its_last_outcome() -> None:
+    runs: list[int] = []
+
+    @tool(
+        retry=RetryPolicy(max_retries=5, base_delay=5.0, max_delay=5.0, retry_side_effects=True),
+        on_interrupt="finish",
+        side_effects=["books a table"],
+    )
+    async def book(slot: str) -> str:
+        """Book."""
+        runs.append(1)
+        raise ConnectionError("booking system down")
+
+    executor = ToolExecutor(ToolRegistry([book]))
+    controller = AbortController()
+
+    async def barge_in() -> None:
+        await anyio.sleep(0.05)
         controller.abort("barge-in")
 
+    started = time.monotonic()
     async with anyio.create_task_group() as group:
-        group.start_soon(abort)
+        group.start_soon(barge_in)
         [result] = await executor.execute(
-            [ToolCall("c1", "lookup", {"order_id": "A1"})], abort_signal=controller.signal
+            [ToolCall("c1", "book", {"slot": "8pm"})], abort_signal=controller.signal
         )
-    assert result.status == "ok" and result.attempts == 2
+    assert result.status == "error" and runs == [1] and time.monotonic() - started < 1.0
 
 
 async def test_sync_handlers_are_retried_too() -> None:
