@@ -251,3 +251,32 @@ async def test_queued_time_adds_the_resource_wait_and_the_slot_wait() -> None:
     queued = {e.call_id: e.queued_s for e in hooks.of(ToolEndEvent)}
     # c2 waited for the CRM (c1, 0.1 s) and then for the slot (other, 0.1 s).
     assert queued["c2"] >= 0.18, queued
+
+
+async def test_executors_given_one_resource_limits_share_its_limits() -> None:
+    # A server with one executor per session: one CRM limit for all of them.
+    from llmrtc import ResourceLimits
+
+    gauge = Gauge()
+    shared = ResourceLimits({"crm": 1, "billing": 1})
+    assert dict(shared) == {"crm": 1, "billing": 1} and len(shared) == 2
+    assert repr(shared) == "ResourceLimits({'crm': 1, 'billing': 1})"
+    tools = ToolRegistry(crm_tools(gauge, delay=0.03))
+    sessions = [ToolExecutor(tools, resource_limits=shared) for _ in range(3)]
+    assert sessions[0].resource_limits == {"crm": 1, "billing": 1}
+
+    async def session(index: int) -> None:
+        await sessions[index].execute(
+            [ToolCall(f"{index}-{i}", "crm_read", {"key": f"{index}{i}"}) for i in range(2)],
+            session_id=f"s{index}",
+        )
+
+    async with anyio.create_task_group() as group:
+        for index in range(3):
+            group.start_soon(session, index)
+    assert gauge.peak["crm"] == 1 and shared.in_use("crm") == 0
+    # A plain mapping gives each executor pools of its own.
+    own = [ToolExecutor(tools, resource_limits={"crm": 1, "billing": 1}) for _ in range(2)]
+    assert own[0]._policies.resources["crm"] is not own[1]._policies.resources["crm"]
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        ResourceLimits({"crm": 0})
