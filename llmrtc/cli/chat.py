@@ -31,12 +31,14 @@ from llmrtc.cli.errors import CLIError
 from llmrtc.cli.event_lines import event_line
 from llmrtc.cli.logs import command_logging, log_file
 from llmrtc.cli.terminal import Screen, model_progress, read_lines
+from llmrtc.execution.approval import Approval, approvals
 from llmrtc.llm import LLMError, OpenAIProvider
+from llmrtc.telemetry._masking import mask_content, sensitive_values
 
 if TYPE_CHECKING:
     from llmrtc.catalog.toolkits import Toolkit
     from llmrtc.playbook import Playbook
-    from llmrtc.tools import ToolRegistry
+    from llmrtc.tools import ToolCall, ToolContext, ToolRegistry
 
 __all__ = ["add_chat_parser", "chat_command", "run_chat"]
 
@@ -187,26 +189,52 @@ class _Chat:
         async with aclosing(read_lines()) as lines, anyio.create_task_group() as group:
             if isinstance(runner, BackgroundHandler):
                 group.start_soon(self._tell_late_results, runner)
-            while True:
-                if self.interactive:
-                    say("you> ")
-                self.prompted = True
-                self.waiting = True
-                line = await anext(lines, None)
-                self.waiting = False
-                if line is None:
-                    if self.interactive:
-                        say("\n")  # Ctrl-D leaves the cursor after the prompt
-                    break
-                text = line.strip()
-                if text in ("/quit", "/exit"):
-                    break
-                async with self.turns:
-                    ended = bool(text) and await self._turn(runner, runner.run_turn, text)
-                if ended:
-                    self.screen.line("[the conversation has ended]")
-                    break
+            with approvals(partial(self._approve, lines)):
+                await self._converse(runner, lines)
             group.cancel_scope.cancel()
+
+    async def _converse(self, runner: TurnHandler, lines: AsyncIterator[str]) -> None:
+        say = self.screen.write
+        while True:
+            if self.interactive:
+                say("you> ")
+            self.prompted = True
+            self.waiting = True
+            line = await anext(lines, None)
+            self.waiting = False
+            if line is None:
+                if self.interactive:
+                    say("\n")  # Ctrl-D leaves the cursor after the prompt
+                break
+            text = line.strip()
+            if text in ("/quit", "/exit"):
+                break
+            async with self.turns:
+                ended = bool(text) and await self._turn(runner, runner.run_turn, text)
+            if ended:
+                self.screen.line("[the conversation has ended]")
+                break
+
+    async def _approve(
+        self, lines: AsyncIterator[str], call: ToolCall, ctx: ToolContext
+    ) -> Approval:
+        """A tool needs approval (`needs_approval`): ask on the terminal and take the next
+        line as the answer (`y` or `yes` approves; anything else denies). While the prompt is
+        waiting for the user's next message (a background update turn), the line is not ours
+        to take: the call is denied."""
+        if self.waiting:
+            return Approval(False, "no one was there to approve it")
+        fields = ctx.sensitive_fields
+        arguments = mask_content(call.arguments, fields, sensitive_values(call.arguments, fields))
+        self.screen.line(f"  [approve {call.name} {arguments}? y/N]")
+        if self.interactive:
+            self.screen.write("approve> ")
+        line: str | None = None
+        with ctx.abort_signal.cancel_scope():  # Ctrl-C stops the turn, and the question
+            line = await anext(lines, None)
+        if line is not None and line.strip().lower() in ("y", "yes"):
+            return Approval(True)
+        return Approval(False, "the user said no")
 
     async def _tell_late_results(self, runner: BackgroundHandler) -> None:
         """A background call's result landed: the agent tells it in an update turn at once
