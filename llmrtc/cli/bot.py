@@ -184,7 +184,8 @@ def build_handler(
 
     Its executor asks `approve_in_context` to approve calls of tools with `needs_approval`:
     inside a WebRTC session with `ServerConfig(approvals="client")` that session's client
-    answers; anywhere else such calls are denied ("no one is there to approve it").
+    answers, in `llmrtc chat` the terminal; anywhere else such calls are denied ("no one is
+    there to approve it").
 
     `resource_limits` caps the calls holding each resource the tools name (the tools file's
     `RESOURCE_LIMITS`, `Bot.resource_limits`); every such resource needs one.
