@@ -1,7 +1,7 @@
 """Benchmark of `ToolExecutor`: per-call overhead, parallelism, timeout overshoot, abort latency.
 
 Run:  .venv/bin/python benchmarks/executor.py [--quick] [--only N ...]
-(full run ~1.5-2.5 min, --quick ~20 s). Everything runs under one `anyio.run` on asyncio.
+(full run ~2-3 min, --quick ~40 s). Everything runs under one `anyio.run` on asyncio.
 It is a measurement, not a test: it always exits 0 unless it crashes.
 
 What it prints, and how to read it:
@@ -57,6 +57,23 @@ What it prints, and how to read it:
    against another checkout (`PYTHONPATH=<checkout> python benchmarks/executor.py --only 8`),
    it prints (a) alone when that llmrtc has no background tools, so the ratio of (a) compares
    the two checkouts.
+
+9. Side-effect policies (issue 21), per call, interleaved round by round:
+   (a) a batch of 5 validated async calls of an ordinary tool (dict arguments, default options,
+       no hooks) on an executor whose registry also holds a tool with every policy (reuse,
+       a resource, retry, breaker, approval), with `resource_limits` and an approver, beside
+       the same batch on an executor without them and the section-1 floors: p50 ratio to the
+       floor. Run against another checkout (`PYTHONPATH=<checkout> python
+       benchmarks/executor.py --only 9`), it prints the plain executor alone when that llmrtc
+       has no policies, so the ratios compare the two checkouts.
+   (b) a batch of 5 calls (session id set, distinct arguments every batch, so no call is a
+       duplicate) of a tool with `on_duplicate="reuse"` and `resources=("r",)` (limit 1000)
+       against the same tool without them: the difference in us per call. Target (issue 21):
+       at most 10 us. The duplicate table is emptied between rounds (outside the timing), so
+       it holds at most one round's 500 calls, as a session would.
+   (c) informational: a batch of 5 reuse hits (the same 5 calls again: no handler runs) against
+       (b)'s plain tool, and a reuse tool's call while the duplicate table is full (10 000
+       calls remembered within the window).
 
 With ~50 samples a p99 is close to the max. The machine this runs on may be shared and noisy:
 treat single MISSes near the line with suspicion and re-run; ratios within one run are more
@@ -705,6 +722,205 @@ async def bench_no_background(cycles: int, warmup_cycles: int) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------- 9. policies
+
+POLICY_BUDGET_US = 10.0  # reuse + a resource: at most this much more per call than without
+
+
+def policy_tool(name: str, **policies: Any) -> Any:
+    """A `make_tool` echo whose definition also carries issue 21's `policies`."""
+    return define_tool(
+        ToolDefinition(
+            name=name,
+            description=f"benchmark tool {name}",
+            parameters=SCHEMA,
+            **policies,
+        ),
+        echo,
+    )
+
+
+class PolicySide:
+    """One side of section 9: `prepare()` (outside the timing) builds the round's batches."""
+
+    def __init__(
+        self,
+        prepare: Callable[[int], RoundFn],
+        size: int = 5,
+    ) -> None:
+        self.prepare = prepare
+        self.size = size
+
+
+def fresh_calls(name: str, size: int, counter: list[int]) -> Callable[[int], list[list[ToolCall]]]:
+    """Batches whose arguments never repeat (no call is a duplicate of another)."""
+
+    def build(batches: int) -> list[list[ToolCall]]:
+        start = counter[0]
+        counter[0] += batches * size
+        return [
+            [
+                ToolCall(f"c{start + b * size + i}", name, {"x": start + b * size + i})
+                for i in range(size)
+            ]
+            for b in range(batches)
+        ]
+
+    return build
+
+
+def batches_side(
+    executor_for_round: Callable[[], ToolExecutor],
+    build: Callable[[int], list[list[ToolCall]]],
+    session_id: str | None,
+) -> Callable[[int], RoundFn]:
+    """A side that runs prebuilt batches on the executor `executor_for_round()` gives."""
+
+    def prepare(batches: int) -> RoundFn:
+        executor = executor_for_round()
+        batch_list = build(batches)
+        execute = executor.execute
+
+        async def run(count: int) -> None:
+            for calls in batch_list[:count]:
+                await execute(calls, session_id=session_id)
+
+        return run
+
+    return prepare
+
+
+async def bench_policies(cycles: int, warmup_cycles: int) -> list[str]:
+    size = 5
+    calls = [ToolCall(f"call_{i}", "echo", {"x": i}) for i in range(size)]
+    validator = Draft202012Validator(SCHEMA)
+    plain = ToolExecutor(ToolRegistry([make_tool("echo", echo)]))
+    check(await plain.execute(calls), "ok")
+    sides: dict[str, PolicySide] = {
+        "floor": PolicySide(lambda _: floor_side(size, None)),
+        "floor+val": PolicySide(lambda _: floor_side(size, validator)),
+        "(a) execute, no policies": PolicySide(lambda _: executor_side(plain, calls)),
+    }
+    try:  # issue 21's policies; an older llmrtc has none
+        from llmrtc import CircuitBreaker, RetryPolicy
+
+        has_policies = True
+    except ImportError:
+        has_policies = False
+    counter = [0]
+    if has_policies:
+
+        async def approve(call: ToolCall, ctx: Any) -> bool:
+            return True
+
+        refund = policy_tool(
+            "refund",
+            on_duplicate="reuse",
+            resources=("payments",),
+            retry=RetryPolicy(max_retries=2, base_delay=0.2, max_delay=2.0),
+            breaker=CircuitBreaker(failures=5, reset_after=30.0),
+            needs_approval=True,
+        )
+        guarded = ToolExecutor(
+            ToolRegistry([make_tool("echo", echo), refund]),
+            resource_limits={"payments": 2},
+            approver=approve,
+        )
+        check(await guarded.execute(calls), "ok")
+        check(await guarded.execute([ToolCall("r", "refund", {"x": 1})], session_id="s"), "ok")
+        sides["(a) execute, policies held"] = PolicySide(lambda _: executor_side(guarded, calls))
+
+        # (b): the same echo, with and without reuse + a resource; a fresh executor per round
+        # keeps the duplicate table at one round's calls.
+        booking = ToolRegistry([policy_tool("book", on_duplicate="reuse", resources=("r",))])
+        bare = ToolRegistry([make_tool("book", echo)])
+
+        def booking_executor() -> ToolExecutor:
+            return ToolExecutor(booking, resource_limits={"r": 1000})
+
+        def bare_executor() -> ToolExecutor:
+            return ToolExecutor(bare)
+
+        sides["(b) book, no policies"] = PolicySide(
+            batches_side(bare_executor, fresh_calls("book", size, counter), "s")
+        )
+        sides["(b) book, reuse + resource"] = PolicySide(
+            batches_side(booking_executor, fresh_calls("book", size, counter), "s")
+        )
+        # (c): the same 5 calls again and again (all reuse hits), and fresh calls against a
+        # full duplicate table.
+        hits_executor = booking_executor()
+        repeated = [ToolCall(f"h{i}", "book", {"x": -1 - i}) for i in range(size)]
+        first = await hits_executor.execute(repeated, session_id="s")
+        check(first, "ok")
+        again = await hits_executor.execute(repeated, session_id="s")
+        if any(r.reused_from is None for r in again):
+            raise RuntimeError("the repeated calls were not reused")
+        sides["(c) book, reuse hits"] = PolicySide(
+            lambda _: executor_side_in_session(hits_executor, repeated, "s")
+        )
+        full_executor = booking_executor()
+        filling = fresh_calls("book", 100, counter)
+        for batch in filling(100):  # 10 000 calls remembered
+            await full_executor.execute(batch, session_id="s")
+        sides["(c) book, table full"] = PolicySide(
+            batches_side(lambda: full_executor, fresh_calls("book", size, counter), "s")
+        )
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    gc.collect()
+    gc.disable()
+    try:
+        for cycle in range(warmup_cycles + cycles):
+            for name, side in sides.items():
+                run = side.prepare(BATCHES_PER_ROUND)
+                started = now_ns()
+                await run(BATCHES_PER_ROUND)
+                if cycle >= warmup_cycles:
+                    elapsed = now_ns() - started
+                    samples[name].append(elapsed / 1000 / (BATCHES_PER_ROUND * side.size))
+            gc.collect()
+    finally:
+        gc.enable()
+    p50 = {name: percentile(values, 50) for name, values in samples.items()}
+    lines = [
+        f"9) side-effect policies: batches of {size}, validation on, dict arguments, per call",
+        "   floor = bare anyio task group (section 1); floor+val = floor + jsonschema per call",
+    ]
+    for name, values in samples.items():
+        row = f"   {name:<32}p50 {p50[name]:7.2f} us   p99 {percentile(values, 99):7.2f} us"
+        if name.startswith("(a)"):
+            row += f"   {p50[name] / p50['floor']:.2f}x floor"
+            row += f"   {p50[name] / p50['floor+val']:.2f}x floor+val"
+        lines.append(row)
+    if not has_policies:
+        lines.append("   (this llmrtc has no side-effect policies: (a) without them only)")
+        return lines
+    delta = p50["(b) book, reuse + resource"] - p50["(b) book, no policies"]
+    held = p50["(a) execute, policies held"] / p50["(a) execute, no policies"]
+    lines += [
+        f"   (a) policies held / none: {held:.2f}x (ordinary calls never enter the policies)",
+        f"   (b) target: reuse + a resource <= +{POLICY_BUDGET_US:g} us per call:"
+        f" {delta:+.2f} us  {verdict(delta <= POLICY_BUDGET_US)}",
+        "   (c) informational: a reuse hit"
+        f" {p50['(c) book, reuse hits'] - p50['(b) book, no policies']:+.2f} us, a call with the"
+        f" table full {p50['(c) book, table full'] - p50['(b) book, no policies']:+.2f} us per"
+        " call vs (b) without policies",
+    ]
+    return lines
+
+
+def executor_side_in_session(
+    executor: ToolExecutor, calls: list[ToolCall], session_id: str
+) -> RoundFn:
+    execute = executor.execute
+
+    async def run(batches: int) -> None:
+        for _ in range(batches):
+            await execute(calls, session_id=session_id)
+
+    return run
+
+
 async def main(quick: bool, only: list[int] | None = None) -> None:
     cycles, warmup = (40, 4) if quick else (300, 10)
     samples = 20 if quick else 50
@@ -726,6 +942,7 @@ async def main(quick: bool, only: list[int] | None = None) -> None:
         lambda: bench_agents_sdk(cycles // 3, warmup),
         lambda: bench_gather_floor(cycles // 3, warmup),
         lambda: bench_no_background(cycles // 3, warmup),
+        lambda: bench_policies(cycles // 3, warmup),
     ]
     for index, section in enumerate(sections):
         if only and index + 1 not in only:
