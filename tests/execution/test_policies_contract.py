@@ -190,15 +190,8 @@ def key(session: str | None, call: ToolCall) -> tuple[str | None, str, int]:
     return session, call.name, arguments["k"]
 
 
-FOLLOWER_HANGS = (
-    "DuplicateEntry.wait() creates its event when first awaited and does not check `ended`: "
-    "a call that follows a running leader (same session, tool and arguments) but reaches "
-    "`entry.wait()` only after the leader ended waits forever (its batch never returns)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=FOLLOWER_HANGS)
 async def test_a_repeat_whose_first_call_ended_before_it_waited_gets_its_result() -> None:
+    # Regression: the repeat waited forever on an event its ended first call never set.
     runs: list[str] = []
 
     async def book(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -214,7 +207,6 @@ async def test_a_repeat_whose_first_call_ended_before_it_waited_gets_its_result(
     assert runs == ["c1"]
 
 
-@pytest.mark.xfail(strict=True, reason=FOLLOWER_HANGS)
 async def test_every_policy_on_the_contract_holds() -> None:
     world = World(SEED)
     rng = world.rng
