@@ -349,7 +349,11 @@ class Call:
         signal = batch.signal
         try:
             with scope:
-                if self.waits and not await self._before_slot(batch, scope):
+                if (
+                    self.waits
+                    and not self._ready_now(batch, scope)
+                    and not await self._before_slot(batch, scope)
+                ):
                     return  # it got its result, or went to the background
                 if slots.can_take(1):  # the common case, without a coroutine to await
                     slots.take(1)
@@ -448,6 +452,25 @@ class Call:
                 self._release()
             if ended is not None:
                 ended(self)
+
+    def _ready_now(self, batch: Batch, scope: anyio.CancelScope) -> bool:
+        """`_before_slot` without a coroutine, for the common case: a call that only holds
+        resources, all free right now. False (nothing taken) when it must wait."""
+        if self.follows is not None or self.needs_approval:
+            return False
+        pools = batch.policies.resources
+        resources = self.tool.definition.resources  # type: ignore[union-attr]
+        for name in resources:
+            if not pools[name].can_take(1):
+                return False
+        self.early_clock = True
+        self._start_clock(batch, scope)
+        held = self.held = []
+        for name in resources:
+            pool = pools[name]
+            pool.take(1)
+            held.append(pool)
+        return True
 
     async def _before_slot(self, batch: Batch, scope: anyio.CancelScope) -> bool:
         """The waits of a call with policies, before its concurrency slot and in this order:
