@@ -111,8 +111,11 @@ def test_approve_one_call_and_deny_another_on_the_timeline(
     page.type_text("Now refund order A2.")
     page.wait("the approval buttons of c2", lambda: (r := row("c2")) and r["buttons"])
     page.element("deny").click()
+    # The click shows "denied" at once; the server's `tool_call_finished` then puts the final
+    # row in place (no buttons): wait for that one.
     denied = page.wait(
-        "c2's final status", lambda: (r := row("c2")) and r["status"] == "denied" and r
+        "c2's final status",
+        lambda: (r := row("c2")) and r["status"] == "denied" and not r["buttons"] and r,
     )
     assert denied["statusText"] == "denied" and not denied["buttons"], denied
     assert denied["duration"] == "did not run", denied
