@@ -98,6 +98,8 @@ class ToolDeniedError(ToolExecutionError):
     def __init__(self, tool_name: str, reason: str | None) -> None:
         text = f"the call of {tool_name!r} was not approved, so it did not run"
         if reason:
-            text += f": {reason}"
+            text += f" ({reason})"
+        # Said so, a small model tells the user instead of a vague "I can't help with that".
+        text += ". Tell the user it was not done; do not call it again unless they ask"
         super().__init__(tool_name, text)
         self.reason = reason

@@ -75,8 +75,9 @@ async def test_a_denial_reaches_the_model_with_its_reason() -> None:
     assert result.status == "denied" and RAN == [] and result.attempts == 0
     content = json.loads(result.to_content())
     assert content == {
-        "error": "the call of 'refund' was not approved, so it did not run: the customer "
-        "changed their mind",
+        "error": "the call of 'refund' was not approved, so it did not run (the customer "
+        "changed their mind). Tell the user it was not done; do not call it again unless they "
+        "ask",
         "status": "denied",
     }
     end = hooks.of(ToolEndEvent)[0]
@@ -94,7 +95,10 @@ async def test_a_bool_answer_works_and_an_unspeakable_reason_is_left_out() -> No
         [refund_call("a"), refund_call("b", 21), refund_call("c", 22), refund_call("d", 23)]
     )
     assert [r.status for r in results] == ["ok", "denied", "denied", "denied"]
-    assert results[2].error == "the call of 'refund' was not approved, so it did not run"
+    assert results[2].error == (
+        "the call of 'refund' was not approved, so it did not run. Tell the user it was not "
+        "done; do not call it again unless they ask"
+    )
 
 
 async def test_no_answer_in_time_is_a_denial_and_the_approver_is_told() -> None:
@@ -147,7 +151,7 @@ async def test_a_raising_approver_denies(caplog: pytest.LogCaptureFixture) -> No
     with caplog.at_level(logging.ERROR):
         [result] = await executor.execute([refund_call()])
     assert result.status == "denied" and result.error is not None
-    assert result.error.endswith(": approval failed") and "hunter2" not in result.error
+    assert "(approval failed)" in result.error and "hunter2" not in result.error
     assert "the approver raised" in caplog.text
 
 
@@ -174,7 +178,7 @@ async def test_a_raising_predicate_denies() -> None:
     executor = ToolExecutor(ToolRegistry([pay]), approver=approve_in_context)
     [result] = await executor.execute([ToolCall("c", "pay", {"amount": 1})])
     assert result.status == "denied" and result.error is not None
-    assert result.error.endswith("approval failed")
+    assert "(approval failed)" in result.error
 
 
 async def test_a_tool_needing_approval_without_an_approver_is_refused_at_build() -> None:
@@ -190,7 +194,7 @@ async def test_a_tool_registered_later_without_an_approver_is_denied() -> None:
     registry.register(refund)
     [result] = await executor.execute([refund_call()])
     assert result.status == "denied" and RAN == []
-    assert (result.error or "").endswith("no approver is configured")
+    assert "(no approver is configured)" in (result.error or "")
 
 
 async def test_approve_in_context_asks_the_enclosing_block_or_denies() -> None:
