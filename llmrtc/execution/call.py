@@ -186,7 +186,8 @@ class Call:
                     error=ToolError(f"tool {call.name!r} is not configured to run here"),
                 )
                 return False
-        self.retry = definition.retry
+        if definition.retries:
+            self.retry = definition.retry
         if definition.on_duplicate != "allow" and batch.session_id is not None:
             self.dup_key = duplicate_key(batch.session_id, definition.name, self.args)
             if not self._lookup(definition):

@@ -207,6 +207,11 @@ class ToolRetryEvent:
     stage_id: str | None = None
     background: bool = False
 
+    @property
+    def delay(self) -> float:
+        """`delay_s`, by the name the retry policy gives it (seconds)."""
+        return self.delay_s
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerChangeEvent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,8 @@ __all__ = [
     "ToolDefinition",
     "TOOL_NAME_PATTERN",
 ]
+
+logger = logging.getLogger(__name__)
 
 ExecutionPolicy = Literal["parallel", "sequential"]
 """`"parallel"` calls of a batch run concurrently; a `"sequential"` call is a barrier in request
@@ -112,8 +115,8 @@ class ToolDefinition:
     retry: RetryPolicy | None = None
     """Try a failed call again (see `RetryPolicy`): by default any exception but `ToolError`,
     and a timed-out attempt when `attempt_timeout` is set; all attempts inside `timeout`. A
-    tool with `side_effects` and `on_duplicate="allow"` must opt in
-    (`RetryPolicy(retry_side_effects=True)`)."""
+    tool with `side_effects` and `on_duplicate="allow"` is retried only if it opts in
+    (`RetryPolicy(retry_side_effects=True)`; a warning is logged when it is defined)."""
     breaker: CircuitBreaker | None = None
     """Stop calling a failing backend for a while (see `CircuitBreaker`): after that many
     consecutive failed calls, calls end at once with status `"unavailable"`."""
@@ -146,6 +149,9 @@ class ToolDefinition:
     `_output` argument that must match this schema (see `llmrtc.tools.offer`)."""
     parameters_model: type[BaseModel] | None = field(default=None, init=False)
     """The pydantic model the parameters came from, if any."""
+    retries: bool = field(default=False, init=False)
+    """Its `retry` policy applies: set, and not withheld from a tool with `side_effects` and
+    `on_duplicate="allow"` that did not opt in (`RetryPolicy.retry_side_effects`)."""
     has_policies: bool = field(default=False, init=False)
     """Any of `on_duplicate`, `retry`, `breaker`, `resources` or `needs_approval` is set."""
     reasoning_for_call: bool = field(default=False, init=False)
@@ -280,12 +286,16 @@ class ToolDefinition:
                     "only; choose what a tool retries with retry_on"
                 )
             if self.side_effects and self.on_duplicate == "allow" and not retry.retry_side_effects:
-                raise ValueError(
-                    f"tool {name!r} has side effects ({', '.join(self.side_effects)}) and "
-                    "on_duplicate='allow': a retry could do them twice. Set "
-                    "on_duplicate='reuse' or 'reject', or opt in with "
-                    "RetryPolicy(retry_side_effects=True)"
+                # A retry could do them twice: not retried unless the tool opts in.
+                logger.warning(
+                    "tool %r has side effects (%s) and on_duplicate='allow': its retry policy "
+                    "does not apply (a retry could do them twice). Set on_duplicate='reuse' "
+                    "or 'reject', or opt in with RetryPolicy(retry_side_effects=True)",
+                    name,
+                    ", ".join(self.side_effects),
                 )
+            else:
+                object.__setattr__(self, "retries", True)
         if self.breaker is not None and not isinstance(self.breaker, CircuitBreaker):
             raise ValueError(
                 f"tool {name!r}: breaker must be a CircuitBreaker or None, got {self.breaker!r}"

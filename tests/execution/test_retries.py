@@ -46,6 +46,7 @@ async def test_a_flaky_backend_succeeds_on_retry() -> None:
     [retry] = hooks.of(ToolRetryEvent)
     assert retry.call_id == "c1" and retry.attempt == 1 and retry.tool_name == "lookup"
     assert retry.error_type == "ConnectionError" and 0.008 <= retry.delay_s <= 0.02
+    assert retry.delay == retry.delay_s
     [end] = hooks.of(ToolEndEvent)
     assert end.attempts == 2 and end.status == "ok"
     assert len(runs) == 2 and runs[1] - runs[0] >= 0.007
@@ -265,3 +266,19 @@ async def test_a_retried_call_keeps_its_concurrency_slot_between_attempts() -> N
         [result] = await executor.execute([ToolCall("c1", "lookup", {"order_id": "A1"})])
         order.append("lookup done")
     assert result.attempts == 2 and order == ["lookup done", "other"]
+
+
+async def test_a_tool_with_side_effects_that_did_not_opt_in_is_not_retried() -> None:
+    lookup, runs = flaky([ConnectionError("reset")], retry=FAST, side_effects=["charges the card"])
+    executor = ToolExecutor(ToolRegistry([lookup]))
+    [result] = await executor.execute([ToolCall("c1", "lookup", {"order_id": "A1"})])
+    assert result.status == "error" and result.attempts == 1 and len(runs) == 1
+    opted, opted_runs = flaky(
+        [ConnectionError("reset")],
+        retry=RetryPolicy(max_retries=2, base_delay=0.0, retry_side_effects=True),
+        side_effects=["charges the card"],
+    )
+    [again] = await ToolExecutor(ToolRegistry([opted])).execute(
+        [ToolCall("c2", "lookup", {"order_id": "A1"})]
+    )
+    assert again.status == "ok" and again.attempts == 2 and len(opted_runs) == 2

@@ -66,18 +66,26 @@ def test_bad_policies_are_refused_at_definition(kwargs: dict[str, object], messa
         ToolDefinition(name="book", **kwargs)  # type: ignore[arg-type]
 
 
-def test_retrying_a_tool_with_side_effects_needs_an_explicit_choice() -> None:
-    with pytest.raises(ValueError, match="could do them twice") as raised:
-        ToolDefinition(name="charge", side_effects=["charges the card"], retry=RetryPolicy())
-    # The message offers both ways out.
-    assert "on_duplicate='reuse'" in str(raised.value)
-    assert "retry_side_effects=True" in str(raised.value)
-    ToolDefinition(
+def test_a_tool_with_side_effects_is_retried_only_if_it_opts_in(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING"):
+        charge = ToolDefinition(
+            name="charge", side_effects=["charges the card"], retry=RetryPolicy()
+        )
+    assert not charge.retries
+    # The warning offers both ways out.
+    assert "could do them twice" in caplog.text
+    assert "on_duplicate='reuse'" in caplog.text and "retry_side_effects=True" in caplog.text
+    opted = ToolDefinition(
         name="charge", side_effects=["charges"], retry=RetryPolicy(retry_side_effects=True)
     )
-    ToolDefinition(
+    deduplicated = ToolDefinition(
         name="charge", side_effects=["charges"], retry=RetryPolicy(), on_duplicate="reuse"
     )
+    assert opted.retries and deduplicated.retries
+    assert ToolDefinition(name="read", retry=RetryPolicy()).retries
+    assert not ToolDefinition(name="read").retries
 
 
 def test_a_latent_tool_refuses_retry_and_breaker() -> None:
