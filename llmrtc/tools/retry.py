@@ -64,7 +64,7 @@ class RetryPolicy:
     retry_side_effects: bool = False
     """Tool calls only: allow retrying a tool that declares `side_effects` and keeps
     `on_duplicate="allow"` — a retry may then do the thing twice (a second charge). Without it
-    such a tool refuses a retry policy when it is defined."""
+    such a tool is not retried (a warning says so when it is defined)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
