@@ -9,12 +9,14 @@ conversation (a WebRTC session asking its client) answer for the executors run i
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -44,8 +46,9 @@ class Approval:
     reason: str | None = None
 
 
-Approver = Callable[[ToolCall, ToolContext], Awaitable["Approval | bool"]]
-"""`async approver(call, ctx) -> Approval | bool`: may the call run? `call.arguments` is the
+Approver = Callable[[ToolCall, ToolContext], "Awaitable[Approval | bool] | Approval | bool"]
+"""`async approver(call, ctx) -> Approval | bool` (or a plain function answering at once):
+may the call run? `call.arguments` is the
 parsed, default-filled arguments dict; `ctx` is the call's context (its `abort_signal` is set
 when the batch is aborted; `sensitive_fields` names what to mask when showing the arguments)."""
 
@@ -70,7 +73,15 @@ async def approve_in_context(call: ToolCall, ctx: ToolContext) -> Approval | boo
     approver = _context_approver.get()
     if approver is None:
         return Approval(False, "no one is there to approve it")
-    return await approver(call, ctx)
+    return await _answer(approver, call, ctx)
+
+
+async def _answer(approver: Approver, call: ToolCall, ctx: ToolContext) -> Approval | bool:
+    """What `approver` says: awaited, or as it is from a plain function answering at once."""
+    answer: Any = approver(call, ctx)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer  # type: ignore[no-any-return]  # checked by the caller
 
 
 async def ask_approval(
@@ -89,7 +100,7 @@ async def ask_approval(
     answer: object = None
     try:
         with anyio.move_on_after(None if timeout == math.inf else timeout) as waiting:
-            answer = await approver(call, ctx)
+            answer = await _answer(approver, call, ctx)
     except Exception:
         logger.exception(
             "the approver raised for call %s of tool %r; the call is denied",

@@ -228,3 +228,13 @@ async def test_an_approver_that_stops_at_the_abort_leaves_the_call_aborted_not_d
         group.start_soon(abort)
         [result] = await executor.execute([refund_call()], abort_signal=controller.signal)
     assert result.status == "aborted" and RAN == []
+
+
+async def test_a_plain_function_may_approve() -> None:
+    def rule(call: ToolCall, ctx: ToolContext) -> Approval:
+        return Approval(call.arguments["amount"] < 50, "over the limit")  # type: ignore[index]
+
+    executor = ToolExecutor(ToolRegistry([refund]), approver=rule)
+    small, large = await executor.execute([refund_call("a", 20), refund_call("b", 80)])
+    assert small.status == "ok" and large.status == "denied"
+    assert "(over the limit)" in (large.error or "")
