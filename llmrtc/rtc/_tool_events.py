@@ -84,6 +84,7 @@ class ToolEventRelay(Hooks):
             event.status,
             event.duration_s * 1000,
             event.background,
+            event.reused_from,
         )
         self._forget_if_done(event.call_id, counts)
 
@@ -123,6 +124,7 @@ class ToolEventRelay(Hooks):
                     result.status,
                     result.duration_ms,
                     False,
+                    result.reused_from,
                 )
             counts.agent_started = max(
                 counts.agent_started, counts.agent_finished + counts.agent_running
@@ -166,10 +168,11 @@ class ToolEventRelay(Hooks):
         status: str,
         duration_ms: float,
         background: bool,
+        reused_from: str | None,
     ) -> None:
         self._started(call_id, counts, nth, background)
         while counts.sent_finished < nth:
             counts.sent_finished += 1
-            message = tool_call_finished(call_id, counts.name, status, duration_ms)
+            message = tool_call_finished(call_id, counts.name, status, duration_ms, reused_from)
             if message is not None:  # never None here: `running` is not sent to this method
                 self._send(message)

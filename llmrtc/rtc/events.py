@@ -82,7 +82,7 @@ def wire_duration_ms(duration_ms: float) -> float:
 
 
 def tool_call_finished(
-    call_id: str, name: str, status: str, duration_ms: float
+    call_id: str, name: str, status: str, duration_ms: float, reused_from: str | None = None
 ) -> ToolCallFinishedMessage | None:
     """The `tool_call_finished` message for a call's result, or None for a background call's
     provisional `running` answer (its `tool_call_finished` goes out when its final result
@@ -93,6 +93,7 @@ def tool_call_finished(
         name: The tool's name as the model wrote it.
         status: The result's status (`ToolCallStatus`, or a hook's status word).
         duration_ms: How long the tool ran, in milliseconds (see `wire_duration_ms`).
+        reused_from: The earlier call whose result answered this one, if any.
 
     Returns:
         The message, or None for `running`.
@@ -105,6 +106,7 @@ def tool_call_finished(
             "name": name,
             "status": status,
             "duration_ms": wire_duration_ms(duration_ms),
+            "reused_from": reused_from,
         }
     )
 
@@ -131,7 +133,11 @@ def wire_event(event: object) -> ServerMessage | None:
             )
         case ToolCallFinished(result=result):
             return tool_call_finished(
-                result.call_id, result.tool_name, result.status, result.duration_ms
+                result.call_id,
+                result.tool_name,
+                result.status,
+                result.duration_ms,
+                result.reused_from,
             )
         case StageChanged():
             return StageChangedMessage(from_stage=event.from_stage, to_stage=event.to_stage)

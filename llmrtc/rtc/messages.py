@@ -355,6 +355,9 @@ class ToolCallFinishedMessage(_Message):
     did not come)."""
     duration_ms: float = Field(ge=0)
     """How long the tool ran (0 for a call that never ran)."""
+    reused_from: str | None = None
+    """The earlier call whose result answered this one (the tool's `on_duplicate="reuse"`:
+    it did not run again); null otherwise."""
 
 
 class ApprovalRequestedMessage(_Message):

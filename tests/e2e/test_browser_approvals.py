@@ -158,6 +158,15 @@ def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
         """
         return {"booked": restaurant}
 
+    @tool(on_duplicate="reuse")
+    async def reserve(room: str) -> dict[str, Any]:
+        """Reserve a room.
+
+        Args:
+            room: Which.
+        """
+        return {"reserved": room}
+
     @tool(breaker=CircuitBreaker(failures=1, reset_after=300.0))
     async def lookup(city: str) -> str:
         """Always fails.
@@ -176,11 +185,15 @@ def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
         "It failed.",
         [ToolCall("c4", "lookup", {"city": "Oslo"})],
         "It is unavailable.",
+        [ToolCall("c5", "reserve", {"room": "blue"})],
+        "Reserved.",
+        [ToolCall("c6", "reserve", {"room": "blue"})],
+        "Still reserved.",
     ]
 
     def agent() -> TurnRunner:
         # Duplicates are per session: the runner passes its session id to the executor.
-        executor = ToolExecutor(ToolRegistry([book, lookup]))
+        executor = ToolExecutor(ToolRegistry([book, lookup, reserve]))
         return TurnRunner(
             ScriptedLLM(list(script)), executor, system_prompt="x", session_id=uuid.uuid4().hex
         )
@@ -199,6 +212,8 @@ def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
                 ("Book Nopa again", "Already booked."),
                 ("Weather in Oslo?", "It failed."),
                 ("And now?", "It is unavailable."),
+                ("Reserve the blue room", "Reserved."),
+                ("Reserve the blue room again", "Still reserved."),
             ]
         ):
             page.type_text(text)
@@ -214,8 +229,12 @@ def test_duplicate_is_muted_and_unavailable_is_bad_on_the_timeline(
             ("c2", "duplicate"),
             ("c3", "error"),
             ("c4", "unavailable"),
+            ("c5", "ok"),
+            ("c6", "ok"),
         ], rows
         assert rows[1]["duration"] == rows[3]["duration"] == "did not run", rows
+        # A reused result did not run either: the row names the call whose result it is.
+        assert rows[5]["duration"] == "reused c5" and rows[4]["duration"] != "reused c5", rows
         # duplicate is muted like denied; unavailable is bad like error.
         colours = {r["status"]: r["color"] for r in rows}
         muted = page.js(

@@ -138,7 +138,8 @@ const HANDLERS = {
   assistant_text: (m) => view.assistantDelta(m.delta),
   tool_call_started: (m) => view.toolStarted(m.call_id, m.name, m.background === true),
   tool_call_progress: (m) => view.toolProgress(m.call_id, m.message),
-  tool_call_finished: (m) => view.toolFinished(m.call_id, m.name, m.status, m.duration_ms),
+  tool_call_finished: (m) =>
+    view.toolFinished(m.call_id, m.name, m.status, m.duration_ms, m.reused_from),
   approval_requested: (m) => view.approvalRequested(m.call_id, m.name, m.arguments,
     (approved) => send({ type: "approve", call_id: m.call_id, approved })),
   stage_changed: (m) => view.stage(m.to_stage, m.from_stage),

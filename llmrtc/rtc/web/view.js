@@ -439,9 +439,13 @@ export function createView(document, onState) {
       if (entry && message) showProgress(entry.item, message);
     },
 
-    toolFinished(callId, name, status, durationMs) {
+    toolFinished(callId, name, status, durationMs, reusedFrom = null) {
       const { item } = running.get(callId) || startTool(callId, name);
-      endTool(item, status, formatDuration(status, Number(durationMs) || 0));
+      // A repeat answered with an earlier call's result did not run: say whose it is.
+      const duration = reusedFrom
+        ? `reused ${reusedFrom}`
+        : formatDuration(status, Number(durationMs) || 0);
+      endTool(item, status, duration);
       running.delete(callId);
       if (!running.size) clearInterval(toolClock);
     },
