@@ -17,6 +17,7 @@ import anyio
 import pydantic_core
 
 from llmrtc.abort import AbortController, AbortSignal
+from llmrtc.errors import LLMRTCError
 from llmrtc.execution._slots import SlotPool
 from llmrtc.execution.approval import ask_approval
 from llmrtc.execution.batch import Batch, Policies
@@ -62,7 +63,7 @@ _monotonic = time.monotonic
 _execution_ids = itertools.count(1)
 
 
-class _AttemptTimedOut(Exception):
+class _AttemptTimedOut(LLMRTCError):
     """One attempt of a retried call ran past `RetryPolicy.attempt_timeout`."""
 
     def __init__(self, limit: float) -> None:
